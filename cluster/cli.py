@@ -1,0 +1,144 @@
+"""The `spillover` command line.
+
+    spillover serve [--config configs/local.yaml]     run the stack on this machine
+    spillover models prepare NAME [NAME ...]          build model folders in the cache
+    spillover models list [--json]                    what is prepared and where
+    spillover config check [--config PATH]            validate a config file
+
+Exit codes: 0 ok, 2 bad input (config, arguments), 1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+from cluster.config import load_config
+from cluster.models import CATALOG, list_prepared, prepare
+from router.errors import ConfigError, SpilloverError
+
+DEFAULT_CONFIG = "configs/local.yaml"
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def default_config_path() -> str:
+    """configs/local.yaml from the working directory, else the copy next to the package."""
+    if Path(DEFAULT_CONFIG).is_file():
+        return DEFAULT_CONFIG
+    return str(Path(str(resources.files("cluster"))).parent / DEFAULT_CONFIG)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    config = load_config(args.config)
+    from serve_apps.runner import deploy  # heavy imports (ray, vllm) only when serving
+
+    _say(f"spillover serve: {args.config} ({len(config.models)} model(s))")
+    running = deploy(config, args.config, _say)
+    first = config.models[0].alias
+    print(f"\nspillover is serving at {running.base_url}/v1  (models: {', '.join(m.alias for m in config.models)})")
+    print("try:")
+    print(f"  curl -s {running.base_url}/v1/chat/completions -H 'content-type: application/json' \\")
+    print(
+        f'    -d \'{{"model": "{first}", "messages": [{{"role": "user", "content": '
+        f'"What is the capital of France?"}}], "temperature": 0}}\''
+    )
+    print("Ctrl-C stops it.", flush=True)
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        while not stop["now"]:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    _say("shutting down Serve and Ray ...")
+    running.stop()
+    _say("stopped.")
+    return 0
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    for name in args.names:
+        path = prepare(name)
+        print(f"{name}: {path}")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    rows = list_prepared()
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    width = max(len(r["name"]) for r in rows)
+    for r in rows:
+        state = "prepared" if r["prepared"] else "missing "
+        print(f"{r['name']:<{width}}  {state}  {r['path']}")
+        print(f"{'':<{width}}  {r['description']}")
+    return 0
+
+
+def cmd_config_check(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    print(f"{args.config}: ok ({len(config.models)} model(s), {len(config.cloud.providers)} cloud provider(s))")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spillover", description="Self-hosted LLM serving with cloud burst.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run Ray + vLLM + the gateway on this machine")
+    serve.add_argument("--config", default=None, help=f"deployment config (default {DEFAULT_CONFIG})")
+    serve.set_defaults(func=cmd_serve)
+
+    models = sub.add_parser("models", help="prepare and list local model folders")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    prep = models_sub.add_parser("prepare", help="build model folders in the cache (idempotent)")
+    prep.add_argument(
+        "names", nargs="+", choices=sorted(CATALOG), metavar="NAME", help=f"one of: {', '.join(sorted(CATALOG))}"
+    )
+    prep.set_defaults(func=cmd_models_prepare)
+    lst = models_sub.add_parser("list", help="show prepared models and their folders")
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(func=cmd_models_list)
+
+    config = sub.add_parser("config", help="config file tools")
+    config_sub = config.add_subparsers(dest="config_command", required=True)
+    check = config_sub.add_parser("check", help="validate a config file")
+    check.add_argument("--config", default=None)
+    check.set_defaults(func=cmd_config_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if getattr(args, "config", "unset") is None:
+        args.config = default_config_path()
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        _say(f"error: {exc.message}")
+        return 2
+    except SpilloverError as exc:
+        _say(f"error: {exc.message}")
+        return 1
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

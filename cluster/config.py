@@ -1,0 +1,184 @@
+"""Deployment config: one YAML file per deployment, validated by pydantic v2.
+
+`load_config(path)` returns a frozen `SpilloverConfig` or raises `ConfigError` naming the
+file, each failing field path (`models[0].engine_args.max_model_len`) and the reason —
+before anything is started. Unknown keys are errors, so a typo never silently falls back
+to a default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from router.errors import ConfigError
+
+PREPARED_PREFIX = "prepared:"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Watermarks(_Strict):
+    """Pressure thresholds (fractions 0..1 except `queue`, a count of waiting requests)."""
+
+    kv_cache: float = Field(0.85, gt=0, le=1)
+    gpu_memory: float = Field(0.85, gt=0, le=1)
+    queue: int = Field(8, ge=1)
+    low: float = Field(0.75, gt=0, le=1, description="hysteresis: take work again below this")
+
+    @model_validator(mode="after")
+    def _low_below_high(self) -> Watermarks:
+        if self.low >= min(self.kv_cache, self.gpu_memory):
+            raise ValueError("low must be below kv_cache and gpu_memory watermarks")
+        return self
+
+
+class ClusterSection(_Strict):
+    num_cpus: int | None = Field(
+        8, ge=1, description="logical CPUs of a local Ray started by `spillover serve` (None: Ray's count)"
+    )
+    address: str | None = Field(None, description="Ray address to connect to instead of starting one")
+
+
+class GatewaySection(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=1, le=65535)
+    replicas: int = Field(1, ge=1)
+    num_cpus: float = Field(0.1, gt=0)
+    request_timeout_s: float = Field(300, gt=0)
+    readiness_timeout_s: float = Field(600, gt=0)
+
+
+class ModelSpec(_Strict):
+    alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    source: str = Field(description="prepared:<catalog name>, a local folder, or a hub id")
+    family: Literal["qwen", "llama"]
+    accelerator: Literal["cpu", "gpu"] = "cpu"
+    replicas: int = Field(1, ge=1)
+    num_cpus: float = Field(1, gt=0, description="Ray logical CPUs per replica")
+    num_gpus: int = Field(1, ge=0, description="GPUs per replica (gpu accelerator)")
+    kv_cache_space_gib: int = Field(2, ge=1, description="CPU only: VLLM_CPU_KVCACHE_SPACE in whole GiB")
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    watermarks: Watermarks | None = None
+
+    @field_validator("engine_args")
+    @classmethod
+    def _engine_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        value = {"enable_prefix_caching": True, **value}
+        if value["enable_prefix_caching"] is not True:
+            raise ValueError("enable_prefix_caching must be true: the gateway relies on prefix caching")
+        max_len = value.get("max_model_len")
+        if max_len is not None and (not isinstance(max_len, int) or max_len < 16):
+            raise ValueError("max_model_len must be an integer >= 16")
+        return value
+
+    @property
+    def is_prepared_source(self) -> bool:
+        return self.source.startswith(PREPARED_PREFIX)
+
+    @property
+    def prepared_name(self) -> str:
+        return self.source[len(PREPARED_PREFIX) :]
+
+
+class CloudProvider(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    base_url: str = Field(pattern=r"^https?://")
+    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    enabled: bool = True
+    timeout_s: float = Field(60, gt=0)
+    models: dict[str, str] = Field(default_factory=dict, description="model alias -> provider model name")
+
+
+class CloudSection(_Strict):
+    providers: list[CloudProvider] = Field(default_factory=list)
+
+    @field_validator("providers")
+    @classmethod
+    def _unique(cls, value: list[CloudProvider]) -> list[CloudProvider]:
+        names = [p.name for p in value]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate provider names: {', '.join(dupes)}")
+        return value
+
+
+class SpilloverConfig(_Strict):
+    version: Literal[1] = 1
+    cluster: ClusterSection = ClusterSection()
+    gateway: GatewaySection = GatewaySection()
+    watermarks: Watermarks = Watermarks()
+    models: list[ModelSpec] = Field(min_length=1)
+    cloud: CloudSection = CloudSection()
+
+    @field_validator("models")
+    @classmethod
+    def _unique_aliases(cls, value: list[ModelSpec]) -> list[ModelSpec]:
+        aliases = [m.alias for m in value]
+        dupes = sorted({a for a in aliases if aliases.count(a) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model aliases: {', '.join(dupes)}")
+        return value
+
+    @model_validator(mode="after")
+    def _cloud_models_known(self) -> SpilloverConfig:
+        aliases = {m.alias for m in self.models}
+        for provider in self.cloud.providers:
+            unknown = sorted(set(provider.models) - aliases)
+            if unknown:
+                raise ValueError(
+                    f"cloud provider {provider.name!r} maps unknown model aliases {unknown}; "
+                    f"configured: {sorted(aliases)}"
+                )
+        return self
+
+    def model(self, alias: str) -> ModelSpec | None:
+        return next((m for m in self.models if m.alias == alias), None)
+
+    def watermarks_for(self, alias: str) -> Watermarks:
+        spec = self.model(alias)
+        return spec.watermarks if spec and spec.watermarks else self.watermarks
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path or "(top level)"
+
+
+def parse_config(data: Any, source: str) -> SpilloverConfig:
+    """Validate an already-parsed mapping; `source` names it in errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(source, [("(top level)", "expected a mapping of sections")])
+    try:
+        return SpilloverConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = [(_field_path(err["loc"]), err["msg"]) for err in exc.errors()]
+        raise ConfigError(source, problems) from None
+
+
+def load_config(path: str | Path) -> SpilloverConfig:
+    """Read and validate a YAML config file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), [("(file)", exc.strerror or str(exc))]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
+        raise ConfigError(str(path), [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
+    return parse_config(data, str(path))
+
+
+def dump_config(config: SpilloverConfig) -> dict[str, Any]:
+    """A plain dict (JSON/YAML-safe) that `parse_config` turns back into `config`."""
+    return config.model_dump(mode="json")

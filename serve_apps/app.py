@@ -1,0 +1,47 @@
+"""Build the Ray Serve application: one LLMServer deployment per model + the gateway.
+
+Importable for Ray's own CLI as well:
+
+    serve run serve_apps.app:app_builder config=configs/local.yaml
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ray.serve.deployment import Application
+from ray.serve.llm import build_llm_deployment
+
+from cluster.config import SpilloverConfig, dump_config, load_config
+from serve_apps.gateway import Gateway
+from serve_apps.llm import check_engine_args, llm_config_for, resolve_source
+
+APP_NAME = "spillover"
+
+
+def check_deployable(config: SpilloverConfig, config_path: str = "(config)") -> None:
+    """Raise ConfigError for what would only fail at deploy time (unknown engine args)."""
+    check_engine_args(config, config_path)
+    for index, spec in enumerate(config.models):
+        if not spec.is_prepared_source:
+            resolve_source(spec, config_path, index)
+
+
+def build_app(config: SpilloverConfig, config_path: str = "(config)") -> Application:
+    """The whole application for `config`; raises ConfigError for a bad config."""
+    check_engine_args(config, config_path)
+    handles = {}
+    for index, spec in enumerate(config.models):
+        source = resolve_source(spec, config_path, index)
+        handles[spec.alias] = build_llm_deployment(llm_config_for(spec, source))
+    gateway = Gateway.options(
+        num_replicas=config.gateway.replicas,
+        ray_actor_options={"num_cpus": config.gateway.num_cpus},
+    )
+    return gateway.bind(dump_config(config), handles)
+
+
+def app_builder(args: dict[str, Any]) -> Application:
+    """Entry point for `serve run serve_apps.app:app_builder config=PATH`."""
+    path = str(args.get("config", "configs/local.yaml"))
+    return build_app(load_config(path), path)

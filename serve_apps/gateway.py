@@ -1,0 +1,44 @@
+"""The gateway: Ray Serve ingress deployment every client calls.
+
+It holds one DeploymentHandle per configured model and serves `GatewayHTTP`'s ASGI app
+(built at replica start through Serve's `__serve_build_asgi_app__` hook).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ray import serve
+from ray.serve.handle import DeploymentHandle
+
+from cluster.config import parse_config
+from cluster.models import CATALOG
+from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.local_backend import ServeHandleBackend
+
+
+@serve.deployment(name="SpilloverGateway", max_ongoing_requests=1000)
+@serve.ingress()
+class Gateway:
+    def __init__(self, config: dict[str, Any], handles: dict[str, DeploymentHandle]) -> None:
+        self._config = parse_config(config, "(deployed config)")
+        self._handles = handles
+        self._created = int(time.time())
+
+    async def __serve_build_asgi_app__(self) -> Any:
+        models = [
+            ServedModel(
+                alias=spec.alias,
+                family=spec.family,
+                accelerator=spec.accelerator,
+                max_model_len=spec.engine_args.get("max_model_len"),
+                synthetic=spec.is_prepared_source
+                and CATALOG.get(spec.prepared_name) is not None
+                and CATALOG[spec.prepared_name].synthetic,
+            )
+            for spec in self._config.models
+        ]
+        # The Serve proxy sets x-request-id on every response and hands us the same id.
+        http = GatewayHTTP(ServeHandleBackend(self._handles), models, created=self._created, set_request_id=False)
+        return http.app

@@ -1,0 +1,179 @@
+"""The gateway's HTTP surface: an OpenAI-compatible Starlette app over a `ModelBackend`.
+
+Routes
+    POST /v1/chat/completions   JSON or SSE (`"stream": true`)
+    POST /v1/completions        JSON or SSE
+    GET  /v1/models             every configured model
+    GET  /healthz               the gateway process answers (liveness)
+    GET  /readyz                every model deployment passes its health check (readiness)
+
+Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
+proxy the proxy itself sets that header (and passes the same id in the request headers),
+so the deployment runs with `set_request_id=False` to avoid a duplicate header.
+Responses that a model produced also carry `x-spillover-route` and `x-spillover-target`. Every error uses
+the OpenAI shape `{"error": {"message", "type", "param", "code"}}`; no traceback ever
+reaches a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from router.errors import RequestError
+from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
+from serve_apps.backend import ModelBackend
+
+log = logging.getLogger("spillover.gateway")
+
+REQUEST_ID = "x-request-id"
+ROUTE = "x-spillover-route"
+TARGET = "x-spillover-target"
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    alias: str
+    family: str
+    accelerator: str
+    max_model_len: int | None
+    synthetic: bool = False
+
+    def card(self, created: int) -> dict[str, Any]:
+        return {
+            "id": self.alias,
+            "object": "model",
+            "created": created,
+            "owned_by": "spillover",
+            "metadata": {
+                "family": self.family,
+                "accelerator": self.accelerator,
+                "max_model_len": self.max_model_len,
+                "synthetic": self.synthetic,
+                "route": "local",
+            },
+        }
+
+
+def _error_body(message: str, err_type: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
+
+
+class GatewayHTTP:
+    """Holds the routes' state; `app` is the ASGI application."""
+
+    def __init__(
+        self,
+        backend: ModelBackend,
+        models: list[ServedModel],
+        *,
+        created: int,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        health_timeout_s: float = 5.0,
+        set_request_id: bool = True,
+    ) -> None:
+        self._backend = backend
+        self._models = {m.alias: m for m in models}
+        self._limits = {m.alias: ModelLimits(m.alias, m.max_model_len) for m in models}
+        self._created = created
+        self._new_id = new_id
+        self._health_timeout_s = health_timeout_s
+        self._set_request_id = set_request_id
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/completions", self._completions, methods=["POST"]),
+                Route("/v1/models", self._list_models, methods=["GET"]),
+                Route("/healthz", self._healthz, methods=["GET"]),
+                Route("/readyz", self._readyz, methods=["GET"]),
+            ],
+            exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
+        )
+
+    def _headers(self, request_id: str, **extra: str) -> dict[str, str]:
+        headers = {REQUEST_ID: request_id} if self._set_request_id else {}
+        return {**headers, **extra}
+
+    def _request_id(self, request: Request) -> str:
+        given = request.headers.get(REQUEST_ID, "")
+        return given if given and len(given) <= 128 and given.isprintable() else self._new_id()
+
+    async def _chat(self, request: Request) -> Response:
+        return await self._generate(request, "chat")
+
+    async def _completions(self, request: Request) -> Response:
+        return await self._generate(request, "completions")
+
+    async def _generate(self, request: Request, kind: Kind) -> Response:
+        request_id = self._request_id(request)
+        try:
+            parsed = parse_body(await request.body(), kind)
+            limits = resolve_model(parsed, self._limits)
+            reply = await self._backend.call(limits.alias, kind, parsed.body, request_id)
+        except RequestError as exc:
+            log.info("request %s rejected: %s %s", request_id, exc.status_code, exc.code)
+            return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=self._headers(request_id))
+        headers = self._headers(request_id, **{ROUTE: "local", TARGET: f"local:{limits.alias}"})
+        if reply.chunks is not None:
+            headers["cache-control"] = "no-cache"
+            return StreamingResponse(
+                self._guard_stream(reply.chunks, request_id), media_type="text/event-stream", headers=headers
+            )
+        return JSONResponse(reply.body, headers=headers)
+
+    async def _guard_stream(self, chunks: AsyncIterator[str], request_id: str) -> AsyncIterator[str]:
+        """Pass SSE events through; a failure after the first byte ends the stream with an
+        error event and `[DONE]` (the request is never re-sent)."""
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except RequestError as exc:
+            log.warning("request %s failed mid-stream: %s", request_id, exc.message)
+            yield f"data: {_json(exc.to_openai())}\n\ndata: [DONE]\n\n"
+        except Exception:
+            log.exception("request %s failed mid-stream", request_id)
+            error = _error_body("the model failed while streaming", "upstream_error", "upstream_error")
+            yield f"data: {_json(error)}\n\ndata: [DONE]\n\n"
+
+    async def _list_models(self, request: Request) -> Response:
+        cards = [m.card(self._created) for m in self._models.values()]
+        return JSONResponse({"object": "list", "data": cards}, headers=self._headers(self._request_id(request)))
+
+    async def _healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"}, headers=self._headers(self._request_id(request)))
+
+    async def _readyz(self, request: Request) -> Response:
+        aliases = list(self._models)
+        reasons = await asyncio.gather(*(self._backend.check_health(a, self._health_timeout_s) for a in aliases))
+        models = {alias: (reason or "ok") for alias, reason in zip(aliases, reasons, strict=True)}
+        ready = all(reason is None for reason in reasons)
+        body = {"status": "ready" if ready else "not_ready", "models": models}
+        return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
+
+    async def _http_exception(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        codes = {404: "not_found", 405: "method_not_allowed"}
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        body = _error_body(message, "invalid_request_error", codes.get(exc.status_code, "http_error"))
+        return JSONResponse(body, status_code=exc.status_code, headers=self._headers(self._request_id(request)))
+
+    async def _unexpected(self, request: Request, exc: Exception) -> Response:
+        request_id = self._request_id(request)
+        log.error("request %s: internal error", request_id, exc_info=exc)
+        body = _error_body(f"internal gateway error (request id {request_id})", "internal_error", "internal_error")
+        return JSONResponse(body, status_code=500, headers=self._headers(request_id))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))

@@ -1,0 +1,78 @@
+"""One ray.serve.llm `LLMConfig` per configured model.
+
+CPU models get the vLLM-CPU settings measured in DESIGN.md §4: a KV cache space in whole
+GiB, `VLLM_HOST_IP=127.0.0.1`, and a placement bundle of only the CPUs the config asks
+for (ray.serve.llm's default bundle of 2 CPUs per replica would not fit two models on a
+2-core machine's logical CPUs).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ray.serve.llm import LLMConfig
+
+from cluster.config import ModelSpec, SpilloverConfig
+from cluster.models import is_prepared, model_dir
+from router.errors import ConfigError
+
+
+def resolve_source(spec: ModelSpec, config_path: str = "(config)", index: int = 0) -> str:
+    """The folder or hub id vLLM loads `spec` from."""
+    if spec.is_prepared_source:
+        name = spec.prepared_name
+        if not is_prepared(name):
+            raise ConfigError(
+                config_path,
+                [(f"models[{index}].source", f"model {name!r} is not prepared; run `spillover models prepare {name}`")],
+            )
+        return str(model_dir(name))
+    path = Path(spec.source).expanduser()
+    if spec.source.startswith(("/", ".", "~")):
+        if not (path / "config.json").is_file():
+            raise ConfigError(config_path, [(f"models[{index}].source", f"{path} has no config.json")])
+        return str(path.resolve())
+    return spec.source  # a hub id, resolved by vLLM on the node
+
+
+def check_engine_args(config: SpilloverConfig, config_path: str) -> None:
+    """Reject engine args vLLM does not know, before anything starts."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import FrontendArgs
+
+    known = {f.name for f in dataclasses.fields(AsyncEngineArgs)} | {f.name for f in dataclasses.fields(FrontendArgs)}
+    problems = [
+        (f"models[{i}].engine_args.{key}", "not a vLLM engine or frontend argument")
+        for i, spec in enumerate(config.models)
+        for key in spec.engine_args
+        if key not in known
+    ]
+    if problems:
+        raise ConfigError(config_path, problems)
+
+
+def llm_config_for(spec: ModelSpec, source: str) -> LLMConfig:
+    env: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    if spec.accelerator == "cpu":
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_space_gib)
+        env["VLLM_HOST_IP"] = "127.0.0.1"
+        extra["accelerator_config"] = {"kind": "cpu"}
+        extra["placement_group_config"] = {"bundles": [{"CPU": spec.num_cpus}]}
+    else:
+        extra["placement_group_config"] = {"bundle_per_worker": {"CPU": spec.num_cpus, "GPU": spec.num_gpus}}
+    return LLMConfig(
+        model_loading_config={"model_id": spec.alias, "model_source": source},
+        engine_kwargs=dict(spec.engine_args),
+        runtime_env={"env_vars": env} if env else None,
+        deployment_config={
+            "num_replicas": spec.replicas,
+            "health_check_period_s": 5,
+            "health_check_timeout_s": 10,
+        },
+        log_engine_metrics=True,
+        **extra,
+    )

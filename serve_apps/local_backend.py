@@ -1,0 +1,134 @@
+"""`ModelBackend` over Ray Serve DeploymentHandles to ray.serve.llm `LLMServer`s.
+
+This is the one place where errors from Ray, vLLM's protocol models and the engine's
+`ErrorResponse` are translated into `router.errors` classes. The call shape mirrors Ray's
+own OpenAiIngress: `handle.options(stream=True).chat.remote(request, raw_request_info)`
+yields either one complete response, lists of SSE strings, or an `ErrorResponse`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import ValidationError
+from ray.exceptions import RayError
+from ray.serve.handle import DeploymentHandle
+from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
+
+from router.errors import (
+    ContextLengthExceeded,
+    InvalidRequest,
+    ModelNotFound,
+    RequestError,
+    TargetUnavailable,
+    UpstreamError,
+)
+from router.openai_request import Kind
+from serve_apps.backend import BackendReply
+
+DONE = "data: [DONE]\n\n"
+
+
+def translate_error_response(error: Any) -> RequestError:
+    """An engine `ErrorResponse` (or its `.error`) as a spillover error."""
+    info = getattr(error, "error", error)
+    message = str(getattr(info, "message", "") or "the engine rejected the request")
+    status = int(getattr(info, "code", 500) or 500)
+    param = getattr(info, "param", None)
+    if status == 400:
+        lowered = message.lower()
+        if "context length" in lowered or "max_model_len" in lowered or "maximum context" in lowered:
+            return ContextLengthExceeded(message, param=param)
+        return InvalidRequest(message, param=param)
+    if status == 404:
+        return ModelNotFound(message, param=param)
+    if status in (503, 429):
+        return TargetUnavailable(message)
+    return UpstreamError(message)
+
+
+def is_error_response(item: Any) -> bool:
+    """True for the engine's `ErrorResponse` (LLMServer yields the internal class, not
+    the public `ray.serve.llm.openai_api_models` subclass, so match by shape)."""
+    error = getattr(item, "error", None)
+    return error is not None and hasattr(error, "message") and hasattr(error, "code")
+
+
+def _validation_error(exc: ValidationError) -> InvalidRequest:
+    first = exc.errors()[0]
+    param = ".".join(str(p) for p in first["loc"]) or None
+    return InvalidRequest(f"invalid request: {param}: {first['msg']}", param=param)
+
+
+def _to_sse(item: Any) -> str:
+    if isinstance(item, str):
+        return item
+    if isinstance(item, list):
+        return "".join(_to_sse(part) for part in item)
+    if is_error_response(item):
+        return f"data: {json.dumps(translate_error_response(item).to_openai())}\n\n"
+    if hasattr(item, "model_dump_json"):
+        return f"data: {item.model_dump_json()}\n\n"
+    raise UpstreamError(f"unexpected stream item from the engine: {type(item).__name__}")
+
+
+class ServeHandleBackend:
+    """Calls model deployments through their DeploymentHandles, keyed by model alias."""
+
+    def __init__(self, handles: dict[str, DeploymentHandle]) -> None:
+        self._streaming = {alias: h.options(stream=True) for alias, h in handles.items()}
+        self._plain = dict(handles)
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        try:
+            request_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
+            request = request_cls.model_validate(body)
+        except ValidationError as exc:
+            raise _validation_error(exc) from None
+        method = getattr(self._streaming[alias], "chat" if kind == "chat" else "completions")
+        stream = method.remote(request, None)
+        try:
+            first = await stream.__anext__()
+        except StopAsyncIteration:
+            raise UpstreamError(f"model {alias!r} returned an empty response") from None
+        except RayError as exc:
+            raise TargetUnavailable(f"model {alias!r} is unavailable: {type(exc).__name__}") from None
+        head = first[0] if isinstance(first, list) and first else first
+        if is_error_response(head):
+            stream.cancel()
+            raise translate_error_response(head)
+        if not body.get("stream") and hasattr(head, "model_dump"):
+            return BackendReply(body=head.model_dump(mode="json", exclude_none=True))
+        return BackendReply(chunks=self._rest(first, stream))
+
+    async def _rest(self, first: Any, stream: Any) -> AsyncIterator[str]:
+        sent_done = False
+        try:
+            items = [first]
+            while True:
+                for item in items:
+                    text = _to_sse(item)
+                    sent_done = sent_done or text.rstrip().endswith("[DONE]")
+                    yield text
+                try:
+                    items = [await stream.__anext__()]
+                except StopAsyncIteration:
+                    break
+        except RayError as exc:
+            raise UpstreamError(f"the model replica failed mid-stream: {type(exc).__name__}") from None
+        finally:
+            stream.cancel()
+        if not sent_done:
+            yield DONE
+
+    async def check_health(self, alias: str, timeout_s: float) -> str | None:
+        try:
+            await asyncio.wait_for(self._plain[alias].check_health.remote(), timeout_s)
+        except TimeoutError:
+            return f"health check timed out after {timeout_s:g}s"
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready", reported by name
+            return f"unhealthy: {type(exc).__name__}"
+        return None

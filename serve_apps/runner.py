@@ -1,0 +1,128 @@
+"""Start Ray (when needed), deploy the application, wait until it answers, shut down.
+
+Used by `spillover serve` and by the integration tests (one deployment per test session).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+import ray
+from ray import serve
+
+from cluster.config import SpilloverConfig
+from cluster.models import CATALOG, prepare
+from router.errors import ClusterError
+from serve_apps.app import APP_NAME, build_app, check_deployable
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Running:
+    base_url: str
+    started_ray: bool
+
+    def stop(self) -> None:
+        try:
+            serve.shutdown()
+        finally:
+            if self.started_ray:
+                ray.shutdown()
+
+
+def prepare_models(config: SpilloverConfig, say: Say) -> None:
+    """Build every `prepared:` model the config names that is not built yet."""
+    for spec in config.models:
+        if spec.is_prepared_source and spec.prepared_name in CATALOG:
+            prepare(spec.prepared_name, progress=lambda step, total, text: say(f"  model [{step}/{total}] {text}"))
+
+
+def connect_ray(config: SpilloverConfig, say: Say) -> bool:
+    """Connect to the configured/running Ray, else start a local one. True if started here."""
+    if ray.is_initialized():
+        return False
+    address = config.cluster.address
+    env = {"env_vars": {"RAY_DEDUP_LOGS": "1"}}
+    if address:
+        say(f"connecting to Ray at {address}")
+        try:
+            ray.init(address=address, runtime_env=env, log_to_driver=False)
+        except ConnectionError as exc:
+            raise ClusterError(f"no Ray cluster reachable at {address!r}: {exc}") from None
+        return False
+    say(f"starting a local Ray ({config.cluster.num_cpus or 'all'} logical CPUs)")
+    ray.init(num_cpus=config.cluster.num_cpus, runtime_env=env, log_to_driver=False, include_dashboard=False)
+    return True
+
+
+def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float = 2.0) -> Running:
+    """Deploy and block until `/readyz` answers 200; raise ClusterError on failure/timeout."""
+    check_deployable(config, config_path)  # config errors surface before Ray starts
+    prepare_models(config, say)
+    started = connect_ray(config, say)
+    app = build_app(config, config_path)  # after ray.init: building may auto-init a default Ray
+    host, port = config.gateway.host, config.gateway.port
+    serve.start(http_options={"host": host, "port": port})
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            serve.run(app, name=APP_NAME, route_prefix="/")
+        except BaseException as exc:  # noqa: BLE001 - reported by the waiting thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="serve-run", daemon=True)
+    thread.start()
+    url_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    running = Running(base_url=f"http://{url_host}:{port}", started_ray=started)
+    try:
+        _wait_ready(running.base_url, config.gateway.readiness_timeout_s, thread, failure, say, poll_s)
+    except BaseException:
+        running.stop()
+        raise
+    return running
+
+
+def _deployment_summary() -> str:
+    try:
+        app = serve.status().applications.get(APP_NAME)
+    except Exception:  # noqa: BLE001 - status is only decoration for the progress line
+        return ""
+    if app is None:
+        return "waiting for the controller"
+    parts = [f"{name.split(':')[-1]}={d.status.value.lower()}" for name, d in app.deployments.items()]
+    if app.status.value == "DEPLOY_FAILED":
+        raise ClusterError(f"deployment failed: {app.message.strip()[-2000:]}")
+    return ", ".join(parts)
+
+
+def _wait_ready(
+    base_url: str, timeout_s: float, thread: threading.Thread, failure: list[BaseException], say: Say, poll_s: float
+) -> None:
+    started = time.monotonic()
+    last = ""
+    while True:
+        if failure:
+            raise ClusterError(f"deployment failed: {failure[0]}")
+        elapsed = time.monotonic() - started
+        if elapsed > timeout_s:
+            raise ClusterError(f"not ready after {timeout_s:.0f}s ({last})")
+        summary = _deployment_summary()
+        if not thread.is_alive():
+            try:
+                response = httpx.get(f"{base_url}/readyz", timeout=10)
+                if response.status_code == 200:
+                    say(f"ready after {elapsed:.0f}s")
+                    return
+                summary = f"readyz {response.status_code}: {response.text[:200]}"
+            except httpx.HTTPError as exc:
+                summary = f"gateway not answering yet ({type(exc).__name__})"
+        if summary != last:
+            say(f"  [{elapsed:4.0f}s] {summary}")
+            last = summary
+        time.sleep(poll_s)
