@@ -63,7 +63,7 @@ class ModelSpec(_Strict):
     num_cpus: float = Field(1, gt=0, description="Ray logical CPUs per replica")
     num_gpus: int = Field(1, ge=0, description="GPUs per replica (gpu accelerator)")
     kv_cache_space_gib: int = Field(2, ge=1, description="CPU only: VLLM_CPU_KVCACHE_SPACE in whole GiB")
-    engine_args: dict[str, Any] = Field(default_factory=dict)
+    engine_args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     watermarks: Watermarks | None = None
 
     @field_validator("engine_args")

@@ -9,7 +9,6 @@ yields either one complete response, lists of SSE strings, or an `ErrorResponse`
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,61 +17,16 @@ from ray.exceptions import RayError
 from ray.serve.handle import DeploymentHandle
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
-from router.errors import (
-    ContextLengthExceeded,
-    InvalidRequest,
-    ModelNotFound,
-    RequestError,
-    TargetUnavailable,
-    UpstreamError,
-)
+from router.errors import InvalidRequest, TargetUnavailable, UpstreamError
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
-
-DONE = "data: [DONE]\n\n"
-
-
-def translate_error_response(error: Any) -> RequestError:
-    """An engine `ErrorResponse` (or its `.error`) as a spillover error."""
-    info = getattr(error, "error", error)
-    message = str(getattr(info, "message", "") or "the engine rejected the request")
-    status = int(getattr(info, "code", 500) or 500)
-    param = getattr(info, "param", None)
-    if status == 400:
-        lowered = message.lower()
-        if "context length" in lowered or "max_model_len" in lowered or "maximum context" in lowered:
-            return ContextLengthExceeded(message, param=param)
-        return InvalidRequest(message, param=param)
-    if status == 404:
-        return ModelNotFound(message, param=param)
-    if status in (503, 429):
-        return TargetUnavailable(message)
-    return UpstreamError(message)
-
-
-def is_error_response(item: Any) -> bool:
-    """True for the engine's `ErrorResponse` (LLMServer yields the internal class, not
-    the public `ray.serve.llm.openai_api_models` subclass, so match by shape)."""
-    error = getattr(item, "error", None)
-    return error is not None and hasattr(error, "message") and hasattr(error, "code")
+from serve_apps.engine_replies import DONE, is_error_response, to_sse, translate_error_response
 
 
 def _validation_error(exc: ValidationError) -> InvalidRequest:
     first = exc.errors()[0]
     param = ".".join(str(p) for p in first["loc"]) or None
     return InvalidRequest(f"invalid request: {param}: {first['msg']}", param=param)
-
-
-def _to_sse(item: Any) -> str:
-    if isinstance(item, str):
-        return item
-    if isinstance(item, list):
-        return "".join(_to_sse(part) for part in item)
-    if is_error_response(item):
-        return f"data: {json.dumps(translate_error_response(item).to_openai())}\n\n"
-    if hasattr(item, "model_dump_json"):
-        return f"data: {item.model_dump_json()}\n\n"
-    raise UpstreamError(f"unexpected stream item from the engine: {type(item).__name__}")
 
 
 class ServeHandleBackend:
@@ -110,7 +64,7 @@ class ServeHandleBackend:
             items = [first]
             while True:
                 for item in items:
-                    text = _to_sse(item)
+                    text = to_sse(item)
                     sent_done = sent_done or text.rstrip().endswith("[DONE]")
                     yield text
                 try:

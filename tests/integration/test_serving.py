@@ -1,0 +1,138 @@
+"""The real stack end to end, called with the official openai client (and raw httpx where
+the wire format itself is asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from tests.integration.conftest import Stack
+
+pytestmark = pytest.mark.integration
+
+SMOL = "smollm2-135m-instruct"
+QWEN = "qwen2-tiny-random"
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+@pytest.fixture(scope="module")
+def client(stack: Stack) -> openai.OpenAI:
+    return openai.OpenAI(base_url=stack.openai_base, api_key="not-needed", timeout=120, max_retries=0)
+
+
+def test_capital_of_france(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(model=SMOL, messages=FRANCE, temperature=0, max_tokens=30)
+    completion = raw.parse()
+    assert "Paris" in (completion.choices[0].message.content or "")
+    assert raw.headers["x-spillover-target"] == f"local:{SMOL}"
+    assert raw.headers["x-spillover-route"] == "local"
+    assert len(raw.headers.get_list("x-request-id")) == 1
+
+
+def test_streaming_same_text_in_chunks(client: openai.OpenAI, stack: Stack) -> None:
+    whole = client.chat.completions.create(model=SMOL, messages=FRANCE, temperature=0, max_tokens=30)
+    stream = client.chat.completions.create(model=SMOL, messages=FRANCE, temperature=0, max_tokens=30, stream=True)
+    pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+    assert len([p for p in pieces if p]) > 1
+    assert "".join(pieces) == whole.choices[0].message.content
+
+    body = {"model": SMOL, "messages": FRANCE, "temperature": 0, "max_tokens": 30, "stream": True}
+    with httpx.stream("POST", f"{stack.openai_base}/chat/completions", json=body, timeout=120) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    text = "".join(json.loads(e[6:])["choices"][0]["delta"].get("content") or "" for e in events[:-1])
+    assert text == whole.choices[0].message.content
+
+
+def test_models_lists_every_configured_model(client: openai.OpenAI, stack: Stack) -> None:
+    listed = {m.id for m in client.models.list().data}
+    assert listed == {m.alias for m in stack.config.models}
+
+
+def test_prefix_cache_reports_cached_tokens(client: openai.OpenAI) -> None:
+    system = "You are a careful assistant. " + " ".join(
+        f"Rule {i}: answer briefly, precisely and politely." for i in range(50)
+    )
+    usages = []
+    for question in ("What is 2+2?", "Name a colour."):
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": question}]
+        reply = client.chat.completions.create(model=SMOL, messages=messages, temperature=0, max_tokens=4)
+        usages.append(reply.usage)
+    first, second = usages
+    assert first is not None and second is not None
+    assert first.prompt_tokens > 500
+    assert second.prompt_tokens_details is not None
+    # The shared system prompt (hundreds of tokens) was served from the prefix cache.
+    assert second.prompt_tokens_details.cached_tokens >= 256
+
+
+def test_qwen2_architecture_serves(client: openai.OpenAI) -> None:
+    raw = client.chat.completions.with_raw_response.create(model=QWEN, messages=FRANCE, temperature=0, max_tokens=8)
+    completion = raw.parse()
+    assert raw.headers["x-spillover-target"] == f"local:{QWEN}"
+    assert completion.usage is not None and completion.usage.completion_tokens > 0  # random weights: text is noise
+    card = next(m for m in client.models.list().data if m.id == QWEN)
+    assert card.model_extra["metadata"]["family"] == "qwen"
+    assert card.model_extra["metadata"]["synthetic"] is True
+
+
+def test_completions_endpoint(client: openai.OpenAI) -> None:
+    reply = client.completions.create(model=SMOL, prompt="The capital of France is", temperature=0, max_tokens=5)
+    assert reply.choices[0].text.strip() != ""
+
+
+def test_health_and_readiness(stack: Stack) -> None:
+    assert httpx.get(f"{stack.base_url}/healthz", timeout=10).status_code == 200
+    ready = httpx.get(f"{stack.base_url}/readyz", timeout=30)
+    assert ready.status_code == 200
+    assert ready.json()["models"] == {m.alias: "ok" for m in stack.config.models}
+
+
+def _error(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert "Traceback" not in response.text
+    return error
+
+
+def test_malformed_json_is_400(stack: Stack) -> None:
+    response = httpx.post(f"{stack.openai_base}/chat/completions", content=b'{"model": ', timeout=30)
+    assert _error(response, 400)["code"] == "invalid_json"
+
+
+def test_missing_messages_is_400(stack: Stack) -> None:
+    response = httpx.post(f"{stack.openai_base}/chat/completions", json={"model": SMOL}, timeout=30)
+    assert _error(response, 400)["param"] == "messages"
+
+
+def test_unknown_model_is_404_naming_models(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.chat.completions.create(model="gpt-17", messages=FRANCE)
+    message = caught.value.body["message"]  # type: ignore[index]
+    assert SMOL in message and QWEN in message
+
+
+def test_prompt_beyond_context_is_400_with_limits(client: openai.OpenAI) -> None:
+    long_prompt = "hello " * 5000  # > 4096 tokens
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": long_prompt}], max_tokens=8)
+    body = caught.value.body
+    assert body["code"] == "context_length_exceeded"  # type: ignore[index]
+    assert "4096" in body["message"]  # type: ignore[index]
+
+
+def test_max_tokens_beyond_context_is_400(client: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(model=SMOL, messages=FRANCE, max_tokens=100_000)
+    assert "4096" in caught.value.body["message"]  # type: ignore[index]
+
+
+def test_invalid_field_value_is_400(stack: Stack) -> None:
+    body = {"model": SMOL, "messages": FRANCE, "temperature": "hot"}
+    response = httpx.post(f"{stack.openai_base}/chat/completions", json=body, timeout=30)
+    assert _error(response, 400)["param"] == "temperature"

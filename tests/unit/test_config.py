@@ -1,0 +1,88 @@
+"""Config validation: good files load, bad ones name the file, the field path and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cluster.config import dump_config, load_config, parse_config
+from router.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+MINIMAL = {"models": [{"alias": "m", "source": "prepared:smollm2-135m-instruct", "family": "llama"}]}
+
+
+def test_shipped_configs_load() -> None:
+    local = load_config(REPO / "configs/local.yaml")
+    gpu = load_config(REPO / "configs/gpu.yaml")
+    assert [m.alias for m in local.models] == ["smollm2-135m-instruct"]
+    assert local.models[0].engine_args["enable_prefix_caching"] is True
+    assert {m.family for m in gpu.models} == {"qwen", "llama"}
+    assert all(m.accelerator == "gpu" for m in gpu.models)
+    assert local.cloud.providers[0].name == "cloud-sim" and local.cloud.providers[0].enabled is False
+
+
+def test_defaults_and_prefix_caching_on_by_default() -> None:
+    config = parse_config(MINIMAL, "x.yaml")
+    assert config.models[0].engine_args == {"enable_prefix_caching": True}
+    assert config.watermarks.kv_cache == 0.85
+    assert config.watermarks_for("m") == config.watermarks
+
+
+def test_round_trip_through_dump() -> None:
+    config = load_config(REPO / "configs/gpu.yaml")
+    assert parse_config(dump_config(config), "again") == config
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "reason"),
+    [
+        ({"models": []}, "models", "at least 1"),
+        ({"models": [{"alias": "m", "source": "s", "family": "mistral"}]}, "models[0].family", "'qwen' or 'llama'"),
+        ({"models": [{**MINIMAL["models"][0], "replicas": 0}]}, "models[0].replicas", "greater than or equal to 1"),
+        (
+            {"models": [{**MINIMAL["models"][0], "engine_args": {"enable_prefix_caching": False}}]},
+            "models[0].engine_args",
+            "enable_prefix_caching must be true",
+        ),
+        ({"gateway": {"port": 70000}}, "gateway.port", "less than or equal to 65535"),
+        ({"gateway": {"prot": 8000}}, "gateway.prot", "Extra inputs are not permitted"),
+        ({"watermarks": {"kv_cache": 0.8, "low": 0.9}}, "watermarks", "low must be below"),
+        ({"models": [MINIMAL["models"][0], MINIMAL["models"][0]]}, "models", "duplicate model aliases: m"),
+        (
+            {"cloud": {"providers": [{"name": "p", "base_url": "http://x/v1", "models": {"other": "x"}}]}},
+            "(top level)",
+            "maps unknown model aliases ['other']",
+        ),
+        ({"cloud": {"providers": [{"name": "p", "base_url": "ftp://x"}]}}, "cloud.providers[0].base_url", "pattern"),
+    ],
+)
+def test_bad_config_names_field_and_reason(patch: dict, field: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({**MINIMAL, **patch}, "deploy.yaml")
+    err = caught.value
+    assert err.path == "deploy.yaml"
+    assert any(f == field and reason in r for f, r in err.problems), err.problems
+    assert "deploy.yaml" in err.message and field in err.message
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  - alias: m\n    source: [unclosed\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(bad)
+    assert caught.value.path == str(bad)
+    assert "line" in caught.value.problems[0][0]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(tmp_path / "nope.yaml")
+    assert "No such file" in caught.value.message
+
+
+def test_top_level_must_be_mapping() -> None:
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        parse_config(["models"], "list.yaml")

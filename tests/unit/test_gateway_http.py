@@ -1,0 +1,204 @@
+"""The gateway's HTTP layer over a fake ModelBackend (same protocol as the Ray one)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from router.errors import ContextLengthExceeded, RequestError, TargetUnavailable, UpstreamError
+from router.openai_request import Kind
+from serve_apps.backend import BackendReply
+from serve_apps.gateway_http import GatewayHTTP, ServedModel
+
+MODELS = [
+    ServedModel("small", "llama", "cpu", 2048),
+    ServedModel("tiny-qwen", "qwen", "cpu", None, synthetic=True),
+]
+
+
+class FakeBackend:
+    """Answers like an engine: JSON or SSE; can fail before or after the first byte."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Kind, dict[str, Any]]] = []
+        self.fail_with: RequestError | None = None
+        self.fail_mid_stream: Exception | None = None
+        self.unhealthy: dict[str, str] = {}
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.calls.append((alias, kind, body))
+        if self.fail_with:
+            raise self.fail_with
+        if body.get("stream"):
+            return BackendReply(chunks=self._chunks(alias))
+        return BackendReply(body={"object": "chat.completion", "model": alias, "choices": [{"text": "Paris"}]})
+
+    async def _chunks(self, alias: str) -> AsyncIterator[str]:
+        yield f'data: {{"model": "{alias}", "delta": "Pa"}}\n\n'
+        if self.fail_mid_stream:
+            raise self.fail_mid_stream
+        yield f'data: {{"model": "{alias}", "delta": "ris"}}\n\n'
+        yield "data: [DONE]\n\n"
+
+    async def check_health(self, alias: str, timeout_s: float) -> str | None:
+        return self.unhealthy.get(alias)
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+async def client(backend: FakeBackend) -> AsyncIterator[httpx.AsyncClient]:
+    ids = iter(f"id-{i}" for i in range(1000))
+    gateway = GatewayHTTP(backend, MODELS, created=123, new_id=lambda: next(ids))
+    transport = httpx.ASGITransport(app=gateway.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+        yield c
+
+
+CHAT = {"model": "small", "messages": [{"role": "user", "content": "capital of France?"}]}
+
+
+def _assert_openai_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["code"] == code
+    assert "Traceback" not in response.text
+    return error
+
+
+async def test_chat_json_headers(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+    response = await client.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "abc"})
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["text"] == "Paris"
+    assert response.headers["x-request-id"] == "abc"
+    assert response.headers["x-spillover-route"] == "local"
+    assert response.headers["x-spillover-target"] == "local:small"
+    assert backend.calls == [("small", "chat", CHAT)]
+
+
+async def test_request_id_generated_when_absent(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", json=CHAT)
+    assert response.headers["x-request-id"] == "id-0"
+
+
+async def test_completions_route(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+    response = await client.post("/v1/completions", json={"model": "tiny-qwen", "prompt": "hi"})
+    assert response.status_code == 200
+    assert backend.calls[0][:2] == ("tiny-qwen", "completions")
+
+
+async def test_stream_passes_events_and_done(client: httpx.AsyncClient) -> None:
+    async with client.stream("POST", "/v1/chat/completions", json={**CHAT, "stream": True}) as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        assert response.headers["x-spillover-target"] == "local:small"
+        text = "".join([chunk async for chunk in response.aiter_text()])
+    events = [e for e in text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    assert [json.loads(e[6:])["delta"] for e in events[:-1]] == ["Pa", "ris"]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [UpstreamError("engine died"), RuntimeError("replica gone")],
+)
+async def test_mid_stream_failure_ends_with_error_event(
+    client: httpx.AsyncClient, backend: FakeBackend, failure: Exception
+) -> None:
+    backend.fail_mid_stream = failure
+    response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
+    events = [e for e in response.text.split("\n\n") if e]
+    assert json.loads(events[0][6:])["delta"] == "Pa"
+    assert json.loads(events[1][6:])["error"]["code"] == "upstream_error"
+    assert events[-1] == "data: [DONE]"
+    assert len(backend.calls) == 1  # never re-sent after the first byte
+
+
+async def test_malformed_json(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", content=b"{oops")
+    _assert_openai_error(response, 400, "invalid_json")
+
+
+async def test_missing_messages(client: httpx.AsyncClient) -> None:
+    response = await client.post("/v1/chat/completions", json={"model": "small"})
+    assert _assert_openai_error(response, 400, "invalid_request")["param"] == "messages"
+
+
+async def test_unknown_model_lists_models(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+    response = await client.post("/v1/chat/completions", json={**CHAT, "model": "gpt-9"})
+    error = _assert_openai_error(response, 404, "model_not_found")
+    assert "small" in error["message"] and "tiny-qwen" in error["message"]
+    assert backend.calls == []
+
+
+async def test_max_tokens_beyond_window(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+    response = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 4096})
+    assert "2048" in _assert_openai_error(response, 400, "context_length_exceeded")["message"]
+    assert backend.calls == []
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (ContextLengthExceeded("prompt has 5000 tokens, window is 2048"), 400, "context_length_exceeded"),
+        (TargetUnavailable("replica restarting"), 503, "target_unavailable"),
+        (UpstreamError("engine crashed"), 502, "upstream_error"),
+    ],
+)
+async def test_backend_errors_keep_openai_shape(
+    client: httpx.AsyncClient, backend: FakeBackend, error: RequestError, status: int, code: str
+) -> None:
+    backend.fail_with = error
+    response = await client.post("/v1/chat/completions", json=CHAT)
+    assert _assert_openai_error(response, status, code)["message"] == error.message
+
+
+async def test_models_lists_every_configured_model(client: httpx.AsyncClient) -> None:
+    response = await client.get("/v1/models")
+    data = response.json()["data"]
+    assert [m["id"] for m in data] == ["small", "tiny-qwen"]
+    assert data[1]["metadata"]["synthetic"] is True and data[1]["metadata"]["family"] == "qwen"
+
+
+async def test_health_and_readiness(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+    assert (await client.get("/healthz")).json() == {"status": "ok"}
+    ready = await client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["models"] == {"small": "ok", "tiny-qwen": "ok"}
+    backend.unhealthy["small"] = "health check timed out after 5s"
+    not_ready = await client.get("/readyz")
+    assert not_ready.status_code == 503
+    assert not_ready.json()["models"]["small"] == "health check timed out after 5s"
+
+
+async def test_unknown_path_and_method(client: httpx.AsyncClient) -> None:
+    _assert_openai_error(await client.get("/v2/nothing"), 404, "not_found")
+    _assert_openai_error(await client.get("/v1/chat/completions"), 405, "method_not_allowed")
+
+
+async def test_unexpected_error_is_500_without_traceback(backend: FakeBackend) -> None:
+    async def boom(*args: Any) -> BackendReply:
+        raise KeyError("internal bug")
+
+    backend.call = boom  # type: ignore[method-assign]
+    gateway = GatewayHTTP(backend, MODELS, created=1)
+    # Starlette re-raises after answering (so the server logs it); the client still got the 500.
+    transport = httpx.ASGITransport(app=gateway.app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+        response = await c.post("/v1/chat/completions", json=CHAT)
+    error = _assert_openai_error(response, 500, "internal_error")
+    assert "KeyError" not in error["message"]
+
+
+async def test_no_request_id_header_when_proxy_sets_it(backend: FakeBackend) -> None:
+    gateway = GatewayHTTP(backend, MODELS, created=1, set_request_id=False)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        response = await c.post("/v1/chat/completions", json=CHAT)
+    assert "x-request-id" not in response.headers
+    assert response.headers["x-spillover-target"] == "local:small"
