@@ -1,0 +1,61 @@
+"""The CLI's argument and config handling (nothing here starts Ray)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cluster import models
+from cluster.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_config_check_ok(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["config", "check", "--config", str(REPO / "configs/gpu.yaml")]) == 0
+    assert "ok (2 model(s)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["config", "check"], ["serve"]])
+def test_bad_config_exits_2_naming_file_and_field(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  - alias: m\n    source: prepared:x\n    family: mistral\n")
+    assert main([*command, "--config", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and "models[0].family" in err
+    assert "Traceback" not in err
+
+
+def test_models_list_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SPILLOVER_CACHE", str(tmp_path))
+    done = models.model_dir("qwen2-tiny-random")
+    done.mkdir(parents=True)
+    (done / models.MARKER).write_text("{}")
+    (models.model_dir("smollm2-135m-instruct")).mkdir()  # a half-built folder without marker
+    assert main(["models", "list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["qwen2-tiny-random"]["prepared"] is True
+    assert rows["qwen2-tiny-random"]["synthetic"] is True
+    assert rows["smollm2-135m-instruct"]["prepared"] is False
+    assert rows["qwen2-tiny-random"]["path"] == str(tmp_path / "models" / "qwen2-tiny-random")
+
+
+def test_prepare_is_instant_when_marker_present(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPILLOVER_CACHE", str(tmp_path))
+    folder = models.model_dir("smollm2-135m-instruct")
+    folder.mkdir(parents=True)
+    (folder / models.MARKER).write_text("{}")
+    said: list[str] = []
+    assert models.prepare("smollm2-135m-instruct", progress=lambda s, t, text: said.append(text)) == folder
+    assert said == [f"smollm2-135m-instruct: already prepared at {folder}"]
+
+
+def test_prepare_unknown_model_is_an_argument_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["models", "prepare", "gpt-5"])
+    assert caught.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
