@@ -4,6 +4,8 @@
     spillover models prepare NAME [NAME ...]          build model folders in the cache
     spillover models list [--json]                    what is prepared and where
     spillover config check [--config PATH]            validate a config file
+    spillover status [--config PATH] [--url URL] [--json]   live replicas, KV usage, saturation
+    spillover capacity [--config PATH] [--prompt-tokens N] [--output-tokens M] [--gpu-mem 80GiB] [--json]
 
 Exit codes: 0 ok, 2 bad input (config, arguments), 1 anything else.
 """
@@ -19,8 +21,10 @@ import time
 from importlib import resources
 from pathlib import Path
 
+from cluster.capacity_cli import add_capacity_parser
 from cluster.config import load_config
 from cluster.models import CATALOG, list_prepared, prepare
+from cluster.status_cli import add_status_parser
 from router.errors import ConfigError, SpilloverError
 
 DEFAULT_CONFIG = "configs/local.yaml"
@@ -114,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
     lst = models_sub.add_parser("list", help="show prepared models and their folders")
     lst.add_argument("--json", action="store_true")
     lst.set_defaults(func=cmd_models_list)
+
+    add_status_parser(sub)
+    add_capacity_parser(sub)
 
     config = sub.add_parser("config", help="config file tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)

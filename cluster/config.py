@@ -45,6 +45,13 @@ class ClusterSection(_Strict):
     address: str | None = Field(None, description="Ray address to connect to instead of starting one")
 
 
+class TelemetrySection(_Strict):
+    """The direct engine-stats path (cluster/telemetry.py)."""
+
+    poll_period_s: float = Field(0.2, gt=0, le=5, description="how often the gateway reads the board")
+    max_age_s: float = Field(1.0, gt=0, description="older replica stats are stale (counted as saturated)")
+
+
 class GatewaySection(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -113,6 +120,7 @@ class SpilloverConfig(_Strict):
     cluster: ClusterSection = ClusterSection()
     gateway: GatewaySection = GatewaySection()
     watermarks: Watermarks = Watermarks()
+    telemetry: TelemetrySection = TelemetrySection()
     models: list[ModelSpec] = Field(min_length=1)
     cloud: CloudSection = CloudSection()
 

@@ -15,6 +15,7 @@ from ray.serve.llm import build_llm_deployment
 from cluster.config import SpilloverConfig, dump_config, load_config
 from serve_apps.gateway import Gateway
 from serve_apps.llm import check_engine_args, llm_config_for, resolve_source
+from serve_apps.llm_server import SpilloverLLMServer
 
 APP_NAME = "spillover"
 
@@ -33,7 +34,7 @@ def build_app(config: SpilloverConfig, config_path: str = "(config)") -> Applica
     handles = {}
     for index, spec in enumerate(config.models):
         source = resolve_source(spec, config_path, index)
-        handles[spec.alias] = build_llm_deployment(llm_config_for(spec, source))
+        handles[spec.alias] = build_llm_deployment(llm_config_for(spec, source), deployment_cls=SpilloverLLMServer)
     gateway = Gateway.options(
         num_replicas=config.gateway.replicas,
         ray_actor_options={"num_cpus": config.gateway.num_cpus},

@@ -6,6 +6,7 @@ It holds one DeploymentHandle per configured model and serves `GatewayHTTP`'s AS
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -14,8 +15,10 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
 from cluster.models import CATALOG
+from serve_apps.board_poller import BoardPoller
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.local_backend import ServeHandleBackend
+from serve_apps.telemetry_board import get_or_create_board
 
 
 @serve.deployment(name="SpilloverGateway", max_ongoing_requests=1000)
@@ -39,6 +42,17 @@ class Gateway:
             )
             for spec in self._config.models
         ]
+        telemetry = self._config.telemetry
+        self._poller = BoardPoller(
+            get_or_create_board(), period_s=telemetry.poll_period_s, max_age_s=telemetry.max_age_s
+        )
+        self._poll_task = asyncio.get_running_loop().create_task(self._poller.run())
         # The Serve proxy sets x-request-id on every response and hands us the same id.
-        http = GatewayHTTP(ServeHandleBackend(self._handles), models, created=self._created, set_request_id=False)
+        http = GatewayHTTP(
+            ServeHandleBackend(self._handles),
+            models,
+            created=self._created,
+            set_request_id=False,
+            snapshot=self._poller.latest,
+        )
         return http.app

@@ -6,6 +6,7 @@ Routes
     GET  /v1/models             every configured model
     GET  /healthz               the gateway process answers (liveness)
     GET  /readyz                every model deployment passes its health check (readiness)
+    GET  /spillover/cluster     the latest ClusterSnapshot: per-replica engine stats and their age
 
 Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
 proxy the proxy itself sets that header (and passes the same id in the request headers),
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from cluster.telemetry import ClusterSnapshot
 from router.errors import RequestError
 from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
 from serve_apps.backend import ModelBackend
@@ -82,6 +85,8 @@ class GatewayHTTP:
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         health_timeout_s: float = 5.0,
         set_request_id: bool = True,
+        snapshot: Callable[[], ClusterSnapshot] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._backend = backend
         self._models = {m.alias: m for m in models}
@@ -90,6 +95,8 @@ class GatewayHTTP:
         self._new_id = new_id
         self._health_timeout_s = health_timeout_s
         self._set_request_id = set_request_id
+        self._snapshot = snapshot
+        self._clock = clock
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -97,6 +104,7 @@ class GatewayHTTP:
                 Route("/v1/models", self._list_models, methods=["GET"]),
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/readyz", self._readyz, methods=["GET"]),
+                Route("/spillover/cluster", self._cluster, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
         )
@@ -160,6 +168,15 @@ class GatewayHTTP:
         ready = all(reason is None for reason in reasons)
         body = {"status": "ready" if ready else "not_ready", "models": models}
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
+
+    async def _cluster(self, request: Request) -> Response:
+        headers = self._headers(self._request_id(request))
+        if self._snapshot is None:
+            body = _error_body("this gateway has no telemetry source", "invalid_request_error", "no_telemetry")
+            return JSONResponse(body, status_code=404, headers=headers)
+        now = self._clock()
+        body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
+        return JSONResponse(body, headers=headers)
 
     async def _http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

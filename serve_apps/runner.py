@@ -18,6 +18,7 @@ from cluster.config import SpilloverConfig
 from cluster.models import CATALOG, prepare
 from router.errors import ClusterError
 from serve_apps.app import APP_NAME, build_app, check_deployable
+from serve_apps.telemetry_board import kill_board
 
 Say = Callable[[str], None]
 
@@ -30,6 +31,7 @@ class Running:
     def stop(self) -> None:
         try:
             serve.shutdown()
+            kill_board()
         finally:
             if self.started_ray:
                 ray.shutdown()

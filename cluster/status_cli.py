@@ -1,0 +1,114 @@
+"""`spillover status`: the live cluster as the gateway sees it.
+
+Reads `GET /spillover/cluster` from the gateway (the snapshot the router uses) and this node's
+GPUs through NVML, and prints nodes, GPUs, replicas with KV usage, running/waiting, prefix-cache
+hit rate, KV budget from the engine's blocks, saturation and the age of each reading.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import httpx
+
+from cluster.config import load_config
+from cluster.nvml import PynvmlReader
+from cluster.telemetry import ClusterSnapshot, ReplicaStats
+from router.errors import ClusterError
+from router.saturation import replica_saturation
+
+
+def add_status_parser(subparsers: Any) -> None:
+    status = subparsers.add_parser("status", help="show the live cluster: replicas, KV usage, saturation")
+    status.add_argument("--config", default=None, help="config whose gateway and watermarks to use")
+    status.add_argument("--url", default=None, help="gateway base URL (default: from the config)")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+
+def fetch_cluster(url: str) -> dict[str, Any]:
+    try:
+        response = httpx.get(f"{url}/spillover/cluster", timeout=5)
+    except httpx.HTTPError as exc:
+        raise ClusterError(
+            f"no gateway answering at {url} ({type(exc).__name__}); start one with `spillover serve`"
+        ) from None
+    if response.status_code != 200:
+        raise ClusterError(f"{url}/spillover/cluster answered {response.status_code}: {response.text[:200]}")
+    return dict(response.json())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
+    url = (args.url or f"http://{host}:{config.gateway.port}").rstrip("/")
+    gpus = PynvmlReader().read()
+    if not args.json:
+        print(f"this node: {len(gpus.gpus)} GPU(s)" if gpus.ok else f"this node: no GPUs ({gpus.reason})")
+    data = fetch_cluster(url)
+    now = time.time()
+    replicas = tuple(
+        ReplicaStats.from_dict({k: v for k, v in r.items() if k not in ("age_s", "stale")}) for r in data["replicas"]
+    )
+    snapshot = ClusterSnapshot(taken_at=data["taken_at"], replicas=replicas, max_age_s=data["max_age_s"])
+    rows = []
+    for stats in replicas:
+        sat = replica_saturation(stats, config.watermarks_for(stats.model), snapshot=snapshot, now=now)
+        rows.append(
+            {
+                **stats.to_dict(),
+                "age_s": round(stats.age(now), 2),
+                "saturation": sat.value,
+                "saturation_term": sat.term,
+                "saturation_detail": sat.detail,
+                "kv_budget_tokens": stats.kv_budget_tokens,
+                "prefix_cache_hit_rate": stats.prefix_cache_hit_rate,
+            }
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "gateway": url,
+                    "local_gpus": gpus.to_dict(),
+                    "models": data["models"],
+                    "replicas": rows,
+                    "errors": data["errors"],
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    print(f"gateway {url}   snapshot age {max(0.0, now - data['taken_at']):.2f}s   models: {', '.join(data['models'])}")
+    nodes = sorted({r["node_id"] for r in rows})
+    print(f"nodes with replicas: {len(nodes)}  " + "  ".join(n[:12] for n in nodes))
+    if gpus.ok:
+        for g in gpus.gpus:
+            print(
+                f"  GPU {g.index} {g.name}: {g.memory_used / 2**30:.1f}/{g.memory_total / 2**30:.1f} GiB used, "
+                f"util {g.utilization_gpu}%"
+            )
+    else:
+        print(f"this node: no GPUs ({gpus.reason})")
+    header = (
+        f"{'model':<24} {'replica':<10} {'kv':>6} {'run':>4} {'wait':>4} {'hit%':>5} {'kv tokens':>10} "
+        f"{'saturation':>10}  {'binding':<28} {'age':>6}"
+    )
+    print(header)
+    for r in rows:
+        sat = "stale" if r["saturation_term"] == "stale" else f"{r['saturation']:.2f}"
+        budget = r["kv_budget_tokens"] if r["kv_budget_tokens"] is not None else "-"
+        print(
+            f"{r['model'][:24]:<24} {r['replica_id'][:10]:<10} {r['kv_cache_usage']:>6.1%} {r['num_running']:>4} "
+            f"{r['num_waiting']:>4} {r['prefix_cache_hit_rate']:>5.0%} {budget:>10} {sat:>10}  "
+            f"{r['saturation_detail'][:28]:<28} {r['age_s']:>5.2f}s"
+        )
+    if not rows:
+        print("(no replica has reported engine stats yet)")
+    for error in data["errors"]:
+        print(f"warning: {error}")
+    return 0

@@ -1,0 +1,89 @@
+"""SpilloverLLMServer: ray.serve.llm's LLMServer plus a direct engine-stats path.
+
+After the engine starts, the replica appends a `StatsTap` to vLLM's stat loggers and pushes
+its `ReplicaStats` to the TelemetryBoard every `push_period_s` (see cluster/telemetry.py for
+the whole path). It also answers `engine_stats()` directly for callers holding a handle.
+
+Coupling, on purpose and pinned (ray 2.60.x / vLLM V1): the AsyncLLM is reached as
+`self.engine._engine_client`, its stat loggers as `logger_manager.stat_loggers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import ray
+from ray import serve
+from ray.serve.llm import LLMServer
+
+from cluster.nvml import PynvmlReader
+from cluster.stats_tap import StatsTap
+from cluster.telemetry import GpuMemory, ReplicaStats
+from serve_apps.telemetry_board import get_or_create_board
+
+log = logging.getLogger("spillover.replica")
+
+PUSH_PERIOD_S = 0.2
+
+
+class SpilloverLLMServer(LLMServer):
+    async def start(self) -> None:
+        await super().start()
+        self._tap = StatsTap()
+        self._nvml = PynvmlReader()
+        self._gpu_ids = [int(i) for i in ray.get_gpu_ids()]
+        self._node_id = ray.get_runtime_context().get_node_id()
+        context = serve.get_replica_context()
+        self._replica_id = context.replica_id.unique_id if context else "local"
+        self._client = getattr(self.engine, "_engine_client", None)
+        manager = getattr(self._client, "logger_manager", None)
+        if manager is not None:
+            manager.stat_loggers.append(self._tap)
+        else:
+            log.warning("engine stats logging is off: KV usage will not reach the router")
+        self._board = get_or_create_board()
+        self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
+
+    def _read(self) -> ReplicaStats:
+        processor = getattr(self._client, "output_processor", None)
+        idle = processor is not None and not processor.has_unfinished_requests()
+        reading = self._tap.reading(engine_idle=idle)
+        cache = getattr(getattr(self._client, "vllm_config", None), "cache_config", None)
+        gpus: tuple[GpuMemory, ...] = ()
+        if self._gpu_ids:
+            inventory = self._nvml.read()
+            gpus = tuple(
+                GpuMemory(g.index, g.uuid, g.memory_used, g.memory_total)
+                for g in inventory.gpus
+                if g.index in self._gpu_ids
+            )
+        return ReplicaStats(
+            model=self._llm_config.model_id,
+            replica_id=self._replica_id,
+            node_id=self._node_id,
+            read_at=time.time(),
+            kv_cache_usage=reading.kv_cache_usage,
+            num_running=reading.num_running,
+            num_waiting=reading.num_waiting,
+            prefix_cache_queries=reading.prefix_cache_queries,
+            prefix_cache_hits=reading.prefix_cache_hits,
+            num_gpu_blocks=getattr(cache, "num_gpu_blocks", None),
+            block_size=getattr(cache, "block_size", None),
+            last_step_at=reading.last_step_at,
+            gpus=gpus,
+        )
+
+    async def _push_loop(self) -> None:
+        while True:
+            try:
+                await self._board.push.remote(self._read().to_dict())
+            except Exception:
+                log.exception("pushing engine stats failed; retrying")
+                await asyncio.sleep(1.0)
+            await asyncio.sleep(PUSH_PERIOD_S)
+
+    async def engine_stats(self) -> dict[str, Any]:
+        return self._read().to_dict()
