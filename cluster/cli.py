@@ -1,10 +1,11 @@
 """The `spillover` command line.
 
-    spillover serve [--config configs/local.yaml]     run the stack on this machine
+    spillover serve [--config configs/local.yaml] [--cloud-sim]   run the stack on this machine
     spillover models prepare NAME [NAME ...]          build model folders in the cache
     spillover models list [--json]                    what is prepared and where
     spillover config check [--config PATH]            validate a config file
     spillover status [--config PATH] [--url URL] [--json]   live replicas, KV usage, saturation
+    spillover cloud-sim [--port 9100] [fault flags]   OpenAI-compatible cloud simulator
     spillover capacity [--config PATH] [--prompt-tokens N] [--output-tokens M] [--gpu-mem 80GiB] [--json]
 
 Exit codes: 0 ok, 2 bad input (config, arguments), 1 anything else.
@@ -14,20 +15,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
 import time
+from contextlib import ExitStack
 from importlib import resources
 from pathlib import Path
+from urllib.parse import urlsplit
 
+from bench.cloud_sim import add_cloud_sim_parser
+from bench.cloud_sim.process import running_cloud_sim
 from cluster.capacity_cli import add_capacity_parser
-from cluster.config import load_config
+from cluster.config import SpilloverConfig, load_config
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.status_cli import add_status_parser
 from router.errors import ConfigError, SpilloverError
 
 DEFAULT_CONFIG = "configs/local.yaml"
+CLOUD_SIM = "cloud-sim"
 
 
 def _say(text: str) -> None:
@@ -41,9 +48,31 @@ def default_config_path() -> str:
     return str(Path(str(resources.files("cluster"))).parent / DEFAULT_CONFIG)
 
 
+def with_cloud_sim(config: SpilloverConfig) -> tuple[SpilloverConfig, int, list[str]]:
+    """The config with its `cloud-sim` provider enabled, the simulator's port and model names."""
+    provider = next((p for p in config.cloud.providers if p.name == CLOUD_SIM), None)
+    if provider is None:
+        raise ConfigError("(--cloud-sim)", [("cloud.providers", f"no provider named {CLOUD_SIM!r} to start")])
+    port = urlsplit(provider.base_url).port or 80
+    enabled = provider.model_copy(update={"enabled": True})
+    providers = [enabled if p.name == CLOUD_SIM else p for p in config.cloud.providers]
+    config = config.model_copy(update={"cloud": config.cloud.model_copy(update={"providers": providers})})
+    return config, port, sorted(set(provider.models.values()))
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per readiness poll
     config = load_config(args.config)
+    with ExitStack() as stack:
+        if args.cloud_sim:
+            config, port, names = with_cloud_sim(config)
+            _say(f"starting cloud-sim on port {port} (models: {', '.join(names)})")
+            stack.enter_context(running_cloud_sim(port, names))
+        return _serve(config, args)
+
+
+def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
     from serve_apps.runner import deploy  # heavy imports (ray, vllm) only when serving
 
     _say(f"spillover serve: {args.config} ({len(config.models)} model(s))")
@@ -106,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run Ray + vLLM + the gateway on this machine")
     serve.add_argument("--config", default=None, help=f"deployment config (default {DEFAULT_CONFIG})")
+    serve.add_argument(
+        "--cloud-sim", action="store_true", help="also start the cloud simulator and enable the `cloud-sim` provider"
+    )
     serve.set_defaults(func=cmd_serve)
 
     models = sub.add_parser("models", help="prepare and list local model folders")
@@ -121,6 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(sub)
     add_capacity_parser(sub)
+    add_cloud_sim_parser(sub)
 
     config = sub.add_parser("config", help="config file tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)

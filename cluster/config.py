@@ -52,6 +52,16 @@ class TelemetrySection(_Strict):
     max_age_s: float = Field(1.0, gt=0, description="older replica stats are stale (counted as saturated)")
 
 
+class AdmissionSection(_Strict):
+    """Gateway-enforced admission (router/burst.py, serve_apps/dispatch.py)."""
+
+    mean_prompt_tokens: int = Field(512, ge=1, description="for the computed admission limit")
+    mean_output_tokens: int = Field(256, ge=1)
+    fraction: float = Field(0.8, gt=0, le=1, description="admission limit = fraction x predicted max sequences")
+    queue_max: int = Field(64, ge=0, description="requests per model that may wait for local room")
+    queue_timeout_s: float = Field(30, gt=0, description="longest wait without x-spillover-deadline-ms")
+
+
 class GatewaySection(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -72,6 +82,9 @@ class ModelSpec(_Strict):
     kv_cache_space_gib: int = Field(2, ge=1, description="CPU only: VLLM_CPU_KVCACHE_SPACE in whole GiB")
     engine_args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     watermarks: Watermarks | None = None
+    admission_limit: int | None = Field(
+        None, ge=1, description="concurrent requests per replica; None: computed from the engine's KV blocks"
+    )
 
     @field_validator("engine_args")
     @classmethod
@@ -121,6 +134,7 @@ class SpilloverConfig(_Strict):
     gateway: GatewaySection = GatewaySection()
     watermarks: Watermarks = Watermarks()
     telemetry: TelemetrySection = TelemetrySection()
+    admission: AdmissionSection = AdmissionSection()
     models: list[ModelSpec] = Field(min_length=1)
     cloud: CloudSection = CloudSection()
 

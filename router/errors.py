@@ -12,8 +12,12 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── InvalidRequest       400   malformed JSON, missing/invalid fields
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
         ├── ModelNotFound        404   the requested model alias is not configured
-        └── UpstreamError        502   a local engine failed while serving the request
+        ├── LocalCapacityExhausted 429 no local room before the deadline and the request may not
+        │                              (or cannot) burst; carries `retry_after_s`
+        ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
+        └── UpstreamError        502   a local engine or cloud provider failed while serving the request
             └── TargetUnavailable 503  no healthy target can take the request now
+                └── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
 
 `RequestError.to_openai()` renders the body `{"error": {"message", "type", "param",
 "code"}}` that OpenAI clients understand.
@@ -92,6 +96,18 @@ class ModelNotFound(RequestError):
     code = "model_not_found"
 
 
+class LocalCapacityExhausted(RequestError):
+    """Local replicas stayed saturated until the request's deadline and it could not burst."""
+
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "local_capacity_exhausted"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class UpstreamError(RequestError):
     status_code = 502
     error_type = "upstream_error"
@@ -101,3 +117,34 @@ class UpstreamError(RequestError):
 class TargetUnavailable(UpstreamError):
     status_code = 503
     code = "target_unavailable"
+
+
+class ProviderRejected(RequestError):
+    """A cloud provider refused the request itself (HTTP 4xx other than 401/403/408/429).
+
+    The provider's message is kept; so is its status when it is 400, 404 or 422 (anything
+    else becomes 400).
+    """
+
+    status_code = 400
+    code = "provider_rejected"
+    KEPT_STATUSES = (400, 404, 422)
+
+    def __init__(
+        self, message: str, *, status_code: int = 400, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.status_code = status_code if status_code in self.KEPT_STATUSES else 400
+
+
+class ProviderRateLimited(TargetUnavailable):
+    """A cloud provider answered 429; `retry_after_s` is its Retry-After when it sent one."""
+
+    status_code = 429
+    code = "provider_rate_limited"
+
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, param: str | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message, param=param, code=code)
+        self.retry_after_s = retry_after_s

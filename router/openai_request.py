@@ -9,6 +9,7 @@ translated into the same error classes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -96,3 +97,38 @@ def resolve_model(parsed: ParsedRequest, models: dict[str, ModelLimits]) -> Mode
             param="max_tokens",
         )
     return limits
+
+
+RESIDENCY_HEADER = "x-spillover-residency"
+DEADLINE_HEADER = "x-spillover-deadline-ms"
+RESIDENCY_VALUES = ("any", "local_only")
+
+
+@dataclass(frozen=True)
+class RoutingHints:
+    """What the client's `x-spillover-*` headers ask of routing."""
+
+    local_only: bool
+    deadline_s: float
+
+
+def parse_routing_headers(headers: Mapping[str, str], default_deadline_s: float) -> RoutingHints:
+    residency = headers.get(RESIDENCY_HEADER, "any").strip().lower() or "any"
+    if residency not in RESIDENCY_VALUES:
+        raise InvalidRequest(
+            f"header {RESIDENCY_HEADER} must be one of {', '.join(RESIDENCY_VALUES)}, not {residency!r}",
+            param=RESIDENCY_HEADER,
+        )
+    deadline_s = default_deadline_s
+    raw = headers.get(DEADLINE_HEADER)
+    if raw is not None:
+        try:
+            deadline_ms = int(raw.strip())
+        except ValueError:
+            deadline_ms = 0
+        if deadline_ms < 1:
+            raise InvalidRequest(
+                f"header {DEADLINE_HEADER} must be a positive integer (milliseconds)", param=DEADLINE_HEADER
+            )
+        deadline_s = deadline_ms / 1000
+    return RoutingHints(local_only=residency == "local_only", deadline_s=deadline_s)

@@ -15,7 +15,9 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
 from cluster.models import CATALOG
+from router.providers import OpenAICompatProvider
 from serve_apps.board_poller import BoardPoller
+from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.telemetry_board import get_or_create_board
@@ -47,12 +49,17 @@ class Gateway:
             get_or_create_board(), period_s=telemetry.poll_period_s, max_age_s=telemetry.max_age_s
         )
         self._poll_task = asyncio.get_running_loop().create_task(self._poller.run())
+        backend = ServeHandleBackend(self._handles)
+        providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
+        dispatcher = Dispatcher(self._config, backend, providers, self._poller.latest)
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
-            ServeHandleBackend(self._handles),
+            backend,
             models,
             created=self._created,
             set_request_id=False,
             snapshot=self._poller.latest,
+            dispatcher=dispatcher,
+            default_deadline_s=self._config.admission.queue_timeout_s,
         )
         return http.app

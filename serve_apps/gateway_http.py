@@ -8,6 +8,11 @@ Routes
     GET  /readyz                every model deployment passes its health check (readiness)
     GET  /spillover/cluster     the latest ClusterSnapshot: per-replica engine stats and their age
 
+Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
+replica, cloud provider, or a bounded wait for local room); answers carry `x-spillover-route`
+(local|cloud), `x-spillover-target` and `x-spillover-reason`. Clients may send
+`x-spillover-residency: local_only` (never leaves the cluster) and `x-spillover-deadline-ms`.
+
 Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
 proxy the proxy itself sets that header (and passes the same id in the request headers),
 so the deployment runs with `set_request_id=False` to avoid a duplicate header.
@@ -21,11 +26,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -35,14 +41,21 @@ from starlette.routing import Route
 
 from cluster.telemetry import ClusterSnapshot
 from router.errors import RequestError
-from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
+from router.openai_request import Kind, ModelLimits, parse_body, parse_routing_headers, resolve_model
 from serve_apps.backend import ModelBackend
+from serve_apps.dispatch import Dispatched, LocalDispatch
 
 log = logging.getLogger("spillover.gateway")
 
 REQUEST_ID = "x-request-id"
 ROUTE = "x-spillover-route"
 TARGET = "x-spillover-target"
+REASON = "x-spillover-reason"
+
+
+def _header_text(text: str) -> str:
+    """A reason as an HTTP header value: printable ASCII, one line, bounded."""
+    return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)[:300]
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,12 @@ class ServedModel:
         }
 
 
+class Dispatch(Protocol):
+    async def dispatch(
+        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, local_only: bool, deadline_s: float
+    ) -> Dispatched: ...
+
+
 def _error_body(message: str, err_type: str, code: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
 
@@ -87,8 +106,12 @@ class GatewayHTTP:
         set_request_id: bool = True,
         snapshot: Callable[[], ClusterSnapshot] | None = None,
         clock: Callable[[], float] = time.time,
+        dispatcher: Dispatch | None = None,
+        default_deadline_s: float = 30.0,
     ) -> None:
         self._backend = backend
+        self._dispatcher: Dispatch = dispatcher or LocalDispatch(backend)
+        self._default_deadline_s = default_deadline_s
         self._models = {m.alias: m for m in models}
         self._limits = {m.alias: ModelLimits(m.alias, m.max_model_len) for m in models}
         self._created = created
@@ -128,11 +151,23 @@ class GatewayHTTP:
         try:
             parsed = parse_body(await request.body(), kind)
             limits = resolve_model(parsed, self._limits)
-            reply = await self._backend.call(limits.alias, kind, parsed.body, request_id)
+            hints = parse_routing_headers(request.headers, self._default_deadline_s)
+            done = await self._dispatcher.dispatch(
+                limits.alias, kind, parsed.body, request_id, local_only=hints.local_only, deadline_s=hints.deadline_s
+            )
         except RequestError as exc:
-            log.info("request %s rejected: %s %s", request_id, exc.status_code, exc.code)
-            return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=self._headers(request_id))
-        headers = self._headers(request_id, **{ROUTE: "local", TARGET: f"local:{limits.alias}"})
+            log.info("request %s rejected: %s %s %s", request_id, exc.status_code, exc.code, exc.message[:200])
+            headers = self._headers(request_id)
+            retry_after = getattr(exc, "retry_after_s", None)
+            if retry_after is not None:
+                headers["retry-after"] = str(max(1, math.ceil(retry_after)))
+                headers[REASON] = _header_text(exc.message)
+            return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
+        log.info("request %s -> %s (%s)", request_id, done.target, done.reason)
+        reply = done.reply
+        headers = self._headers(
+            request_id, **{ROUTE: done.route, TARGET: done.target, REASON: _header_text(done.reason)}
+        )
         if reply.chunks is not None:
             headers["cache-control"] = "no-cache"
             return StreamingResponse(

@@ -50,6 +50,9 @@ class ServeHandleBackend:
             raise UpstreamError(f"model {alias!r} returned an empty response") from None
         except RayError as exc:
             raise TargetUnavailable(f"model {alias!r} is unavailable: {type(exc).__name__}") from None
+        except asyncio.CancelledError:
+            stream.cancel()  # the gateway gave up before the first byte (e.g. failed over)
+            raise
         head = first[0] if isinstance(first, list) and first else first
         if is_error_response(head):
             stream.cancel()

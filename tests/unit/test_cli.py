@@ -59,3 +59,17 @@ def test_prepare_unknown_model_is_an_argument_error(capsys: pytest.CaptureFixtur
         main(["models", "prepare", "gpt-5"])
     assert caught.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_with_cloud_sim_enables_only_that_provider() -> None:
+    from cluster.cli import with_cloud_sim
+    from cluster.config import load_config
+
+    config, port, names = with_cloud_sim(load_config(REPO / "configs/local.yaml"))
+    assert (port, names) == (9100, ["sim-smollm2"])
+    assert [p.enabled for p in config.cloud.providers if p.name == "cloud-sim"] == [True]
+
+
+def test_serve_cloud_sim_without_provider_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--cloud-sim", "--config", str(REPO / "configs/gpu.yaml")]) == 2
+    assert "no provider named 'cloud-sim'" in capsys.readouterr().err

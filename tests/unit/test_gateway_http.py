@@ -9,9 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from router.errors import ContextLengthExceeded, RequestError, TargetUnavailable, UpstreamError
+from router.errors import ContextLengthExceeded, LocalCapacityExhausted, RequestError, TargetUnavailable, UpstreamError
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
+from serve_apps.dispatch import Dispatched
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 
 MODELS = [
@@ -202,3 +203,63 @@ async def test_no_request_id_header_when_proxy_sets_it(backend: FakeBackend) -> 
         response = await c.post("/v1/chat/completions", json=CHAT)
     assert "x-request-id" not in response.headers
     assert response.headers["x-spillover-target"] == "local:small"
+
+
+class RecordingDispatch:
+    """Same protocol as serve_apps.dispatch.Dispatcher; records the routing hints it got."""
+
+    def __init__(self, error: RequestError | None = None) -> None:
+        self.hints: list[tuple[bool, float]] = []
+        self.error = error
+
+    async def dispatch(
+        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, local_only: bool, deadline_s: float
+    ) -> Dispatched:
+        self.hints.append((local_only, deadline_s))
+        if self.error:
+            raise self.error
+        return Dispatched(BackendReply(body={"ok": True}), "cloud", "cloud:sim", "kv_usage 0.91 >= 0.85 …", 0.0)
+
+
+async def _post(dispatch: RecordingDispatch, headers: dict[str, str]) -> httpx.Response:
+    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1, dispatcher=dispatch, default_deadline_s=30)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        return await c.post("/v1/chat/completions", json=CHAT, headers=headers)
+
+
+async def test_route_headers_from_dispatch() -> None:
+    dispatch = RecordingDispatch()
+    response = await _post(dispatch, {})
+    assert response.headers["x-spillover-route"] == "cloud"
+    assert response.headers["x-spillover-target"] == "cloud:sim"
+    assert response.headers["x-spillover-reason"] == "kv_usage 0.91 >= 0.85 ?"  # ASCII-safe header
+    assert dispatch.hints == [(False, 30)]
+
+
+async def test_routing_headers_reach_dispatch() -> None:
+    dispatch = RecordingDispatch()
+    await _post(dispatch, {"x-spillover-residency": "local_only", "x-spillover-deadline-ms": "1500"})
+    assert dispatch.hints == [(True, 1.5)]
+
+
+@pytest.mark.parametrize(
+    ("headers", "param"),
+    [
+        ({"x-spillover-residency": "eu-only"}, "x-spillover-residency"),
+        ({"x-spillover-deadline-ms": "soon"}, "x-spillover-deadline-ms"),
+        ({"x-spillover-deadline-ms": "0"}, "x-spillover-deadline-ms"),
+    ],
+)
+async def test_bad_routing_headers_are_400(headers: dict[str, str], param: str) -> None:
+    dispatch = RecordingDispatch()
+    response = await _post(dispatch, headers)
+    assert _assert_openai_error(response, 400, "invalid_request")["param"] == param
+    assert dispatch.hints == []
+
+
+async def test_local_capacity_exhausted_is_429_with_retry_after() -> None:
+    error = LocalCapacityExhausted("kv_usage 0.91 >= 0.85 on all 1 replicas; local_only: waiting", retry_after_s=2.5)
+    response = await _post(RecordingDispatch(error), {"x-spillover-residency": "local_only"})
+    _assert_openai_error(response, 429, "local_capacity_exhausted")
+    assert response.headers["retry-after"] == "3"
+    assert response.headers["x-spillover-reason"].startswith("kv_usage 0.91")

@@ -1,0 +1,58 @@
+"""Which fault (if any) the cloud simulator injects into one request.
+
+`decide_fault` makes exactly one draw from the injected `random.Random` per admitted request
+and maps it onto consecutive bands, one per fault rate, in `FAULT_BANDS` order; the same seed
+and the same request sequence therefore give the same faults. What each fault looks like on
+the wire:
+
+    error_5xx      500, 502 or 503 (a second draw) with an OpenAI error body
+    rate_limit     429 with `Retry-After` (whole seconds) and `retry-after-ms`
+    timeout        no byte for `hang_s` seconds (or until the client goes away), then 504
+    midstream_cut  200, part of the body or SSE stream, then the connection drops
+    malformed      200 whose JSON body or SSE `data:` payload is not valid JSON
+"""
+
+from __future__ import annotations
+
+import random
+from enum import StrEnum
+
+from bench.cloud_sim.settings import SimSettings
+
+
+class Fault(StrEnum):
+    NONE = "none"
+    ERROR_5XX = "error_5xx"
+    RATE_LIMIT = "rate_limit"
+    TIMEOUT = "timeout"
+    MIDSTREAM_CUT = "midstream_cut"
+    MALFORMED = "malformed"
+
+
+FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
+    (Fault.ERROR_5XX, "error_5xx_rate"),
+    (Fault.RATE_LIMIT, "rate_limit_rate"),
+    (Fault.TIMEOUT, "timeout_rate"),
+    (Fault.MIDSTREAM_CUT, "midstream_cut_rate"),
+    (Fault.MALFORMED, "malformed_rate"),
+)
+
+SERVER_ERROR_STATUSES = (500, 502, 503)
+
+
+class SimulatedCut(Exception):
+    """Raised inside a response after its first bytes went out: the server drops the connection."""
+
+
+def decide_fault(settings: SimSettings, rng: random.Random) -> Fault:
+    draw = rng.random()
+    edge = 0.0
+    for fault, field in FAULT_BANDS:
+        edge += getattr(settings, field)
+        if draw < edge:
+            return fault
+    return Fault.NONE
+
+
+def server_error_status(rng: random.Random) -> int:
+    return rng.choice(SERVER_ERROR_STATUSES)

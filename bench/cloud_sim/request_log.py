@@ -1,0 +1,44 @@
+"""The cloud simulator's request log: one JSON line per `/v1/*` request it receives.
+
+Each line is written (and flushed) when the simulator has decided what to answer, before
+any latency, hang or fault plays out, so a request that later hangs or is cut is already in
+the file. Fields: `time` (from the injected clock), `request_id` (the simulator's own id,
+also sent back as `x-request-id`), `method`, `path`, `model`, `stream`, `headers` (only
+`x-request-id` and `x-spillover-*` as received), `fault`, `error` (the error code answered,
+or null) and `status` (the HTTP status sent, 200 for a stream that is later cut).
+The Authorization header is never logged.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+LOGGED_HEADERS = frozenset({"x-request-id"})
+LOGGED_HEADER_PREFIX = "x-spillover-"
+
+
+def logged_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The request headers worth recording; never credentials."""
+    return {
+        name.lower(): value
+        for name, value in headers.items()
+        if name.lower() in LOGGED_HEADERS or name.lower().startswith(LOGGED_HEADER_PREFIX)
+    }
+
+
+class RequestLog:
+    """Appends JSON lines to `path`; does nothing when `path` is None."""
+
+    def __init__(self, path: str | Path | None) -> None:
+        self._path = Path(path) if path is not None else None
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self._path is None:
+            return
+        line = json.dumps(dict(record), separators=(",", ":"), default=str)
+        with self._path.open("a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+            handle.flush()

@@ -1,0 +1,305 @@
+"""The cloud simulator's HTTP app: a real OpenAI-compatible server with injectable faults.
+
+Routes
+    POST /v1/chat/completions   JSON or SSE (`"stream": true`), see `replies`
+    GET  /v1/models             the configured model names
+    GET  /healthz               liveness (no key needed)
+    GET  /control/faults        the current settings (never the key itself)
+    POST /control/faults        merge a JSON object into the settings (400 on a bad value)
+    POST /control/reset         back to the settings the app was built with
+    GET  /control/stats         in-flight and total request counts
+
+A chat request goes: API key check (401) → body check (400/404) → capacity check (429 with
+Retry-After when `max_concurrency` requests are in flight) → one fault draw → the answer.
+Latency: the first token after `ttft_s`, then one token every `1 / tokens_per_s` seconds;
+a non-streamed reply is sent whole after the same total time. A request holds its
+concurrency slot until its response is finished or the client has gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import math
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault, server_error_status
+from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, completion_body, plan_reply, request_model, stream_events
+from bench.cloud_sim.request_log import RequestLog, logged_headers
+from bench.cloud_sim.settings import InvalidSettings, SimSettings
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+_NOT_JSON = object()
+
+
+def build_app(
+    settings: SimSettings,
+    *,
+    rng: random.Random,
+    clock: Clock = time.time,
+    sleep: Sleep = asyncio.sleep,
+    log_path: str | Path | None = None,
+) -> Starlette:
+    """The ASGI app; `app.state.cloud_sim` is the `CloudSim` behind it."""
+    return CloudSim(settings, rng=rng, clock=clock, sleep=sleep, log_path=log_path).app
+
+
+def error_body(message: str, err_type: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+
+
+class CloudSim:
+    def __init__(
+        self, settings: SimSettings, *, rng: random.Random, clock: Clock, sleep: Sleep, log_path: str | Path | None
+    ) -> None:
+        self.initial_settings = settings
+        self.settings = settings
+        self.inflight = 0
+        self._rng = rng
+        self._clock = clock
+        self._sleep = sleep
+        self._log = RequestLog(log_path)
+        self._counter = itertools.count(1)
+        self.requests_total = 0
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/healthz", self._healthz, methods=["GET"]),
+                Route("/control/faults", self._get_faults, methods=["GET"]),
+                Route("/control/faults", self._set_faults, methods=["POST"]),
+                Route("/control/reset", self._reset, methods=["POST"]),
+                Route("/control/stats", self._stats, methods=["GET"]),
+            ],
+            exception_handlers={HTTPException: self._http_exception},
+        )
+        self.app.state.cloud_sim = self
+
+    # -- /v1 ---------------------------------------------------------------------------
+
+    async def _chat(self, request: Request) -> Response:
+        settings = self.settings
+        sim_id = self._new_id()
+        try:
+            body: Any = json.loads(await request.body())
+        except ValueError:
+            body = _NOT_JSON
+        stream = isinstance(body, dict) and body.get("stream") is True
+        record = self._record(request, sim_id, model=request_model(body), stream=stream)
+        denied = self._check_key(request, settings, sim_id)
+        if denied is not None:
+            return self._answer(record, *denied)
+        try:
+            if body is _NOT_JSON:
+                raise BadChatRequest("request body is not valid JSON")
+            plan = plan_reply(body, settings.models, call_id=f"call_{sim_id}")
+        except BadChatRequest as exc:
+            payload = error_body(exc.message, "invalid_request_error", exc.code, exc.param)
+            return self._answer(record, JSONResponse(payload, exc.status, self._headers(sim_id)), exc.code)
+        if settings.max_concurrency and self.inflight >= settings.max_concurrency:
+            message = f"cloud-sim is at capacity ({settings.max_concurrency} requests in flight); retry later"
+            code = "capacity_exceeded"
+            return self._answer(record, self._rate_limited(settings, sim_id, message, code), code)
+        self.inflight += 1
+        try:
+            fault = decide_fault(settings, self._rng)
+            response = self._respond(fault, plan, settings, sim_id, stream)
+            return self._answer(record, _Releasing(response, self._release), fault=fault)
+        except BaseException:
+            self._release()
+            raise
+
+    def _respond(self, fault: Fault, plan: ReplyPlan, settings: SimSettings, sim_id: str, stream: bool) -> Response:
+        headers = self._headers(sim_id)
+        if fault is Fault.ERROR_5XX:
+            message = "The server had an error while processing your request. Sorry about that!"
+            return JSONResponse(error_body(message, "server_error", None), server_error_status(self._rng), headers)
+        if fault is Fault.RATE_LIMIT:
+            return self._rate_limited(settings, sim_id, "Rate limit reached (simulated)", "rate_limit_exceeded")
+        if fault is Fault.TIMEOUT:
+            message = f"cloud-sim held the request for {settings.hang_s:g} s (simulated timeout)"
+            timeout = JSONResponse(error_body(message, "server_error", "timeout"), 504, headers)
+            return _Delayed(timeout, settings.hang_s, self._sleep)
+        completion_id = f"chatcmpl-{sim_id}"
+        created = int(self._clock())
+        n_tokens = len(plan.pieces)
+        per_token = 1.0 / settings.tokens_per_s if settings.tokens_per_s > 0 else 0.0
+        cut = fault is Fault.MIDSTREAM_CUT
+        if stream:
+            events = stream_events(plan, completion_id=completion_id, created=created)
+            delays = [settings.ttft_s] + [per_token] * n_tokens + [0.0] * (len(events) - n_tokens - 1)
+            if fault is Fault.MALFORMED:
+                events[1] = 'data: {"id":"' + completion_id + '","choices":[{"delta":{"content"\n\n'
+            if cut:
+                keep = 1 + max(1, n_tokens // 2)
+                events, delays = events[:keep], delays[:keep]
+            headers["cache-control"] = "no-cache"
+            return StreamingResponse(self._paced(events, delays, cut), media_type="text/event-stream", headers=headers)
+        total_delay = settings.ttft_s + per_token * n_tokens
+        text = json.dumps(completion_body(plan, completion_id=completion_id, created=created))
+        if fault is Fault.MALFORMED:
+            text = text[: len(text) // 2]
+        if cut:
+            half = text[: len(text) // 2]
+            paced = self._paced([half], [total_delay], True)
+            return StreamingResponse(paced, media_type="application/json", headers=headers)
+        return _Delayed(Response(text, 200, headers, media_type="application/json"), total_delay, self._sleep)
+
+    async def _paced(self, events: list[str], delays: list[float], cut: bool) -> AsyncIterator[str]:
+        for event, delay in zip(events, delays, strict=True):
+            if delay > 0:
+                await self._sleep(delay)
+            yield event
+        if cut:
+            raise SimulatedCut("cloud-sim dropped the connection (simulated mid-stream cut)")
+
+    async def _models(self, request: Request) -> Response:
+        settings = self.settings
+        sim_id = self._new_id()
+        record = self._record(request, sim_id, model=None, stream=False)
+        denied = self._check_key(request, settings, sim_id)
+        if denied is not None:
+            return self._answer(record, *denied)
+        created = int(self._clock())
+        cards = [{"id": m, "object": "model", "created": created, "owned_by": "cloud-sim"} for m in settings.models]
+        return self._answer(record, JSONResponse({"object": "list", "data": cards}, headers=self._headers(sim_id)))
+
+    async def _healthz(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    # -- /control ------------------------------------------------------------------------
+
+    async def _get_faults(self, request: Request) -> Response:
+        return JSONResponse(self.settings.public())
+
+    async def _set_faults(self, request: Request) -> Response:
+        try:
+            updates = json.loads(await request.body())
+            if not isinstance(updates, dict):
+                raise InvalidSettings("the body must be a JSON object of settings")
+            self.settings = self.settings.merged(updates)
+        except (ValueError, InvalidSettings) as exc:
+            message = str(exc) if isinstance(exc, InvalidSettings) else "the body is not valid JSON"
+            return JSONResponse(error_body(message, "invalid_request_error", "invalid_settings"), 400)
+        return JSONResponse(self.settings.public())
+
+    async def _reset(self, request: Request) -> Response:
+        self.settings = self.initial_settings
+        return JSONResponse(self.settings.public())
+
+    async def _stats(self, request: Request) -> Response:
+        return JSONResponse({"inflight": self.inflight, "requests_total": self.requests_total})
+
+    async def _http_exception(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        message = f"{request.method} {request.url.path}: {exc.detail}"
+        return JSONResponse(error_body(message, "invalid_request_error", "not_found"), exc.status_code)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _new_id(self) -> str:
+        self.requests_total += 1
+        return f"sim-{next(self._counter):06d}"
+
+    def _release(self) -> None:
+        self.inflight -= 1
+
+    def _headers(self, sim_id: str) -> dict[str, str]:
+        return {"x-request-id": sim_id}
+
+    def _record(self, request: Request, sim_id: str, *, model: str | None, stream: bool) -> dict[str, Any]:
+        return {
+            "time": self._clock(),
+            "request_id": sim_id,
+            "method": request.method,
+            "path": request.url.path,
+            "model": model,
+            "stream": stream,
+            "headers": logged_headers(request.headers),
+        }
+
+    def _answer(
+        self, record: dict[str, Any], response: Response, error: str | None = None, *, fault: Fault = Fault.NONE
+    ) -> Response:
+        """Log the request with what it will get, then hand the response over."""
+        self._log.write({**record, "fault": str(fault), "error": error, "status": response.status_code})
+        return response
+
+    def _check_key(self, request: Request, settings: SimSettings, sim_id: str) -> tuple[Response, str] | None:
+        if not settings.require_api_key:
+            return None
+        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and settings.key_matches(presented.strip()):
+            return None
+        if not presented:
+            message, code = "You didn't provide an API key (Authorization: Bearer <key>).", "missing_api_key"
+        else:
+            message, code = "Incorrect API key provided.", "invalid_api_key"
+        return JSONResponse(error_body(message, "invalid_request_error", code), 401, self._headers(sim_id)), code
+
+    def _rate_limited(self, settings: SimSettings, sim_id: str, message: str, code: str) -> Response:
+        headers = {
+            **self._headers(sim_id),
+            "retry-after": str(math.ceil(settings.retry_after_s)),
+            "retry-after-ms": str(round(settings.retry_after_s * 1000)),
+        }
+        return JSONResponse(error_body(message, "requests", code), 429, headers)
+
+
+class _Delayed(Response):
+    """Sends `inner` after `delay_s` seconds, or nothing if the client leaves first."""
+
+    def __init__(self, inner: Response, delay_s: float, sleep: Sleep) -> None:
+        self._inner = inner
+        self._delay_s = delay_s
+        self._sleep = sleep
+        self.status_code = inner.status_code
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._delay_s > 0 and await _client_left_during(self._sleep(self._delay_s), receive):
+            return
+        await self._inner(scope, receive, send)
+
+
+class _Releasing(Response):
+    """Runs `inner`, then gives the request's concurrency slot back, however it ended."""
+
+    def __init__(self, inner: Response, release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._release = release
+        self.status_code = inner.status_code
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._inner(scope, receive, send)
+        finally:
+            self._release()
+
+
+async def _client_left_during(waiting: Awaitable[None], receive: Receive) -> bool:
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    sleeper = asyncio.ensure_future(waiting)
+    listener = asyncio.ensure_future(disconnected())
+    try:
+        done, _ = await asyncio.wait({sleeper, listener}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sleeper, listener):
+            task.cancel()
+        await asyncio.gather(sleeper, listener, return_exceptions=True)
+    return listener in done

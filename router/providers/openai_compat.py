@@ -1,0 +1,249 @@
+"""Adapter to one cloud provider with an OpenAI-compatible chat API, over `httpx.AsyncClient`.
+
+`OpenAICompatProvider.chat(alias, body, request_id)` maps the model alias to the provider's
+model name, sends the request (with `x-request-id` and the API key read from the environment
+variable the config names, at call time) and returns a `ProviderReply`: the JSON body, or an
+iterator of SSE events for `"stream": true`.
+
+This module is the one place where httpx errors and provider HTTP errors become
+`router.errors` classes:
+
+    connect / DNS / TLS / timeout before a response  TargetUnavailable    provider_unreachable / provider_timeout
+    API key variable unset                           TargetUnavailable    provider_not_configured
+    HTTP 429                                         ProviderRateLimited  retry_after_s from retry-after(-ms)
+    HTTP 408                                         TargetUnavailable    provider_timeout
+    HTTP 401 / 403                                   UpstreamError        provider_auth_failed (no provider text)
+    other HTTP 4xx                                   ProviderRejected     provider's message; 400/404/422 kept
+    HTTP 5xx, other non-2xx                          UpstreamError        provider_error
+    body not a JSON completion / bad SSE event       UpstreamError        provider_malformed
+    connection lost after the response started       UpstreamError        provider_cut (see `sse`)
+    alias not mapped for this provider               ModelNotFound
+
+The API key never appears in a repr, a log line or an error message: it is only put in the
+Authorization header of each request, and provider texts quoted in errors are scrubbed of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from cluster.config import CloudProvider
+from router.errors import (
+    ModelNotFound,
+    ProviderRateLimited,
+    ProviderRejected,
+    RequestError,
+    TargetUnavailable,
+    UpstreamError,
+)
+from router.providers.sse import ProviderEventStream
+
+log = logging.getLogger("spillover.providers")
+
+KEPT_HEADERS = frozenset({"x-request-id", "retry-after", "retry-after-ms", "content-type"})
+KEPT_HEADER_PREFIXES = ("openai-", "x-ratelimit-")
+_MAX_DETAIL = 500
+
+
+@dataclass(frozen=True)
+class ProviderReply:
+    """Exactly one of `body` (a complete chat completion) or `chunks` (SSE events, the last
+    `data: [DONE]\\n\\n`) is set. `headers` holds the provider's response headers of interest
+    (`x-request-id`, `openai-*`, `x-ratelimit-*`, `retry-after*`, `content-type`)."""
+
+    status: int
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: dict[str, Any] | None = None
+    chunks: ProviderEventStream | None = None
+
+
+class OpenAICompatProvider:
+    def __init__(
+        self,
+        provider: CloudProvider,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> None:
+        self._provider = provider
+        self._env = env
+        self._client = httpx.AsyncClient(
+            base_url=provider.base_url, timeout=httpx.Timeout(provider.timeout_s), transport=transport
+        )
+
+    @property
+    def name(self) -> str:
+        return self._provider.name
+
+    @property
+    def config(self) -> CloudProvider:
+        return self._provider
+
+    def __repr__(self) -> str:
+        return f"OpenAICompatProvider(name={self.name!r}, base_url={self._provider.base_url!r})"
+
+    async def __aenter__(self) -> OpenAICompatProvider:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def chat(
+        self, alias: str, body: dict[str, Any], request_id: str, *, extra_headers: Mapping[str, str] | None = None
+    ) -> ProviderReply:
+        """Send one chat completion; raises a `RequestError` for anything before the first
+        byte of a streamed reply (and the stream's iterator raises `UpstreamError` after)."""
+        model = self._model_for(alias)
+        key = self._api_key()
+        redact = _redactor(key)
+        payload = {**body, "model": model}
+        stream = payload.get("stream") is True
+        headers = {k: v for k, v in (extra_headers or {}).items() if k.lower() != "authorization"}
+        headers["x-request-id"] = request_id
+        headers["accept"] = "text/event-stream" if stream else "application/json"
+        if key:
+            headers["authorization"] = f"Bearer {key}"
+        request = self._client.build_request("POST", "chat/completions", json=payload, headers=headers)
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            message = f"cloud provider {self.name!r} did not answer within {self._provider.timeout_s:g} s"
+            raise TargetUnavailable(f"{message} ({type(exc).__name__})", code="provider_timeout") from None
+        except httpx.RequestError as exc:
+            detail = redact(str(exc))[:_MAX_DETAIL]
+            message = f"cloud provider {self.name!r} is unreachable ({type(exc).__name__}: {detail})"
+            raise TargetUnavailable(message, code="provider_unreachable") from None
+        try:
+            return await self._reply(response, stream, redact)
+        except BaseException:
+            await response.aclose()
+            raise
+
+    async def _reply(self, response: httpx.Response, stream: bool, redact: Callable[[str], str]) -> ProviderReply:
+        status = response.status_code
+        headers = kept_headers(response.headers)
+        if not 200 <= status < 300:
+            error = status_error(self.name, status, response.headers, await self._read(response), redact)
+            log.info("cloud provider %s answered HTTP %s (%s)", self.name, status, error.code)
+            raise error
+        content_type = response.headers.get("content-type", "")
+        if stream:
+            if not content_type.startswith("text/event-stream"):
+                await self._read(response)
+                message = f"cloud provider {self.name!r} answered a stream request with {content_type or 'no type'}"
+                raise UpstreamError(message, code="provider_malformed")
+            return ProviderReply(status, headers, chunks=ProviderEventStream(response, self.name, redact))
+        content = await self._read(response)
+        try:
+            body = json.loads(content)
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and "error" in body:
+            detail = redact(_error_detail(content)[0])[:_MAX_DETAIL]
+            raise UpstreamError(f"cloud provider {self.name!r} failed: {detail}", code="provider_error")
+        if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+            message = f"cloud provider {self.name!r} sent a body that is not a chat completion (HTTP {status})"
+            raise UpstreamError(message, code="provider_malformed")
+        return ProviderReply(status, headers, body=body)
+
+    async def _read(self, response: httpx.Response) -> bytes:
+        try:
+            return await response.aread()
+        except httpx.RequestError as exc:
+            message = f"cloud provider {self.name!r}: the connection failed while reading the response"
+            raise UpstreamError(f"{message} ({type(exc).__name__})", code="provider_cut") from None
+        finally:
+            await response.aclose()
+
+    def _model_for(self, alias: str) -> str:
+        model = self._provider.models.get(alias)
+        if model is None:
+            known = ", ".join(sorted(self._provider.models)) or "none"
+            message = f"cloud provider {self.name!r} has no model for alias {alias!r} (it maps: {known})"
+            raise ModelNotFound(message, param="model")
+        return model
+
+    def _api_key(self) -> str | None:
+        variable = self._provider.api_key_env
+        if variable is None:
+            return None
+        key = self._env.get(variable)
+        if not key:
+            message = f"cloud provider {self.name!r}: environment variable {variable} (its API key) is not set"
+            raise TargetUnavailable(message, code="provider_not_configured")
+        return key
+
+
+def status_error(
+    provider: str, status: int, headers: Mapping[str, str], content: bytes, redact: Callable[[str], str]
+) -> RequestError:
+    """The spillover error for a provider's non-2xx answer."""
+    detail, param = _error_detail(content)
+    detail = redact(detail)[:_MAX_DETAIL]
+    who = f"cloud provider {provider!r}"
+    if status == 429:
+        return ProviderRateLimited(f"{who} is rate limiting (HTTP 429): {detail}", retry_after_s=retry_after_s(headers))
+    if status in (401, 403):
+        message = f"{who} refused our credentials (HTTP {status}); check its API key"
+        return UpstreamError(message, code="provider_auth_failed")
+    if status == 408:
+        return TargetUnavailable(f"{who} timed out (HTTP 408): {detail}", code="provider_timeout")
+    if 400 <= status < 500:
+        message = f"{who} rejected the request (HTTP {status}): {detail}"
+        return ProviderRejected(message, status_code=status, param=param)
+    return UpstreamError(f"{who} failed (HTTP {status}): {detail}", code="provider_error")
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    """Seconds from `retry-after-ms` or `retry-after` (delta-seconds; an HTTP date gives None)."""
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw) / scale
+        except ValueError:
+            continue
+        if math.isfinite(value) and value >= 0:
+            return value
+    return None
+
+
+def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    return {
+        name.lower(): value
+        for name, value in headers.items()
+        if name.lower() in KEPT_HEADERS or name.lower().startswith(KEPT_HEADER_PREFIXES)
+    }
+
+
+def _error_detail(content: bytes) -> tuple[str, str | None]:
+    """The provider's error message and param, from an OpenAI error body or plain text."""
+    text = content.decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return (text[:_MAX_DETAIL] or "no details"), None
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict):
+        message = error.get("message") or error.get("detail") or json.dumps(error)[:_MAX_DETAIL]
+        param = error.get("param")
+        return str(message), param if isinstance(param, str) else None
+    return str(error), None
+
+
+def _redactor(key: str | None) -> Callable[[str], str]:
+    if not key:
+        return lambda text: text
+    return lambda text: text.replace(key, "[redacted]")

@@ -1,0 +1,80 @@
+"""A cloud provider's SSE response as an async iterator of complete events.
+
+`ProviderEventStream` reads an open streamed `httpx.Response`, yields each event as
+`data: <json>\\n\\n` (the same shape `serve_apps.backend.BackendReply.chunks` carries) and
+ends after `data: [DONE]\\n\\n`. Everything that can go wrong after the first byte raises
+`UpstreamError`: a transport failure or an end before `[DONE]` (code `provider_cut`),
+a `data:` payload that is not a JSON object (`provider_malformed`), an error object sent
+mid-stream (`provider_stream_error`). The response is closed when the stream ends, fails or
+is `aclose()`d — call `aclose()` when abandoning a stream early.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+
+from router.errors import UpstreamError
+
+DONE = "data: [DONE]\n\n"
+
+
+class ProviderEventStream:
+    def __init__(self, response: httpx.Response, provider: str, redact: Callable[[str], str]) -> None:
+        self._response = response
+        self._provider = provider
+        self._redact = redact
+        self._events = self._read()
+
+    def __aiter__(self) -> ProviderEventStream:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self._events.__anext__()
+
+    async def aclose(self) -> None:
+        await self._events.aclose()
+        await self._response.aclose()
+
+    async def _read(self) -> AsyncIterator[str]:
+        data: list[str] = []
+        try:
+            async for line in self._response.aiter_lines():
+                if line:
+                    if line.startswith("data:"):
+                        data.append(line[5:].removeprefix(" "))
+                    continue  # comments (":"), event:, id:, retry: carry nothing we pass on
+                if not data:
+                    continue
+                payload, data = "\n".join(data), []
+                if payload == "[DONE]":
+                    yield DONE
+                    return
+                yield self._event(payload)
+        except httpx.RequestError as exc:
+            raise self._cut(f"the connection failed mid-stream ({type(exc).__name__})") from None
+        finally:
+            await self._response.aclose()
+        raise self._cut("the stream ended before [DONE]")
+
+    def _event(self, payload: str) -> str:
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            chunk = None
+        if not isinstance(chunk, dict):
+            message = f"cloud provider {self._provider!r} sent a stream event that is not a JSON object"
+            raise UpstreamError(message, code="provider_malformed")
+        if "error" in chunk:
+            error = chunk["error"]
+            detail = error.get("message") if isinstance(error, dict) else error
+            message = f"cloud provider {self._provider!r} failed mid-stream: {self._redact(str(detail))[:500]}"
+            raise UpstreamError(message, code="provider_stream_error")
+        if "\n" in payload:
+            payload = json.dumps(chunk, separators=(",", ":"))
+        return f"data: {payload}\n\n"
+
+    def _cut(self, reason: str) -> UpstreamError:
+        return UpstreamError(f"cloud provider {self._provider!r}: {reason}", code="provider_cut")

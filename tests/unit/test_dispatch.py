@@ -1,0 +1,250 @@
+"""The dispatcher: local vs cloud vs waiting room, admission counts, fallback before the first byte."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+
+from cluster.config import SpilloverConfig, parse_config
+from cluster.telemetry import ClusterSnapshot, ReplicaStats
+from router.errors import LocalCapacityExhausted, TargetUnavailable
+from router.openai_request import Kind
+from serve_apps.backend import BackendReply
+from serve_apps.dispatch import Dispatcher
+
+T0 = 5000.0
+
+
+def make_config(**model: Any) -> SpilloverConfig:
+    return parse_config(
+        {
+            "admission": {"queue_max": 2, "queue_timeout_s": 5},
+            "models": [{"alias": "m", "source": "prepared:x", "family": "llama", **model}],
+            "cloud": {"providers": [{"name": "sim", "base_url": "http://127.0.0.1:1/v1", "models": {"m": "sim-m"}}]},
+        },
+        "test",
+    )
+
+
+def stats(kv: float = 0.1, read_at: float = T0, blocks: int = 364) -> ReplicaStats:
+    return ReplicaStats("m", "r1", "n1", read_at, kv, 0, 0, 0, 0, blocks, 128)
+
+
+class World:
+    """Fake clock + snapshot; `sleep` advances time and applies scheduled changes."""
+
+    def __init__(self) -> None:
+        self.now = T0
+        self.replica = stats()
+        self.changes: dict[int, ReplicaStats] = {}
+        self.sleeps = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot(taken_at=self.now, replicas=(replace(self.replica, read_at=self.now),), max_age_s=1.0)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        self.now += seconds
+        if self.sleeps in self.changes:
+            self.replica = self.changes[self.sleeps]
+
+
+class Local:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail: Exception | None = None
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.calls += 1
+        if self.fail:
+            raise self.fail
+        if body.get("stream"):
+            return BackendReply(chunks=self._chunks())
+        return BackendReply(body={"from": "local"})
+
+    async def _chunks(self) -> AsyncIterator[str]:
+        yield "data: {}\n\n"
+        yield "data: [DONE]\n\n"
+
+    async def check_health(self, alias: str, timeout_s: float) -> str | None:
+        return None
+
+
+@dataclass
+class Reply:
+    body: dict[str, Any] | None
+    chunks: Any = None
+
+
+class Cloud:
+    name = "sim"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Reply:
+        self.calls.append(request_id)
+        return Reply(body={"from": "cloud"})
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.max_waiting = 0
+        self.outcomes: list[str] = []
+
+    def waiting(self, model: str, count: int) -> None:
+        self.max_waiting = max(self.max_waiting, count)
+
+    def waited(self, model: str, seconds: float, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+@pytest.fixture
+def world() -> World:
+    return World()
+
+
+def dispatcher(world: World, config: SpilloverConfig | None = None, **parts: Any) -> Dispatcher:
+    return Dispatcher(
+        config or make_config(),
+        parts.get("local") or Local(),
+        {"sim": parts.get("cloud") or Cloud()},
+        world.snapshot,
+        clock=world.clock,
+        sleep=world.sleep,
+        poll_s=0.1,
+        observer=parts.get("observer"),
+    )
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+async def test_low_load_stays_local(world: World) -> None:
+    d = dispatcher(world)
+    done = await d.dispatch("m", "chat", CHAT, "r-1", local_only=False, deadline_s=5)
+    assert (done.route, done.target, done.reply.body) == ("local", "local:m", {"from": "local"})
+    assert d.inflight("m") == 0
+
+
+async def test_stream_counts_inflight_until_consumed(world: World) -> None:
+    d = dispatcher(world)
+    done = await d.dispatch("m", "chat", {**CHAT, "stream": True}, "r-1", local_only=False, deadline_s=5)
+    assert d.inflight("m") == 1
+    assert [c async for c in done.reply.chunks][-1] == "data: [DONE]\n\n"  # type: ignore[union-attr]
+    assert d.inflight("m") == 0
+
+
+async def test_saturated_bursts_with_reason(world: World) -> None:
+    world.replica = stats(kv=0.91)
+    cloud = Cloud()
+    done = await dispatcher(world, cloud=cloud).dispatch("m", "chat", CHAT, "r-2", local_only=False, deadline_s=5)
+    assert (done.route, done.target) == ("cloud", "cloud:sim")
+    assert done.reason == "kv_usage 0.91 >= 0.85 on all 1 replicas"
+    assert cloud.calls == ["r-2"]
+
+
+async def test_local_only_waits_for_room(world: World) -> None:
+    world.replica = stats(kv=0.91)
+    world.changes = {3: stats(kv=0.5)}
+    observer, cloud = Observer(), Cloud()
+    d = dispatcher(world, cloud=cloud, observer=observer)
+    done = await d.dispatch("m", "chat", CHAT, "r-3", local_only=True, deadline_s=5)
+    assert done.route == "local" and cloud.calls == []
+    assert done.waited_s == pytest.approx(0.3)
+    assert observer.max_waiting == 1 and observer.outcomes == ["local"]
+
+
+async def test_local_only_times_out_with_429(world: World) -> None:
+    world.replica = stats(kv=0.91)
+    cloud = Cloud()
+    with pytest.raises(LocalCapacityExhausted) as caught:
+        await dispatcher(world, cloud=cloud).dispatch("m", "chat", CHAT, "r-4", local_only=True, deadline_s=1.0)
+    assert caught.value.status_code == 429 and caught.value.retry_after_s >= 1
+    assert "local_only" in caught.value.message and "no local room after 1.0s" in caught.value.message
+    assert cloud.calls == []
+
+
+async def test_full_waiting_room_rejects_at_once(world: World) -> None:
+    world.replica = stats(kv=0.91)
+    config = parse_config({**make_config().model_dump(mode="json"), "admission": {"queue_max": 0}}, "t")
+    with pytest.raises(LocalCapacityExhausted, match="waiting room full"):
+        await dispatcher(world, config).dispatch("m", "chat", CHAT, "r-5", local_only=True, deadline_s=5)
+    assert world.sleeps == 0
+
+
+async def test_configured_admission_limit_bursts_extra_requests(world: World) -> None:
+    d = dispatcher(world, make_config(admission_limit=1))
+    held = await d.dispatch("m", "chat", {**CHAT, "stream": True}, "r-6", local_only=False, deadline_s=5)
+    second = await d.dispatch("m", "chat", CHAT, "r-7", local_only=False, deadline_s=5)
+    assert (held.route, second.route) == ("local", "cloud")
+    assert second.reason == "inflight 1 >= admission limit 1"
+    _ = [c async for c in held.reply.chunks]  # type: ignore[union-attr]
+    third = await d.dispatch("m", "chat", CHAT, "r-8", local_only=False, deadline_s=5)
+    assert third.route == "local"
+
+
+def test_computed_admission_limit_from_engine_blocks(world: World) -> None:
+    d = dispatcher(world)
+    # 364 blocks x 128 = 46,592 tokens; 512 + 256 tokens per sequence -> 60 sequences; 80% -> 48.
+    assert d.admission_limit("m", world.snapshot(), world.now) == 48
+    world.replica = stats(read_at=T0 - 10)
+    stale = ClusterSnapshot(taken_at=T0, replicas=(world.replica,), max_age_s=1.0)
+    assert d.admission_limit("m", stale, T0) is None
+
+
+async def test_local_failure_before_first_byte_falls_back_to_cloud(world: World) -> None:
+    local, cloud = Local(), Cloud()
+    local.fail = TargetUnavailable("replica died")
+    done = await dispatcher(world, local=local, cloud=cloud).dispatch(
+        "m", "chat", CHAT, "r-9", local_only=False, deadline_s=5
+    )
+    assert done.route == "cloud" and "failed before the first byte: replica died" in done.reason
+    local_only = dispatcher(world, local=local, cloud=cloud)
+    with pytest.raises(TargetUnavailable):
+        await local_only.dispatch("m", "chat", CHAT, "r-10", local_only=True, deadline_s=5)
+    assert cloud.calls == ["r-9"] and local_only.inflight("m") == 0
+
+
+async def test_completions_never_burst(world: World) -> None:
+    world.replica = stats(kv=0.91)
+    with pytest.raises(LocalCapacityExhausted, match="no cloud provider serves m"):
+        await dispatcher(world).dispatch("m", "completions", {"prompt": "x"}, "r-11", local_only=False, deadline_s=0.3)
+
+
+class HangingLocal(Local):
+    """A local call that never gets its first byte (a dead replica's request held by Serve)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled = False
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled = True
+            raise
+        raise AssertionError("unreachable")
+
+
+async def test_waiting_for_first_byte_fails_over_when_model_goes_stale(world: World) -> None:
+    calls = {"n": 0}
+
+    def snapshot() -> ClusterSnapshot:
+        calls["n"] += 1
+        read_at = world.now if calls["n"] == 1 else world.now - 5  # fresh at decision time, stale after
+        return ClusterSnapshot(taken_at=world.now, replicas=(replace(world.replica, read_at=read_at),), max_age_s=1.0)
+
+    local, cloud = HangingLocal(), Cloud()
+    d = Dispatcher(make_config(), local, {"sim": cloud}, snapshot, clock=world.clock, sleep=world.sleep, poll_s=0.01)
+    done = await d.dispatch("m", "chat", CHAT, "r-12", local_only=False, deadline_s=5)
+    assert done.route == "cloud" and "went stale while waiting for the first byte" in done.reason
+    assert local.cancelled and d.inflight("m") == 0 and cloud.calls == ["r-12"]
