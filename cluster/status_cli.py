@@ -1,6 +1,6 @@
 """`spillover status`: the live cluster as the gateway sees it.
 
-Reads `GET /spillover/cluster` from the gateway (the snapshot the router uses) and this node's
+Reads `GET /v1/spillover/cluster` from the gateway (the snapshot the router uses) and this node's
 GPUs through NVML, and prints nodes, GPUs, replicas with KV usage, running/waiting, prefix-cache
 hit rate, KV budget from the engine's blocks, saturation and the age of each reading.
 """
@@ -31,13 +31,13 @@ def add_status_parser(subparsers: Any) -> None:
 
 def fetch_cluster(url: str) -> dict[str, Any]:
     try:
-        response = httpx.get(f"{url}/spillover/cluster", timeout=5)
+        response = httpx.get(f"{url}/v1/spillover/cluster", timeout=5)
     except httpx.HTTPError as exc:
         raise ClusterError(
             f"no gateway answering at {url} ({type(exc).__name__}); start one with `spillover serve`"
         ) from None
     if response.status_code != 200:
-        raise ClusterError(f"{url}/spillover/cluster answered {response.status_code}: {response.text[:200]}")
+        raise ClusterError(f"{url}/v1/spillover/cluster answered {response.status_code}: {response.text[:200]}")
     return dict(response.json())
 
 

@@ -6,7 +6,7 @@ Routes
     GET  /v1/models             every configured model
     GET  /healthz               the gateway process answers (liveness)
     GET  /readyz                every model deployment passes its health check (readiness)
-    GET  /spillover/cluster     the latest ClusterSnapshot: per-replica engine stats and their age
+    GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age
 
 Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
 replica, cloud provider, or a bounded wait for local room); answers carry `x-spillover-route`
@@ -127,7 +127,7 @@ class GatewayHTTP:
                 Route("/v1/models", self._list_models, methods=["GET"]),
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/readyz", self._readyz, methods=["GET"]),
-                Route("/spillover/cluster", self._cluster, methods=["GET"]),
+                Route("/v1/spillover/cluster", self._cluster, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
         )

@@ -39,7 +39,7 @@ def chat(stack: Stack, messages: list[dict[str, str]], **extra: Any) -> httpx.Re
 
 
 def qwen_saturation(stack: Stack) -> float:
-    data = httpx.get(f"{stack.base_url}/spillover/cluster", timeout=10).json()
+    data = httpx.get(f"{stack.base_url}/v1/spillover/cluster", timeout=10).json()
     (replica,) = [r for r in data["replicas"] if r["model"] == QWEN]
     spec = stack.config.model(QWEN)
     assert spec is not None and spec.watermarks is not None

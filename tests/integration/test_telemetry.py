@@ -20,7 +20,7 @@ SMOL = "smollm2-135m-instruct"
 
 
 def _replicas(stack: Stack, model: str) -> list[dict[str, Any]]:
-    data = httpx.get(f"{stack.base_url}/spillover/cluster", timeout=10).json()
+    data = httpx.get(f"{stack.base_url}/v1/spillover/cluster", timeout=10).json()
     return [r for r in data["replicas"] if r["model"] == model]
 
 

@@ -263,3 +263,20 @@ async def test_local_capacity_exhausted_is_429_with_retry_after() -> None:
     _assert_openai_error(response, 429, "local_capacity_exhausted")
     assert response.headers["retry-after"] == "3"
     assert response.headers["x-spillover-reason"].startswith("kv_usage 0.91")
+
+
+async def test_cluster_snapshot_endpoint(backend: FakeBackend) -> None:
+    from cluster.telemetry import ClusterSnapshot, ReplicaStats
+
+    replica = ReplicaStats("small", "r1", "n1", 99.0, 0.4, 2, 1, 10, 5, 364, 128)
+    snapshot = ClusterSnapshot(taken_at=99.5, replicas=(replica,), max_age_s=1.0)
+    gateway = GatewayHTTP(backend, MODELS, created=1, snapshot=lambda: snapshot, clock=lambda: 100.0)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        data = (await c.get("/v1/spillover/cluster")).json()
+    assert data["models"] == ["small", "tiny-qwen"]
+    (row,) = data["replicas"]
+    assert (row["kv_cache_usage"], row["age_s"], row["stale"]) == (0.4, 1.0, False)
+
+
+async def test_cluster_endpoint_without_telemetry_is_404(client: httpx.AsyncClient) -> None:
+    _assert_openai_error(await client.get("/v1/spillover/cluster"), 404, "no_telemetry")
