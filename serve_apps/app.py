@@ -12,12 +12,10 @@ from typing import Any
 from ray.serve.deployment import Application
 from ray.serve.llm import build_llm_deployment
 
-from cluster.config import SpilloverConfig, dump_config, load_config
+from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
 from serve_apps.gateway import Gateway
 from serve_apps.llm import check_engine_args, llm_config_for, resolve_source
 from serve_apps.llm_server import SpilloverLLMServer
-
-APP_NAME = "spillover"
 
 
 def check_deployable(config: SpilloverConfig, config_path: str = "(config)") -> None:
@@ -43,6 +41,10 @@ def build_app(config: SpilloverConfig, config_path: str = "(config)") -> Applica
 
 
 def app_builder(args: dict[str, Any]) -> Application:
-    """Entry point for `serve run serve_apps.app:app_builder config=PATH`."""
+    """Entry point for `serve run serve_apps.app:app_builder config=PATH` and for the Serve
+    config file `spillover render` writes (`config_data`: the embedded, validated config)."""
+    if "config_data" in args:
+        source = str(args.get("config_source", "(embedded config)"))
+        return build_app(parse_config(args["config_data"], source), source)
     path = str(args.get("config", "configs/local.yaml"))
     return build_app(load_config(path), path)

@@ -5,6 +5,7 @@ Used by `spillover serve` and by the integration tests (one deployment per test 
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -16,8 +17,9 @@ from ray import serve
 
 from cluster.config import SpilloverConfig
 from cluster.models import CATALOG, prepare
+from cluster.render import APP_NAME
 from router.errors import ClusterError
-from serve_apps.app import APP_NAME, build_app, check_deployable
+from serve_apps.app import build_app, check_deployable
 from serve_apps.telemetry_board import kill_board
 
 Say = Callable[[str], None]
@@ -52,6 +54,7 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
     env = {"env_vars": {"RAY_DEDUP_LOGS": "1"}}
     if address:
         say(f"connecting to Ray at {address}")
+        _probe(address)
         try:
             ray.init(address=address, runtime_env=env, log_to_driver=False)
         except ConnectionError as exc:
@@ -60,6 +63,17 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
     say(f"starting a local Ray ({config.cluster.num_cpus or 'all'} logical CPUs)")
     ray.init(num_cpus=config.cluster.num_cpus, runtime_env=env, log_to_driver=False, include_dashboard=False)
     return True
+
+
+def _probe(address: str, timeout_s: float = 3.0) -> None:
+    """Fail fast on an unreachable `host:port` (ray.init would retry for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return  # "auto" and other forms: ray.init answers quickly itself
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"no Ray cluster reachable at {address!r}: {exc.strerror or exc}") from None
 
 
 def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float = 2.0) -> Running:
