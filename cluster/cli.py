@@ -1,11 +1,14 @@
 """The `spillover` command line.
 
     spillover serve [--config configs/local.yaml] [--cloud-sim]   run the stack on this machine
+    spillover deploy [--config PATH] [--address A]    deploy to a running Ray cluster, leave it running
+    spillover render [--config PATH] [--out FILE]     the Serve config file for `serve deploy`
     spillover models prepare NAME [NAME ...]          build model folders in the cache
     spillover models list [--json]                    what is prepared and where
     spillover config check [--config PATH]            validate a config file
     spillover status [--config PATH] [--url URL] [--json]   live replicas, KV usage, saturation
     spillover cloud-sim [--port 9100] [fault flags]   OpenAI-compatible cloud simulator
+    spillover bench calibrate --url URL --model NAME ...   load test, knee, admission-limit overlay
     spillover capacity [--config PATH] [--prompt-tokens N] [--output-tokens M] [--gpu-mem 80GiB] [--json]
 
 Exit codes: 0 ok, 2 bad input (config, arguments), 1 anything else.
@@ -25,11 +28,15 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import yaml
+
+from bench.cli import add_bench_parser
 from bench.cloud_sim import add_cloud_sim_parser
 from bench.cloud_sim.process import running_cloud_sim
 from cluster.capacity_cli import add_capacity_parser
 from cluster.config import SpilloverConfig, load_config
 from cluster.models import CATALOG, list_prepared, prepare
+from cluster.render import serve_config
 from cluster.status_cli import add_status_parser
 from router.errors import ConfigError, SpilloverError
 
@@ -103,6 +110,34 @@ def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_deploy(args: argparse.Namespace) -> int:
+    """Deploy to a running Ray cluster and leave it running (unlike `serve`)."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    config = load_config(args.config)
+    address = args.address or config.cluster.address or "auto"
+    config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"address": address})})
+    from serve_apps.runner import deploy
+
+    _say(f"spillover deploy: {args.config} -> Ray at {address}")
+    running = deploy(config, args.config, _say)
+    print(f"deployed: {running.base_url}/v1 (models: {', '.join(m.alias for m in config.models)})")
+    print("it keeps running; `serve shutdown` (Ray's CLI) removes it.")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    text = "# Serve config written by `spillover render` from " + args.config + "\n"
+    text += "# Deploy with: serve deploy <this file>   (on a node of the running Ray cluster)\n"
+    text += yaml.safe_dump(serve_config(config, args.config), sort_keys=False)
+    if args.out:
+        Path(args.out).write_text(text)
+        _say(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    return 0
+
+
 def cmd_models_prepare(args: argparse.Namespace) -> int:
     for name in args.names:
         path = prepare(name)
@@ -140,6 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.set_defaults(func=cmd_serve)
 
+    deploy = sub.add_parser("deploy", help="deploy to a running Ray cluster (ray start / ray up) and exit")
+    deploy.add_argument("--config", default=None)
+    deploy.add_argument("--address", default=None, help="Ray address (default: the config's, else auto)")
+    deploy.set_defaults(func=cmd_deploy)
+
+    render = sub.add_parser("render", help="write the equivalent Serve config file for `serve deploy`")
+    render.add_argument("--config", default=None)
+    render.add_argument("--out", default=None, help="file to write (default: stdout)")
+    render.set_defaults(func=cmd_render)
+
     models = sub.add_parser("models", help="prepare and list local model folders")
     models_sub = models.add_subparsers(dest="models_command", required=True)
     prep = models_sub.add_parser("prepare", help="build model folders in the cache (idempotent)")
@@ -154,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_capacity_parser(sub)
     add_cloud_sim_parser(sub)
+    add_bench_parser(sub)
 
     config = sub.add_parser("config", help="config file tools")
     config_sub = config.add_subparsers(dest="config_command", required=True)

@@ -1,0 +1,287 @@
+"""`bench calibrate`: measure the knee of a model and of the layer above it, compare it with the
+capacity formula, and write the recommended admission limit as a config overlay.
+
+    1. check the inputs (exit 2 when bad) and that every URL answers `GET models` and serves the
+       model (exit 1 when a URL is unreachable, 2 when the model is not served there)
+    2. the formula's prediction for the model from the config (`bench.formula`, the path of
+       `spillover capacity`)
+    3. stage "model" against `direct_url` (when given), then stage "gateway" against `url`:
+       a closed-loop concurrency sweep each (`bench.sweep`), knee per stage (`bench.knee`)
+    4. recommendation: the knee of the first stage (the model itself, seed 002's first stage)
+       divided by the model's replicas; written as an overlay `{"models": [{"alias", "admission_limit"}]}`
+       with a comment header saying where it came from
+    5. the report directory (`bench.report`), and a short summary on stdout
+
+Programmatic use: `calibrate(CalibrateOptions(url=..., model=..., ...))` → `CalibrationOutcome`
+(raises `CalibrationError`, which carries the exit code); `transport_for(url)` injects an httpx
+transport per URL (tests), `now` the wall clock for names and stamps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+import yaml
+
+from bench.formula import FormulaPrediction, GpuReaderFactory, predict
+from bench.knee import DEFAULT_MAX_ERROR_RATE
+from bench.loadgen import AuthRequired, BadBaseUrl, LoadGenerator, check_base_url, make_client, served_models
+from bench.progress import LineProgress, NullProgress, ProgressSink
+from bench.report import CalibrationRun, environment, write_report
+from bench.sweep import LatencyMetric, StageResult, SweepPlan, run_stage
+from bench.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec
+from cluster.config import load_config
+from cluster.nvml import PynvmlReader
+from router.errors import ConfigError
+
+TransportFor = Callable[[str], httpx.AsyncBaseTransport | None]
+
+
+class CalibrationError(Exception):
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    url: str
+    model: str
+    direct_url: str | None = None
+    direct_model: str | None = None
+    concurrency: tuple[int, ...] = (1, 2, 4, 8)
+    requests_per_level: int = 20
+    warmup: int = 2
+    prompt: str = "fixed:256"
+    output: str = "fixed:64"
+    prefix_share: float = 0.0
+    prefix_count: int = 4
+    slo_p95_s: float = 5.0
+    slo_metric: LatencyMetric = "e2e"
+    max_error_rate: float = DEFAULT_MAX_ERROR_RATE
+    config_path: str | None = None
+    gpu_mem: str | None = None
+    out_dir: str | None = None
+    overlay_out: str | None = None
+    seed: int = 0
+    progress: bool = True
+    request_timeout_s: float = 300.0
+    level_time_limit_s: float = 600.0
+    keep_going: bool = False
+    ignore_eos: bool = False
+    api_key_env: str | None = None
+    extra_body: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CalibrationOutcome:
+    run: CalibrationRun
+    paths: dict[str, Path]
+    overlay_path: Path | None
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.run.recommended_limit is not None else 1
+
+
+def calibrate(options: CalibrateOptions, **kwargs: Any) -> CalibrationOutcome:
+    """Run a calibration (see the module docstring); keyword arguments go to `calibrate_async`."""
+    return asyncio.run(calibrate_async(options, **kwargs))
+
+
+async def calibrate_async(
+    options: CalibrateOptions,
+    *,
+    transport_for: TransportFor = lambda url: None,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    stderr: TextIO = sys.stderr,
+    gpu_reader: GpuReaderFactory = PynvmlReader,
+) -> CalibrationOutcome:
+    workload, plan = _inputs(options)
+    started = now()
+    stages = [("model", options.direct_url, options.direct_model or options.model)] if options.direct_url else []
+    stages.append(("gateway", options.url, options.model))
+    stages = [(name, _url(url), model) for name, url, model in stages if url]
+    prediction = None
+    if options.config_path:
+        try:
+            config = load_config(options.config_path)
+        except ConfigError as exc:
+            raise CalibrationError(exc.message, 2) from None
+        prediction = predict(config, options.model, workload, gpu_mem=_gpu_mem(options.gpu_mem), gpu_reader=gpu_reader)
+    api_key = _api_key(options.api_key_env)
+    extra = {**({"ignore_eos": True} if options.ignore_eos else {}), **options.extra_body}
+    progress: ProgressSink = LineProgress(stderr) if options.progress else NullProgress()
+    factory = RequestFactory(workload, random.Random(options.seed))
+    results: list[StageResult] = []
+    clients = {url: make_client(url, transport=transport_for(url), api_key=api_key) for _, url, _ in stages}
+    try:
+        for _name, url, model in stages:
+            await _preflight(clients[url], url, model)
+        for name, url, model in stages:
+            generator = LoadGenerator(
+                clients[url], model, progress=progress, extra_body=extra, request_timeout_s=options.request_timeout_s
+            )
+            results.append(await run_stage(name, url, model, generator, factory, plan))
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    run_name = f"calibrate-{_slug(options.model)}-{started:%Y%m%d-%H%M%S}"
+    out_dir = Path(options.out_dir) if options.out_dir else Path("bench/results") / run_name
+    limit, why = _recommend(results, prediction)
+    overlay = None
+    if limit is not None:
+        overlay = Path(options.overlay_out) if options.overlay_out else out_dir / "overlay.yaml"
+    run = CalibrationRun(
+        name=out_dir.name,
+        model=options.model,
+        started_at=started.isoformat(timespec="seconds"),
+        workload=workload,
+        plan=plan,
+        stages=tuple(results),
+        prediction=prediction,
+        seed=options.seed,
+        config_path=options.config_path,
+        environment=environment(),
+        recommended_limit=limit,
+        recommendation=why,
+        overlay_path=str(overlay) if overlay else None,
+    )
+    paths = write_report(run, out_dir)
+    if overlay is not None and limit is not None:
+        write_overlay(overlay, run, limit, report=paths["report.md"])
+    return CalibrationOutcome(run, paths, overlay)
+
+
+def _inputs(options: CalibrateOptions) -> tuple[WorkloadSpec, SweepPlan]:
+    try:
+        workload = WorkloadSpec(
+            prompt=LengthDist.parse(options.prompt),
+            output=LengthDist.parse(options.output),
+            prefix_share=options.prefix_share,
+            prefix_count=options.prefix_count,
+        )
+        plan = SweepPlan(
+            concurrency=tuple(options.concurrency),
+            requests_per_level=options.requests_per_level,
+            warmup=options.warmup,
+            slo_p95_s=options.slo_p95_s,
+            slo_metric=options.slo_metric,
+            max_error_rate=options.max_error_rate,
+            level_time_limit_s=options.level_time_limit_s,
+            stop_after_breach=not options.keep_going,
+        )
+    except (WorkloadError, ValueError) as exc:
+        raise CalibrationError(str(exc), 2) from None
+    return workload, plan
+
+
+def _url(url: str) -> str:
+    try:
+        return check_base_url(url)
+    except BadBaseUrl as exc:
+        raise CalibrationError(str(exc), 2) from None
+
+
+def _gpu_mem(text: str | None) -> int | None:
+    from cluster.capacity import parse_bytes
+
+    try:
+        return None if text is None else parse_bytes(text)
+    except ValueError as exc:
+        raise CalibrationError(f"--gpu-mem: {exc}", 2) from None
+
+
+def _api_key(env_name: str | None) -> str | None:
+    if env_name is None:
+        return None
+    if not os.environ.get(env_name):
+        raise CalibrationError(f"--api-key-env: environment variable {env_name} is not set", 2)
+    return os.environ[env_name]
+
+
+async def _preflight(client: httpx.AsyncClient, url: str, model: str) -> None:
+    try:
+        models = await served_models(client)
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        raise CalibrationError(f"cannot reach {url}: {reason} (is the server running?)", 1) from None
+    except AuthRequired as exc:
+        raise CalibrationError(
+            f"{url} refused the request ({exc}): pass the API key with --api-key-env NAME", 2
+        ) from None
+    if models is not None and model not in models:
+        raise CalibrationError(f"{url} does not serve model {model!r}; it serves: {', '.join(models) or '(none)'}", 2)
+
+
+def _recommend(stages: list[StageResult], prediction: FormulaPrediction | None) -> tuple[int | None, str]:
+    first = stages[0]
+    knee = first.knee.concurrency
+    if knee is None:
+        return None, f"stage {first.name}: {first.knee.explanation}"
+    replicas = prediction.replicas if prediction and prediction.ok else 1
+    per_replica = max(1, knee // replicas)
+    why = f"knee {knee} of stage {first.name} ({first.url})"
+    if replicas > 1:
+        why += f" ÷ {replicas} replicas"
+    return per_replica, why
+
+
+def write_overlay(path: Path, run: CalibrationRun, limit: int, *, report: Path | None = None) -> Path:
+    """The YAML overlay `{"models": [{"alias": model, "admission_limit": limit}]}` with a header."""
+    plan, w = run.plan, run.workload
+    predicted = run.prediction.admission_limit if run.prediction else None
+    header = [
+        f"# admission-limit overlay written by `python -m bench calibrate` at {run.started_at}",
+        f"# {run.model}: {run.recommendation}",
+        f"# SLO {plan.slo_metric} p95 <= {plan.slo_p95_s:g} s, error rate <= {plan.max_error_rate:.1%}; "
+        f"workload prompt {w.prompt}, output {w.output}, prefix share {w.prefix_share:g}; seed {run.seed}",
+        f"# formula's admission limit per replica: {predicted if predicted is not None else 'none (no prediction)'}",
+        f"# report: {report or '(not written)'}; merge into the models[] entry with this alias",
+    ]
+    body = yaml.safe_dump({"models": [{"alias": run.model, "admission_limit": limit}]}, sort_keys=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(header) + "\n" + body)
+    return path
+
+
+def summary_lines(outcome: CalibrationOutcome) -> list[str]:
+    run = outcome.run
+    lines = [f"calibrate {run.model}:"]
+    for stage in run.stages:
+        knee = stage.knee
+        lines.append(f"  stage {stage.name} ({stage.url}): knee {knee.concurrency} [bound: {knee.bound}]")
+        lines.append(f"    {knee.explanation}")
+    prediction = run.prediction
+    if prediction is not None and prediction.report is not None:
+        lines.append(
+            f"  formula: admission limit {prediction.admission_limit_total} "
+            f"(KV max {prediction.kv_limit_total}, {prediction.replicas} replica(s), "
+            f"KV budget from {prediction.report.kv_source})"
+        )
+        for stage in run.stages:
+            lines.append(f"    {stage.name}: {run.comparison(stage).sentence} Binding bound: {run.bound(stage)}.")
+    elif prediction is not None:
+        lines.append(f"  formula: no prediction ({prediction.status}): {'; '.join(prediction.notes)}")
+    if run.recommended_limit is not None:
+        lines.append(f"  recommended admission_limit: {run.recommended_limit} per replica ({run.recommendation})")
+        lines.append(f"  overlay: {outcome.overlay_path}")
+    else:
+        lines.append(f"  no admission limit recommended: {run.recommendation}")
+    lines.append(f"  report: {outcome.paths['report.md']}")
+    return lines
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"

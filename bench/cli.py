@@ -1,0 +1,160 @@
+"""Command line of bench: `python -m bench calibrate ...` (and `spillover bench calibrate ...` once
+`add_bench_parser` is registered on the spillover CLI's subparsers).
+
+    calibrate --url http://127.0.0.1:8000/v1 --model NAME [--direct-url URL [--direct-model NAME]]
+              [--concurrency 1,2,4,8] [--requests-per-level 20] [--warmup 2]
+              [--prompt fixed:256] [--output fixed:64] [--prefix-share 0.5] [--prefix-count 4]
+              [--slo-p95-s 5] [--slo-metric e2e|ttft] [--max-error-rate 0.01] [--keep-going]
+              [--config configs/local.yaml] [--gpu-mem 80GiB] [--out DIR] [--overlay-out PATH]
+              [--request-timeout-s 300] [--level-timeout-s 600] [--ignore-eos] [--api-key-env NAME]
+              [--no-progress] [--seed 0]
+
+Exit codes: 0 a knee was found and the overlay written, 1 no knee / a URL unreachable / other
+failure, 2 bad input (flags, config, a model the URL does not serve). Errors are one line, no
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bench.calibrate import CalibrateOptions, CalibrationError, calibrate, summary_lines
+from bench.knee import DEFAULT_MAX_ERROR_RATE
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of whole numbers: {text!r}") from None
+    if not levels or any(c < 1 for c in levels):
+        raise argparse.ArgumentTypeError(f"concurrency levels must be >= 1: {text!r}")
+    if list(levels) != sorted(set(levels)):
+        raise argparse.ArgumentTypeError(f"concurrency levels must be increasing without repeats: {text!r}")
+    return levels
+
+
+def _number(kind: type, minimum: float, *, exclusive: bool = False, maximum: float | None = None) -> Callable:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {'whole ' if kind is int else ''}number: {text!r}") from None
+        if value < minimum or (exclusive and value == minimum) or (maximum is not None and value > maximum):
+            upper = f" and <= {maximum:g}" if maximum is not None else ""
+            raise argparse.ArgumentTypeError(f"must be {'>' if exclusive else '>='} {minimum:g}{upper}, got {text}")
+        return value
+
+    return parse
+
+
+def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--url", required=True, help="OpenAI-compatible base URL of the layer under test (the gateway), e.g. .../v1")
+    add("--model", required=True, help="model name to request (and to look up in --config)")
+    add("--direct-url", default=None, help="stage 1: base URL of the model itself (Ray's ingress, vLLM)")
+    add("--direct-model", default=None, help="model name at --direct-url (default: --model)")
+    add("--concurrency", type=_levels, default=(1, 2, 4, 8), help="levels, e.g. 1,2,4,8 (default)")
+    add("--requests-per-level", type=_number(int, 1), default=20, help="measured requests per level (default 20)")
+    add("--warmup", type=_number(int, 0), default=2, help="warm-up requests per level, not measured (default 2)")
+    add("--prompt", default="fixed:256", help="prompt words: fixed:N, uniform:A-B, lognormal:MEAN[,SIGMA]")
+    add("--output", default="fixed:64", help="max_tokens: fixed:N, uniform:A-B, lognormal:MEAN[,SIGMA]")
+    add("--prefix-share", type=_number(float, 0, maximum=1), default=0.0, help="requests with a shared prefix")
+    add("--prefix-count", type=_number(int, 1), default=4, help="distinct shared system prompts (default 4)")
+    add("--slo-p95-s", type=_number(float, 0, exclusive=True), default=5.0, help="p95 latency SLO, s (default 5)")
+    add("--slo-metric", choices=("e2e", "ttft"), default="e2e", help="latency the SLO applies to (default e2e)")
+    add("--max-error-rate", type=_number(float, 0, maximum=0.99), default=DEFAULT_MAX_ERROR_RATE,
+        help=f"error rate a level may have (default {DEFAULT_MAX_ERROR_RATE:g})")  # fmt: skip
+    add("--keep-going", action="store_true", help="run every level even after one breaks the SLO or error limit")
+    add("--config", default=None, help="deployment config for the formula prediction (default configs/local.yaml)")
+    add("--gpu-mem", default=None, help="GPU memory per GPU for GPU models, e.g. 80GiB (default: NVML)")
+    add("--out", default=None, help="report directory (default bench/results/calibrate-<model>-<time>)")
+    add("--overlay-out", default=None, help="where to write the config overlay (default <out>/overlay.yaml)")
+    add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=300.0, help="per request (300)")
+    add("--level-timeout-s", type=_number(float, 0, exclusive=True), default=600.0, help="per level (600)")
+    add("--ignore-eos", action="store_true", help="send vLLM's ignore_eos so outputs run to max_tokens")
+    add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
+    add("--no-progress", action="store_true", help="no progress line on stderr")
+    add("--seed", type=int, default=0, help="workload seed (default 0)")
+
+
+def options_from_args(args: argparse.Namespace) -> CalibrateOptions:
+    return CalibrateOptions(
+        url=args.url,
+        model=args.model,
+        direct_url=args.direct_url,
+        direct_model=args.direct_model,
+        concurrency=args.concurrency,
+        requests_per_level=args.requests_per_level,
+        warmup=args.warmup,
+        prompt=args.prompt,
+        output=args.output,
+        prefix_share=args.prefix_share,
+        prefix_count=args.prefix_count,
+        slo_p95_s=args.slo_p95_s,
+        slo_metric=args.slo_metric,
+        max_error_rate=args.max_error_rate,
+        config_path=args.config,
+        gpu_mem=args.gpu_mem,
+        out_dir=args.out,
+        overlay_out=args.overlay_out,
+        seed=args.seed,
+        progress=not args.no_progress,
+        request_timeout_s=args.request_timeout_s,
+        level_time_limit_s=args.level_timeout_s,
+        keep_going=args.keep_going,
+        ignore_eos=args.ignore_eos,
+        api_key_env=args.api_key_env,
+    )
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Handler of `calibrate`: runs it, prints the summary; errors are one line on stderr."""
+    if args.config is None:
+        from cluster.cli import default_config_path  # cluster.cli may import this module
+
+        args.config = default_config_path()
+    try:
+        outcome = calibrate(options_from_args(args))
+    except CalibrationError as exc:
+        print(f"error: {exc.message}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
+    print("\n".join(summary_lines(outcome)), flush=True)
+    return outcome.exit_code
+
+
+def add_bench_subcommands(subparsers: Any) -> None:
+    """Add `calibrate` to a subparsers object (of `python -m bench` or of `spillover bench`)."""
+    calibrate_parser = subparsers.add_parser(
+        "calibrate",
+        help="load-test a model and the gateway, find the knee, compare with the formula, write an overlay",
+        description="Sweep concurrency levels, find the knee per stage, compare with the capacity formula, "
+        "and write a report and an admission_limit config overlay.",
+    )
+    add_calibrate_arguments(calibrate_parser)
+    calibrate_parser.set_defaults(func=cmd_calibrate)
+
+
+def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `bench` (with `calibrate`) on the spillover CLI's subparsers; the handler is `args.func`."""
+    parser = subparsers.add_parser("bench", help="load tests that calibrate the concurrency formulas")
+    add_bench_subcommands(parser.add_subparsers(dest="bench_command", required=True))
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="spillover load tests")
+    add_bench_subcommands(parser.add_subparsers(dest="bench_command", required=True))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m bench ...`; argparse exits 2 on bad flags."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
