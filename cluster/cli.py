@@ -1,6 +1,6 @@
 """The `spillover` command line.
 
-    spillover serve [--config configs/local.yaml] [--cloud-sim]   run the stack on this machine
+    spillover serve [--config configs/local.yaml] [--overlay PATH] [--cloud-sim]   run the stack here
     spillover deploy [--config PATH] [--address A]    deploy to a running Ray cluster, leave it running
     spillover render [--config PATH] [--out FILE]     the Serve config file for `serve deploy`
     spillover models prepare NAME [NAME ...]          build model folders in the cache
@@ -42,6 +42,7 @@ from router.errors import ConfigError, SpilloverError
 
 DEFAULT_CONFIG = "configs/local.yaml"
 CLOUD_SIM = "cloud-sim"
+OVERLAY_HELP = "config overlay merged on top (repeatable), e.g. the overlay.yaml `bench calibrate` writes"
 
 
 def _say(text: str) -> None:
@@ -70,7 +71,7 @@ def with_cloud_sim(config: SpilloverConfig) -> tuple[SpilloverConfig, int, list[
 def cmd_serve(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # no line per readiness poll
-    config = load_config(args.config)
+    config = load_config(args.config, args.overlay)
     with ExitStack() as stack:
         if args.cloud_sim:
             config, port, names = with_cloud_sim(config)
@@ -113,7 +114,7 @@ def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
 def cmd_deploy(args: argparse.Namespace) -> int:
     """Deploy to a running Ray cluster and leave it running (unlike `serve`)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    config = load_config(args.config)
+    config = load_config(args.config, args.overlay)
     address = args.address or config.cluster.address or "auto"
     config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"address": address})})
     from serve_apps.runner import deploy
@@ -126,7 +127,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_config(args.config, args.overlay)
     text = "# Serve config written by `spillover render` from " + args.config + "\n"
     text += "# Deploy with: serve deploy <this file>   (on a node of the running Ray cluster)\n"
     text += yaml.safe_dump(serve_config(config, args.config), sort_keys=False)
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run Ray + vLLM + the gateway on this machine")
     serve.add_argument("--config", default=None, help=f"deployment config (default {DEFAULT_CONFIG})")
+    serve.add_argument("--overlay", action="append", default=[], metavar="PATH", help=OVERLAY_HELP)
     serve.add_argument(
         "--cloud-sim", action="store_true", help="also start the cloud simulator and enable the `cloud-sim` provider"
     )
@@ -177,11 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     deploy = sub.add_parser("deploy", help="deploy to a running Ray cluster (ray start / ray up) and exit")
     deploy.add_argument("--config", default=None)
+    deploy.add_argument("--overlay", action="append", default=[], metavar="PATH", help=OVERLAY_HELP)
     deploy.add_argument("--address", default=None, help="Ray address (default: the config's, else auto)")
     deploy.set_defaults(func=cmd_deploy)
 
     render = sub.add_parser("render", help="write the equivalent Serve config file for `serve deploy`")
     render.add_argument("--config", default=None)
+    render.add_argument("--overlay", action="append", default=[], metavar="PATH", help=OVERLAY_HELP)
     render.add_argument("--out", default=None, help="file to write (default: stdout)")
     render.set_defaults(func=cmd_render)
 

@@ -8,6 +8,7 @@ to a default.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -185,20 +186,63 @@ def parse_config(data: Any, source: str) -> SpilloverConfig:
         raise ConfigError(source, problems) from None
 
 
-def load_config(path: str | Path) -> SpilloverConfig:
-    """Read and validate a YAML config file."""
-    path = Path(path)
+def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(str(path), [("(file)", exc.strerror or str(exc))]) from None
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "(file)"
         raise ConfigError(str(path), [(where, f"not valid YAML: {getattr(exc, 'problem', exc)}")]) from None
-    return parse_config(data, str(path))
+
+
+def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def apply_overlay(data: dict[str, Any], overlay: Any, source: str) -> dict[str, Any]:
+    """Merge an overlay (e.g. the one `bench calibrate` writes) into raw config data.
+
+    `models` entries are matched by `alias` and merged field by field; other sections merge
+    as nested mappings. An overlay naming a model the config does not have is an error.
+    """
+    if not isinstance(overlay, dict):
+        raise ConfigError(source, [("(top level)", "an overlay must be a mapping")])
+    overlay = dict(overlay)
+    models = overlay.pop("models", [])
+    merged = _deep_merge(data, overlay)
+    if models:
+        by_alias = {m.get("alias"): i for i, m in enumerate(merged.get("models", [])) if isinstance(m, dict)}
+        merged_models = list(merged.get("models", []))
+        for i, entry in enumerate(models):
+            alias = entry.get("alias") if isinstance(entry, dict) else None
+            if alias not in by_alias:
+                reason = f"model alias {alias!r} is not in the config ({', '.join(map(str, by_alias))})"
+                raise ConfigError(source, [(f"models[{i}].alias", reason)])
+            merged_models[by_alias[alias]] = _deep_merge(merged_models[by_alias[alias]], entry)
+        merged["models"] = merged_models
+    return merged
+
+
+def load_config(path: str | Path, overlays: Sequence[str | Path] = ()) -> SpilloverConfig:
+    """Read and validate a YAML config file, with optional overlays merged in order."""
+    path = Path(path)
+    data = _read_yaml(path)
+    for overlay in overlays:
+        if not isinstance(data, dict):
+            break
+        data = apply_overlay(data, _read_yaml(Path(overlay)), str(overlay))
+    source = " + ".join([str(path), *map(str, overlays)])
+    return parse_config(data, source)
 
 
 def dump_config(config: SpilloverConfig) -> dict[str, Any]:

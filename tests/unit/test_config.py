@@ -86,3 +86,26 @@ def test_missing_file(tmp_path: Path) -> None:
 def test_top_level_must_be_mapping() -> None:
     with pytest.raises(ConfigError, match="expected a mapping"):
         parse_config(["models"], "list.yaml")
+
+
+def test_calibrate_overlay_sets_admission_limit() -> None:
+    overlay = REPO / "bench/reports/cpu-smollm2-calibrate/overlay.yaml"
+    config = load_config(REPO / "configs/local.yaml", [overlay])
+    assert config.models[0].admission_limit == 4
+    assert config.models[0].engine_args["max_model_len"] == 4096  # the rest untouched
+
+
+def test_overlay_with_unknown_alias_names_overlay(tmp_path: Path) -> None:
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("models:\n  - alias: nope\n    admission_limit: 3\ngateway:\n  port: 9000\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(REPO / "configs/local.yaml", [overlay])
+    assert caught.value.path == str(overlay)
+    assert caught.value.problems[0][0] == "models[0].alias" and "'nope'" in caught.value.problems[0][1]
+
+
+def test_overlay_merges_sections(tmp_path: Path) -> None:
+    overlay = tmp_path / "o.yaml"
+    overlay.write_text("gateway:\n  port: 9000\n")
+    config = load_config(REPO / "configs/local.yaml", [overlay])
+    assert (config.gateway.port, config.gateway.host) == (9000, "127.0.0.1")
