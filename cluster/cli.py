@@ -38,6 +38,7 @@ from cluster.config import SpilloverConfig, load_config
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.render import serve_config
 from cluster.status_cli import add_status_parser
+from router.capabilities import provider_model_name
 from router.errors import ConfigError, SpilloverError
 
 DEFAULT_CONFIG = "configs/local.yaml"
@@ -65,7 +66,7 @@ def with_cloud_sim(config: SpilloverConfig) -> tuple[SpilloverConfig, int, list[
     enabled = provider.model_copy(update={"enabled": True})
     providers = [enabled if p.name == CLOUD_SIM else p for p in config.cloud.providers]
     config = config.model_copy(update={"cloud": config.cloud.model_copy(update={"providers": providers})})
-    return config, port, sorted(set(provider.models.values()))
+    return config, port, sorted({provider_model_name(entry) for entry in provider.models.values()})
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

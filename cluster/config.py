@@ -15,7 +15,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from router.capabilities import ProviderModelEntry
 from router.errors import ConfigError
+from router.policy import Policy
 
 PREPARED_PREFIX = "prepared:"
 
@@ -113,7 +115,10 @@ class CloudProvider(_Strict):
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     enabled: bool = True
     timeout_s: float = Field(60, gt=0)
-    models: dict[str, str] = Field(default_factory=dict, description="model alias -> provider model name")
+    models: dict[str, ProviderModelEntry] = Field(
+        default_factory=dict,
+        description="model alias -> provider model: a bare name (capabilities unknown) or its capabilities",
+    )
 
 
 class CloudSection(_Strict):
@@ -136,6 +141,7 @@ class SpilloverConfig(_Strict):
     watermarks: Watermarks = Watermarks()
     telemetry: TelemetrySection = TelemetrySection()
     admission: AdmissionSection = AdmissionSection()
+    policy: Policy = Policy()
     models: list[ModelSpec] = Field(min_length=1)
     cloud: CloudSection = CloudSection()
 

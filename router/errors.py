@@ -12,12 +12,19 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── InvalidRequest       400   malformed JSON, missing/invalid fields
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
         ├── ModelNotFound        404   the requested model alias is not configured
+        ├── NoCapableModel       422   no configured target satisfies the request's contract
+        │   └── NoTargetFitsContext 400  ... and length is the only obstacle (code
+        │                                context_length_exceeded, what OpenAI clients expect)
+        │                              (tools, context, schema, residency, budget...); the body
+        │                              lists each candidate's reason under "reasons"
         ├── LocalCapacityExhausted 429 no local room before the deadline and the request may not
         │                              (or cannot) burst; carries `retry_after_s`
         ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
         └── UpstreamError        502   a local engine or cloud provider failed while serving the request
-            └── TargetUnavailable 503  no healthy target can take the request now
-                └── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
+            ├── TargetUnavailable 503  no healthy target can take the request now
+            │   └── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
+            └── ContractViolation 502  an L1 answer broke its output contract on every candidate
+                                       tried; the body lists the validation errors under "errors"
 
 `RequestError.to_openai()` renders the body `{"error": {"message", "type", "param",
 "code"}}` that OpenAI clients understand.
@@ -148,3 +155,47 @@ class ProviderRateLimited(TargetUnavailable):
     ) -> None:
         super().__init__(message, param=param, code=code)
         self.retry_after_s = retry_after_s
+
+
+class NoCapableModel(RequestError):
+    """No configured target satisfies the request's contract (seed 001: NO_CAPABLE_MODEL).
+
+    `reasons` holds one `{"target", "filter", "reason"}` per removed candidate: target ids and
+    reasons only, never base URLs or keys.
+    """
+
+    status_code = 422
+    code = "no_capable_model"
+
+    def __init__(self, message: str, *, reasons: list[dict[str, Any]], param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.reasons = reasons
+
+    def to_openai(self) -> dict[str, Any]:
+        body = super().to_openai()
+        body["error"]["reasons"] = self.reasons
+        return body
+
+
+class NoTargetFitsContext(NoCapableModel):
+    """Every candidate was removed by the context filter only: the request is too long for all of
+    them. Answered as OpenAI does (400 context_length_exceeded), with the same `reasons`."""
+
+    status_code = 400
+    code = "context_length_exceeded"
+
+
+class ContractViolation(UpstreamError):
+    """An L1 answer failed its output contract (JSON Schema, tool arguments) and no further
+    candidate could be tried; `errors` holds the (bounded) validation errors."""
+
+    code = "contract_violation"
+
+    def __init__(self, message: str, *, errors: list[str], param: str | None = None) -> None:
+        super().__init__(message, param=param)
+        self.errors = errors
+
+    def to_openai(self) -> dict[str, Any]:
+        body = super().to_openai()
+        body["error"]["errors"] = self.errors
+        return body

@@ -9,11 +9,10 @@ translated into the same error classes.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from router.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound
+from router.errors import InvalidRequest, ModelNotFound
 
 Kind = Literal["chat", "completions"]
 
@@ -85,50 +84,11 @@ def _max_tokens(body: dict[str, Any]) -> int | None:
 
 
 def resolve_model(parsed: ParsedRequest, models: dict[str, ModelLimits]) -> ModelLimits:
-    """The configured model the request names, or 404 naming the ones that exist."""
+    """The configured model the request names, or 404 naming the ones that exist. Whether the
+    request fits the model's context is the contract pipeline's call (router/filters.py): a
+    larger-context cloud target may serve it."""
     limits = models.get(parsed.model)
     if limits is None:
         known = ", ".join(sorted(models)) or "(none)"
         raise ModelNotFound(f"model {parsed.model!r} is not served here; available models: {known}", param="model")
-    if limits.max_model_len is not None and parsed.max_tokens is not None and parsed.max_tokens >= limits.max_model_len:
-        raise ContextLengthExceeded(
-            f"max_tokens={parsed.max_tokens} leaves no room for the prompt: model {limits.alias!r} has a context "
-            f"window of {limits.max_model_len} tokens (prompt + max_tokens must fit in it)",
-            param="max_tokens",
-        )
     return limits
-
-
-RESIDENCY_HEADER = "x-spillover-residency"
-DEADLINE_HEADER = "x-spillover-deadline-ms"
-RESIDENCY_VALUES = ("any", "local_only")
-
-
-@dataclass(frozen=True)
-class RoutingHints:
-    """What the client's `x-spillover-*` headers ask of routing."""
-
-    local_only: bool
-    deadline_s: float
-
-
-def parse_routing_headers(headers: Mapping[str, str], default_deadline_s: float) -> RoutingHints:
-    residency = headers.get(RESIDENCY_HEADER, "any").strip().lower() or "any"
-    if residency not in RESIDENCY_VALUES:
-        raise InvalidRequest(
-            f"header {RESIDENCY_HEADER} must be one of {', '.join(RESIDENCY_VALUES)}, not {residency!r}",
-            param=RESIDENCY_HEADER,
-        )
-    deadline_s = default_deadline_s
-    raw = headers.get(DEADLINE_HEADER)
-    if raw is not None:
-        try:
-            deadline_ms = int(raw.strip())
-        except ValueError:
-            deadline_ms = 0
-        if deadline_ms < 1:
-            raise InvalidRequest(
-                f"header {DEADLINE_HEADER} must be a positive integer (milliseconds)", param=DEADLINE_HEADER
-            )
-        deadline_s = deadline_ms / 1000
-    return RoutingHints(local_only=residency == "local_only", deadline_s=deadline_s)

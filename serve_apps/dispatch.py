@@ -1,15 +1,18 @@
-"""Dispatch one request: local replica or cloud provider, with admission and a waiting room.
+"""Dispatch one request: plan it, wait for local room if it must, run the attempts, record why.
 
-The decision itself is `router.burst.decide` (pure). This module owns the gateway's mutable
-state for it — per-model in-flight counts, waiting counts, hysteresis latches — and the
-awaiting: calling the local backend or a provider, or waiting (bounded by the request's
-deadline) for local room when the request may not, or cannot, burst.
+The decisions are pure (`router.plan.plan_request`: contract pipeline, then burst decision);
+this module owns the gateway's mutable state for them — per-model in-flight and waiting counts,
+hysteresis latches, the decision store — and the awaiting.
 
-A local call that fails before its first byte (replica gone, engine unavailable) is retried
-on the cloud once when the request may burst. So is one still waiting for its first byte when
-every replica of the model goes stale (a dead replica's requests are held by Serve until a new
-one starts): the local call is cancelled and the cloud answers. After the first byte nothing is
-re-sent.
+Attempts (at most `MAX_ATTEMPTS` per request; issue 6 turns this into a retry budget):
+* a local call that fails before its first byte, or is still waiting for it when every replica of
+  the model goes stale (Serve holds a dead replica's requests until a new one starts), moves on to
+  the best capable cloud target unless the request is `local_only`;
+* a cloud target that is unavailable or fails (not one that rejects the request) moves on to the
+  next capable cloud target;
+* an L1 answer that breaks its output contract (JSON schema, tool arguments) moves on to the next
+  capable target, or ends as 502 contract_violation.
+After the first byte of a stream nothing is re-sent.
 """
 
 from __future__ import annotations
@@ -19,16 +22,23 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cluster.capacity import admission_limit, max_concurrent_sequences
 from cluster.config import SpilloverConfig
 from cluster.telemetry import ClusterSnapshot
-from router.burst import BurstInputs, Route, RouteDecision, decide
-from router.errors import LocalCapacityExhausted, TargetUnavailable
+from router.burst import Route
+from router.capabilities import Registry, Target
+from router.contract import RequestContract
+from router.decision import Attempt, DecisionRecord, DecisionStore
+from router.errors import LocalCapacityExhausted, ProviderRejected, RequestError, TargetUnavailable, UpstreamError
 from router.openai_request import Kind
+from router.output_contract import CONTRACT_HEADER, check_output, contract_violation, enforce
+from router.plan import Plan, PlanInputs, plan_request
 from serve_apps.backend import BackendReply, ModelBackend
+
+MAX_ATTEMPTS = 2
 
 
 class CloudBackend(Protocol):
@@ -44,9 +54,10 @@ class CloudBackend(Protocol):
 class Dispatched:
     reply: BackendReply
     route: Route
-    target: str
+    target: str  # header form: local:<alias> | cloud:<provider>
     reason: str
     waited_s: float
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 class DispatchObserver(Protocol):
@@ -63,17 +74,13 @@ class _NoObserver:
         return None
 
 
-class LocalDispatch:
-    """Everything local, no admission: for a gateway without burst configured (and tests)."""
+def header_target(target: Target) -> str:
+    return f"local:{target.alias}" if target.kind == "local" else f"cloud:{target.provider}"
 
-    def __init__(self, local: ModelBackend) -> None:
-        self._local = local
 
-    async def dispatch(
-        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, local_only: bool, deadline_s: float
-    ) -> Dispatched:
-        reply = await self._local.call(model, kind, body, request_id)
-        return Dispatched(reply, "local", f"local:{model}", "local (burst not configured)", 0.0)
+def _usage(reply: BackendReply) -> tuple[int, int]:
+    usage = (reply.body or {}).get("usage") or {}
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
 class Dispatcher:
@@ -88,30 +95,26 @@ class Dispatcher:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         poll_s: float = 0.05,
         observer: DispatchObserver | None = None,
+        decisions: DecisionStore | None = None,
     ) -> None:
         self._config = config
         self._local = local
         self._providers = dict(providers)
+        self._registry = Registry.from_config(
+            config.models, [p for p in config.cloud.providers if p.name in self._providers]
+        )
         self._snapshot = snapshot
         self._clock = clock
         self._sleep = sleep
         self._poll_s = poll_s
         self._observer = observer or _NoObserver()
+        self.decisions = decisions or DecisionStore()
         self._inflight: dict[str, int] = defaultdict(int)
         self._waiting: dict[str, int] = defaultdict(int)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
 
     def inflight(self, model: str) -> int:
         return self._inflight[model]
-
-    def providers_for(self, model: str, kind: Kind) -> tuple[str, ...]:
-        if kind != "chat":
-            return ()  # providers are reached through their chat API only
-        return tuple(
-            p.name
-            for p in self._config.cloud.providers
-            if p.enabled and model in p.models and p.name in self._providers
-        )
 
     def admission_limit(self, model: str, snapshot: ClusterSnapshot, now: float) -> int | None:
         """Per model: the configured per-replica limit, else 80% of the KV-predicted maximum,
@@ -133,42 +136,127 @@ class Dispatcher:
             total += admission_limit(predicted, adm.fraction)
         return total
 
-    def decide(self, model: str, kind: Kind, local_only: bool) -> RouteDecision:
-        snapshot = self._snapshot()
-        now = self._clock()
-        inputs = BurstInputs(
-            model=model,
+    def plan(self, contract: RequestContract, kind: Kind) -> Plan:
+        snapshot, now, model = self._snapshot(), self._clock(), contract.model
+        inputs = PlanInputs(
+            contract=contract,
+            policy=self._config.policy,
+            registry=self._registry,
             watermarks=self._config.watermarks_for(model),
             inflight=self._inflight[model],
             admission_limit=self.admission_limit(model, snapshot, now),
-            local_only=local_only,
-            providers=self.providers_for(model, kind),
+            # providers are reached through their chat API only
+            available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
         )
-        decision = decide(inputs, snapshot, now, self._latched[model])
-        self._latched[model] = decision.latched
-        return decision
+        plan = plan_request(inputs, snapshot, now, self._latched[model])
+        self._latched[model] = plan.latched
+        return plan
 
     async def dispatch(
-        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, local_only: bool, deadline_s: float
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
         started = self._clock()
-        decision = self.decide(model, kind, local_only)
-        if decision.route == "wait":
-            decision = await self._wait_for_room(model, kind, local_only, decision, started + deadline_s)
-        waited = self._clock() - started
-        if decision.route == "cloud":
-            reply = await self._cloud(decision.target.removeprefix("cloud:"), model, body, request_id)
-            return Dispatched(reply, "cloud", decision.target, decision.reason, waited)
-        providers = () if local_only else self.providers_for(model, kind)
+        plan = self.plan(contract, kind)
+        record = DecisionRecord.from_pipeline(
+            request_id, self._config.policy, contract, plan.pipeline, clock=self._clock
+        )
+        chosen: str | None = None
         try:
-            reply = await self._local_unless_stale(model, kind, body, request_id, watch=bool(providers))
-        except TargetUnavailable as exc:
-            if not providers:
-                raise
-            reason = f"local {model} failed before the first byte: {exc.message}"[:300]
-            reply = await self._cloud(providers[0], model, body, request_id)
-            return Dispatched(reply, "cloud", f"cloud:{providers[0]}", reason, waited)
-        return Dispatched(reply, "local", decision.target, decision.reason, waited)
+            if plan.route == "wait":
+                plan = await self._wait_for_room(contract, kind, plan, started + deadline_s)
+            done, record = await self._attempts(plan, kind, body, request_id, contract, record)
+            chosen = done.target
+            return Dispatched(done.reply, done.route, done.target, done.reason, self._clock() - started, done.headers)
+        finally:
+            self.decisions.put(record.finished(chosen, clock=self._clock))
+
+    def _candidates(self, plan: Plan, contract: RequestContract) -> list[tuple[Target, str]]:
+        if plan.route == "local" and plan.local is not None:
+            fallback = [] if contract.residency == "local_only" else [(t, "") for t in plan.cloud]
+            return [(plan.local, plan.reason), *fallback]
+        return [(t, plan.reason) for t in plan.cloud]
+
+    async def _attempts(
+        self,
+        plan: Plan,
+        kind: Kind,
+        body: dict[str, Any],
+        request_id: str,
+        contract: RequestContract,
+        record: DecisionRecord,
+    ) -> tuple[Dispatched, DecisionRecord]:
+        candidates = self._candidates(plan, contract)[:MAX_ATTEMPTS]
+        last_error: RequestError | None = None
+        reason = plan.reason
+        for index, (target, planned_reason) in enumerate(candidates):
+            reason = planned_reason or reason
+            has_next = index + 1 < len(candidates)
+            began = self._clock()
+            try:
+                reply = await self._call(target, kind, body, request_id, watch_stale=has_next)
+            except (TargetUnavailable, UpstreamError) as exc:
+                if isinstance(exc, ProviderRejected):
+                    raise
+                record = record.with_attempt(Attempt.priced(target, "error", self._clock() - began, 0, 0, exc.code))
+                last_error = exc
+                reason = f"{header_target(target)} failed before the first byte: {exc.message}"[:300]
+                continue
+            headers: dict[str, str] = {}
+            if kind == "chat" and reply.body is not None and self._checks_output(contract):
+                choices = reply.body.get("choices") or [{}]
+                action = enforce(contract.level, check_output(contract, choices[0].get("message") or {}))
+                if action.kind == "retry_next_or_fail":
+                    record = record.with_attempt(
+                        Attempt.priced(target, "contract_violation", self._clock() - began, *_usage(reply))
+                    )
+                    verdict = check_output(contract, choices[0].get("message") or {})
+                    last_error = contract_violation(verdict, target.id)
+                    reason = f"{header_target(target)} broke the output contract ({action.header})"
+                    continue
+                if action.content is not None:
+                    message = {**choices[0].get("message", {}), "content": action.content}
+                    reply = BackendReply(body={**reply.body, "choices": [{**choices[0], "message": message}]})
+                if action.header:
+                    headers[CONTRACT_HEADER] = action.header
+            record = record.with_attempt(Attempt.priced(target, "ok", self._clock() - began, *_usage(reply)))
+            route: Route = "local" if target.kind == "local" else "cloud"
+            return Dispatched(reply, route, header_target(target), reason, 0.0, headers), record
+        assert last_error is not None
+        raise last_error
+
+    @staticmethod
+    def _checks_output(contract: RequestContract) -> bool:
+        return contract.needs_json_schema or contract.needs_json_mode or bool(contract.tool_schemas)
+
+    async def _call(
+        self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
+    ) -> BackendReply:
+        if target.kind == "local":
+            return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
+        reply = await self._providers[target.provider or ""].chat(target.alias, body, request_id)
+        return BackendReply(body=reply.body, chunks=reply.chunks)
+
+    async def _wait_for_room(self, contract: RequestContract, kind: Kind, plan: Plan, deadline: float) -> Plan:
+        model, queue_max = contract.model, self._config.admission.queue_max
+        if self._waiting[model] >= queue_max:
+            self._observer.waited(model, 0.0, "rejected")
+            raise LocalCapacityExhausted(f"{plan.reason}; waiting room full ({queue_max} requests)")
+        self._waiting[model] += 1
+        self._observer.waiting(model, self._waiting[model])
+        started = self._clock()
+        try:
+            while plan.route == "wait":
+                if self._clock() >= deadline:
+                    waited = self._clock() - started
+                    self._observer.waited(model, waited, "timeout")
+                    raise LocalCapacityExhausted(f"{plan.reason}; no local room after {waited:.1f}s")
+                await self._sleep(self._poll_s)
+                plan = self.plan(contract, kind)
+            self._observer.waited(model, self._clock() - started, plan.route)
+            return plan
+        finally:
+            self._waiting[model] -= 1
+            self._observer.waiting(model, self._waiting[model])
 
     async def _local_unless_stale(
         self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool
@@ -184,38 +272,13 @@ class Dispatcher:
                 if done:
                     return call.result()
                 snapshot, now = self._snapshot(), self._clock()
-                replicas = snapshot.for_model(model)
-                if all(snapshot.is_stale(r, now) for r in replicas):
+                if all(snapshot.is_stale(r, now) for r in snapshot.for_model(model)):
                     raise TargetUnavailable(f"every replica of {model} went stale while waiting for the first byte")
         finally:
             if not call.done():
                 call.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await call  # let the local call unwind (in-flight count, Serve cancel)
-
-    async def _wait_for_room(
-        self, model: str, kind: Kind, local_only: bool, decision: RouteDecision, deadline: float
-    ) -> RouteDecision:
-        queue_max = self._config.admission.queue_max
-        if self._waiting[model] >= queue_max:
-            self._observer.waited(model, 0.0, "rejected")
-            raise LocalCapacityExhausted(f"{decision.reason}; waiting room full ({queue_max} requests)")
-        self._waiting[model] += 1
-        self._observer.waiting(model, self._waiting[model])
-        started = self._clock()
-        try:
-            while decision.route == "wait":
-                if self._clock() >= deadline:
-                    self._observer.waited(model, self._clock() - started, "timeout")
-                    waited = self._clock() - started
-                    raise LocalCapacityExhausted(f"{decision.reason}; no local room after {waited:.1f}s")
-                await self._sleep(self._poll_s)
-                decision = self.decide(model, kind, local_only)
-            self._observer.waited(model, self._clock() - started, decision.route)
-            return decision
-        finally:
-            self._waiting[model] -= 1
-            self._observer.waiting(model, self._waiting[model])
 
     async def _run_local(self, model: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
         self._inflight[model] += 1
@@ -235,7 +298,3 @@ class Dispatcher:
                 yield chunk
         finally:
             self._inflight[model] -= 1
-
-    async def _cloud(self, provider: str, model: str, body: dict[str, Any], request_id: str) -> BackendReply:
-        reply = await self._providers[provider].chat(model, body, request_id)
-        return BackendReply(body=reply.body, chunks=reply.chunks)

@@ -52,6 +52,7 @@ class Gateway:
         backend = ServeHandleBackend(self._handles)
         providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
         dispatcher = Dispatcher(self._config, backend, providers, self._poller.latest)
+        self._dispatcher = dispatcher
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
             backend,
@@ -61,5 +62,7 @@ class Gateway:
             snapshot=self._poller.latest,
             dispatcher=dispatcher,
             default_deadline_s=self._config.admission.queue_timeout_s,
+            policy=self._config.policy,
+            decisions=dispatcher.decisions,
         )
         return http.app

@@ -11,7 +11,9 @@ Routes
 Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
 replica, cloud provider, or a bounded wait for local room); answers carry `x-spillover-route`
 (local|cloud), `x-spillover-target` and `x-spillover-reason`. Clients may send
-`x-spillover-residency: local_only` (never leaves the cluster) and `x-spillover-deadline-ms`.
+`x-spillover-residency: local_only` (never leaves the cluster), `x-spillover-deadline-ms` and the
+other contract headers (router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}`
+returns the decision record of a recent request.
 
 Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
 proxy the proxy itself sets that header (and passes the same id in the request headers),
@@ -40,10 +42,13 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from cluster.telemetry import ClusterSnapshot
-from router.errors import RequestError
-from router.openai_request import Kind, ModelLimits, parse_body, parse_routing_headers, resolve_model
+from router.contract import RequestContract, derive_contract
+from router.decision import DecisionStore
+from router.errors import InvalidRequest, RequestError
+from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
+from router.policy import Policy
 from serve_apps.backend import ModelBackend
-from serve_apps.dispatch import Dispatched, LocalDispatch
+from serve_apps.dispatch import Dispatched
 
 log = logging.getLogger("spillover.gateway")
 
@@ -84,8 +89,21 @@ class ServedModel:
 
 class Dispatch(Protocol):
     async def dispatch(
-        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, local_only: bool, deadline_s: float
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched: ...
+
+
+class LocalDispatch:
+    """Everything local, no admission or burst: a gateway without a Dispatcher (tests, tools)."""
+
+    def __init__(self, local: ModelBackend) -> None:
+        self._local = local
+
+    async def dispatch(
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
+    ) -> Dispatched:
+        reply = await self._local.call(contract.model, kind, body, request_id)
+        return Dispatched(reply, "local", f"local:{contract.model}", "local (burst not configured)", 0.0)
 
 
 def _error_body(message: str, err_type: str, code: str) -> dict[str, Any]:
@@ -108,7 +126,11 @@ class GatewayHTTP:
         clock: Callable[[], float] = time.time,
         dispatcher: Dispatch | None = None,
         default_deadline_s: float = 30.0,
+        policy: Policy | None = None,
+        decisions: DecisionStore | None = None,
     ) -> None:
+        self._policy = policy or Policy()
+        self._decisions = decisions
         self._backend = backend
         self._dispatcher: Dispatch = dispatcher or LocalDispatch(backend)
         self._default_deadline_s = default_deadline_s
@@ -128,6 +150,7 @@ class GatewayHTTP:
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/readyz", self._readyz, methods=["GET"]),
                 Route("/v1/spillover/cluster", self._cluster, methods=["GET"]),
+                Route("/v1/spillover/decisions/{request_id}", self._decision, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
         )
@@ -150,10 +173,17 @@ class GatewayHTTP:
         request_id = self._request_id(request)
         try:
             parsed = parse_body(await request.body(), kind)
-            limits = resolve_model(parsed, self._limits)
-            hints = parse_routing_headers(request.headers, self._default_deadline_s)
+            resolve_model(parsed, self._limits)
+            contract = derive_contract(parsed.body, request.headers, self._policy)
+            if parsed.stream and contract.level == "L1" and self._needs_output_check(contract):
+                raise InvalidRequest(
+                    "L1 requests with a json_schema, json_object or tools cannot be streamed: the gateway "
+                    "validates the whole answer before sending it (send stream: false, or lower the level)",
+                    param="stream",
+                )
+            deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms else self._default_deadline_s
             done = await self._dispatcher.dispatch(
-                limits.alias, kind, parsed.body, request_id, local_only=hints.local_only, deadline_s=hints.deadline_s
+                kind, parsed.body, request_id, contract=contract, deadline_s=deadline_s
             )
         except RequestError as exc:
             log.info("request %s rejected: %s %s %s", request_id, exc.status_code, exc.code, exc.message[:200])
@@ -166,7 +196,9 @@ class GatewayHTTP:
         log.info("request %s -> %s (%s)", request_id, done.target, done.reason)
         reply = done.reply
         headers = self._headers(
-            request_id, **{ROUTE: done.route, TARGET: done.target, REASON: _header_text(done.reason)}
+            request_id,
+            **{ROUTE: done.route, TARGET: done.target, REASON: _header_text(done.reason)},
+            **{k: _header_text(v) for k, v in done.headers.items()},
         )
         if reply.chunks is not None:
             headers["cache-control"] = "no-cache"
@@ -212,6 +244,19 @@ class GatewayHTTP:
         now = self._clock()
         body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
         return JSONResponse(body, headers=headers)
+
+    async def _decision(self, request: Request) -> Response:
+        headers = self._headers(self._request_id(request))
+        wanted = request.path_params["request_id"]
+        record = self._decisions.get(wanted) if self._decisions is not None else None
+        if record is None:
+            message = f"no decision record for request {wanted!r} (kept: the most recent ones, on this gateway replica)"
+            return JSONResponse(_error_body(message, "invalid_request_error", "not_found"), 404, headers=headers)
+        return JSONResponse(record.to_dict(), headers=headers)
+
+    @staticmethod
+    def _needs_output_check(contract: RequestContract) -> bool:
+        return contract.needs_json_schema or contract.needs_json_mode or bool(contract.tool_schemas)
 
     async def _http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

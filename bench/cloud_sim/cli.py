@@ -36,6 +36,7 @@ _FLOAT_FLAGS: tuple[tuple[str, str], ...] = (
     ("--hang-s", "hang_s"),
     ("--midstream-cut-rate", "midstream_cut_rate"),
     ("--malformed-rate", "malformed_rate"),
+    ("--schema-invalid-rate", "schema_invalid_rate"),
 )
 
 

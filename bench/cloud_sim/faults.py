@@ -10,6 +10,9 @@ the wire:
     timeout        no byte for `hang_s` seconds (or until the client goes away), then 504
     midstream_cut  200, part of the body or SSE stream, then the connection drops
     malformed      200 whose JSON body or SSE `data:` payload is not valid JSON
+    schema_invalid 200, well-formed, but the answer to a `response_format: json_schema` request
+                   is JSON that does not satisfy the schema (output-contract tests); other
+                   requests are answered normally
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Fault(StrEnum):
     TIMEOUT = "timeout"
     MIDSTREAM_CUT = "midstream_cut"
     MALFORMED = "malformed"
+    SCHEMA_INVALID = "schema_invalid"
 
 
 FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
@@ -35,6 +39,7 @@ FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
     (Fault.TIMEOUT, "timeout_rate"),
     (Fault.MIDSTREAM_CUT, "midstream_cut_rate"),
     (Fault.MALFORMED, "malformed_rate"),
+    (Fault.SCHEMA_INVALID, "schema_invalid_rate"),
 )
 
 SERVER_ERROR_STATUSES = (500, 502, 503)

@@ -25,6 +25,7 @@ import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,9 @@ class CloudSim:
             message = f"cloud-sim held the request for {settings.hang_s:g} s (simulated timeout)"
             timeout = JSONResponse(error_body(message, "server_error", "timeout"), 504, headers)
             return _Delayed(timeout, settings.hang_s, self._sleep)
+        if fault is Fault.SCHEMA_INVALID and plan.content is not None and plan.content.startswith("{"):
+            wrong = '{"cloud_sim": "this object ignores the requested schema"}'
+            plan = replace(plan, content=wrong, pieces=(wrong,))
         completion_id = f"chatcmpl-{sim_id}"
         created = int(self._clock())
         n_tokens = len(plan.pieces)

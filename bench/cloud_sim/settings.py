@@ -16,7 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-FAULT_RATE_FIELDS = ("error_5xx_rate", "rate_limit_rate", "timeout_rate", "midstream_cut_rate", "malformed_rate")
+FAULT_RATE_FIELDS = (
+    "error_5xx_rate",
+    "rate_limit_rate",
+    "timeout_rate",
+    "midstream_cut_rate",
+    "malformed_rate",
+    "schema_invalid_rate",
+)
 DEFAULT_MODELS = ("sim-smollm2", "gpt-4o-mini")
 
 
@@ -38,6 +45,9 @@ class SimSettings(BaseModel):
     hang_s: float = Field(30.0, ge=0, le=600, description="how long a timeout fault hangs before a 504")
     midstream_cut_rate: float = Field(0.0, ge=0, le=1, description="fraction cut off mid-body / mid-stream")
     malformed_rate: float = Field(0.0, ge=0, le=1, description="fraction answered 200 with invalid JSON")
+    schema_invalid_rate: float = Field(
+        0.0, ge=0, le=1, description="fraction of json_schema answers whose JSON breaks the schema"
+    )
     api_key: SecretStr | None = Field(None, description="when set, requests need `Authorization: Bearer <key>`")
 
     @field_validator("models")

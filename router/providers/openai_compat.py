@@ -36,6 +36,7 @@ from typing import Any
 import httpx
 
 from cluster.config import CloudProvider
+from router.capabilities import provider_model_name
 from router.errors import (
     ModelNotFound,
     ProviderRateLimited,
@@ -172,7 +173,7 @@ class OpenAICompatProvider:
             known = ", ".join(sorted(self._provider.models)) or "none"
             message = f"cloud provider {self.name!r} has no model for alias {alias!r} (it maps: {known})"
             raise ModelNotFound(message, param="model")
-        return model
+        return provider_model_name(model)
 
     def _api_key(self) -> str | None:
         variable = self._provider.api_key_env

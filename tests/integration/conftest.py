@@ -66,7 +66,7 @@ def integration_config(cloud_port: int) -> SpilloverConfig:
     raw["gateway"]["port"] = _free_port()
     (provider,) = raw["cloud"]["providers"]
     provider.update(enabled=True, base_url=f"http://127.0.0.1:{cloud_port}/v1", api_key_env=None)
-    provider["models"]["qwen2-tiny-random"] = "sim-qwen"
+    provider["models"]["qwen2-tiny-random"] = {**provider["models"]["smollm2-135m-instruct"], "name": "sim-qwen"}
     return parse_config(raw, "tests/integration (configs/local.yaml + qwen2-tiny-random + cloud-sim)")
 
 

@@ -117,19 +117,39 @@ def test_unknown_model_is_404_naming_models(client: openai.OpenAI) -> None:
     assert SMOL in message and QWEN in message
 
 
-def test_prompt_beyond_context_is_400_with_limits(client: openai.OpenAI) -> None:
-    long_prompt = "hello " * 5000  # > 4096 tokens
+def test_prompt_beyond_local_context_goes_to_a_larger_window(client: openai.OpenAI) -> None:
+    long_prompt = "hello " * 5000  # > 4096 tokens: SmolLM2 would have to truncate; cloud-sim has 32k
+    raw = client.chat.completions.with_raw_response.create(
+        model=SMOL, messages=[{"role": "user", "content": long_prompt}], max_tokens=8
+    )
+    assert raw.headers["x-spillover-route"] == "cloud"
+    assert "context window 4096" in raw.headers["x-spillover-reason"]
+
+
+def test_prompt_beyond_every_context_is_400_with_limits(client: openai.OpenAI) -> None:
+    huge_prompt = "hello " * 40000  # beyond SmolLM2's 4096 and cloud-sim's 32768
     with pytest.raises(openai.BadRequestError) as caught:
-        client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": long_prompt}], max_tokens=8)
+        client.chat.completions.create(model=SMOL, messages=[{"role": "user", "content": huge_prompt}], max_tokens=8)
     body = caught.value.body
     assert body["code"] == "context_length_exceeded"  # type: ignore[index]
     assert "4096" in body["message"]  # type: ignore[index]
+    assert {r["target"] for r in body["reasons"]} == {f"local:{SMOL}", f"cloud:cloud-sim/{SMOL}"}  # type: ignore[index]
 
 
 def test_max_tokens_beyond_context_is_400(client: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         client.chat.completions.create(model=SMOL, messages=FRANCE, max_tokens=100_000)
     assert "4096" in caught.value.body["message"]  # type: ignore[index]
+
+
+def test_local_prompt_beyond_context_is_the_engines_400(stack: Stack) -> None:
+    """local_only keeps it on SmolLM2; the gateway's estimate may pass, the engine's exact count
+    rejects it, and the client hears the limits either way (never a truncated answer)."""
+    body = {"model": SMOL, "messages": [{"role": "user", "content": "hello " * 5000}], "max_tokens": 8}
+    headers = {"x-spillover-residency": "local_only"}
+    response = httpx.post(f"{stack.openai_base}/chat/completions", json=body, headers=headers, timeout=60)
+    assert response.status_code in (400, 422), response.text
+    assert "4096" in response.text
 
 
 def test_invalid_field_value_is_400(stack: Stack) -> None:

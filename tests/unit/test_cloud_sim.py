@@ -480,3 +480,27 @@ async def test_real_server_timeout_and_cut_reach_the_provider_as_errors(real_sim
             assert "Traceback" not in output_path.read_text()  # simulated cuts are not logged as crashes
         finally:
             await control.post("/control/reset")
+
+
+async def test_schema_invalid_fault_breaks_only_json_schema_answers() -> None:
+    import random as _random
+
+    import httpx as _httpx
+
+    from bench.cloud_sim import SimSettings as _Settings
+    from bench.cloud_sim import build_app as _build
+
+    app = _build(_Settings(schema_invalid_rate=1.0, ttft_s=0, tokens_per_s=0), rng=_random.Random(0))
+    schema = {"type": "object", "properties": {"capital": {"type": "string"}}, "required": ["capital"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}
+    async with _httpx.AsyncClient(transport=_httpx.ASGITransport(app=app), base_url="http://sim") as client:
+        with_schema = await client.post(
+            "/v1/chat/completions",
+            json={"model": "sim-smollm2", "messages": [{"role": "user", "content": "x"}], "response_format": fmt},
+        )
+        plain = await client.post(
+            "/v1/chat/completions", json={"model": "sim-smollm2", "messages": [{"role": "user", "content": "x"}]}
+        )
+    content = with_schema.json()["choices"][0]["message"]["content"]
+    assert with_schema.status_code == 200 and "capital" not in json.loads(content)
+    assert plain.json()["choices"][0]["message"]["content"].startswith("[cloud-sim:")

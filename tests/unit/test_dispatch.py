@@ -11,23 +11,60 @@ import pytest
 
 from cluster.config import SpilloverConfig, parse_config
 from cluster.telemetry import ClusterSnapshot, ReplicaStats
-from router.errors import LocalCapacityExhausted, TargetUnavailable
+from router.contract import RequestContract, derive_contract
+from router.errors import (
+    ContractViolation,
+    LocalCapacityExhausted,
+    NoCapableModel,
+    NoTargetFitsContext,
+    TargetUnavailable,
+)
 from router.openai_request import Kind
+from router.policy import Policy
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 
 T0 = 5000.0
 
 
+SIM_M = {
+    "name": "sim-m",
+    "snapshot": "sim-m-1",
+    "context_window": 32768,
+    "region": "us",
+    "tools": True,
+    "json_schema": True,
+    "price_in_per_mtok": 0.1,
+    "price_out_per_mtok": 0.4,
+    "data_policy": "no_retention",  # L1 requests may use it
+}
+
+
 def make_config(**model: Any) -> SpilloverConfig:
     return parse_config(
         {
             "admission": {"queue_max": 2, "queue_timeout_s": 5},
-            "models": [{"alias": "m", "source": "prepared:x", "family": "llama", **model}],
-            "cloud": {"providers": [{"name": "sim", "base_url": "http://127.0.0.1:1/v1", "models": {"m": "sim-m"}}]},
+            "models": [
+                {
+                    "alias": "m",
+                    "source": "prepared:x",
+                    "family": "llama",
+                    "engine_args": {"max_model_len": 4096},
+                    **model,
+                }
+            ],
+            "cloud": {"providers": [{"name": "sim", "base_url": "http://127.0.0.1:1/v1", "models": {"m": SIM_M}}]},
         },
         "test",
     )
+
+
+def contract_for(body: dict[str, Any], **headers: str) -> RequestContract:
+    return derive_contract({"model": "m", **body}, {k.replace("_", "-"): v for k, v in headers.items()}, Policy())
+
+
+async def run(d: Dispatcher, kind: Kind, body: dict[str, Any], request_id: str, deadline_s: float = 5, **headers: str):
+    return await d.dispatch(kind, body, request_id, contract=contract_for(body, **headers), deadline_s=deadline_s)
 
 
 def stats(kv: float = 0.1, read_at: float = T0, blocks: int = 364) -> ReplicaStats:
@@ -129,14 +166,14 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 
 async def test_low_load_stays_local(world: World) -> None:
     d = dispatcher(world)
-    done = await d.dispatch("m", "chat", CHAT, "r-1", local_only=False, deadline_s=5)
+    done = await run(d, "chat", CHAT, "r-1", deadline_s=5)
     assert (done.route, done.target, done.reply.body) == ("local", "local:m", {"from": "local"})
     assert d.inflight("m") == 0
 
 
 async def test_stream_counts_inflight_until_consumed(world: World) -> None:
     d = dispatcher(world)
-    done = await d.dispatch("m", "chat", {**CHAT, "stream": True}, "r-1", local_only=False, deadline_s=5)
+    done = await run(d, "chat", {**CHAT, "stream": True}, "r-1", deadline_s=5)
     assert d.inflight("m") == 1
     assert [c async for c in done.reply.chunks][-1] == "data: [DONE]\n\n"  # type: ignore[union-attr]
     assert d.inflight("m") == 0
@@ -145,7 +182,7 @@ async def test_stream_counts_inflight_until_consumed(world: World) -> None:
 async def test_saturated_bursts_with_reason(world: World) -> None:
     world.replica = stats(kv=0.91)
     cloud = Cloud()
-    done = await dispatcher(world, cloud=cloud).dispatch("m", "chat", CHAT, "r-2", local_only=False, deadline_s=5)
+    done = await run(dispatcher(world, cloud=cloud), "chat", CHAT, "r-2", deadline_s=5)
     assert (done.route, done.target) == ("cloud", "cloud:sim")
     assert done.reason == "kv_usage 0.91 >= 0.85 on all 1 replicas"
     assert cloud.calls == ["r-2"]
@@ -156,7 +193,7 @@ async def test_local_only_waits_for_room(world: World) -> None:
     world.changes = {3: stats(kv=0.5)}
     observer, cloud = Observer(), Cloud()
     d = dispatcher(world, cloud=cloud, observer=observer)
-    done = await d.dispatch("m", "chat", CHAT, "r-3", local_only=True, deadline_s=5)
+    done = await run(d, "chat", CHAT, "r-3", deadline_s=5, x_spillover_residency="local_only")
     assert done.route == "local" and cloud.calls == []
     assert done.waited_s == pytest.approx(0.3)
     assert observer.max_waiting == 1 and observer.outcomes == ["local"]
@@ -166,7 +203,9 @@ async def test_local_only_times_out_with_429(world: World) -> None:
     world.replica = stats(kv=0.91)
     cloud = Cloud()
     with pytest.raises(LocalCapacityExhausted) as caught:
-        await dispatcher(world, cloud=cloud).dispatch("m", "chat", CHAT, "r-4", local_only=True, deadline_s=1.0)
+        await run(
+            dispatcher(world, cloud=cloud), "chat", CHAT, "r-4", deadline_s=1.0, x_spillover_residency="local_only"
+        )
     assert caught.value.status_code == 429 and caught.value.retry_after_s >= 1
     assert "local_only" in caught.value.message and "no local room after 1.0s" in caught.value.message
     assert cloud.calls == []
@@ -176,18 +215,18 @@ async def test_full_waiting_room_rejects_at_once(world: World) -> None:
     world.replica = stats(kv=0.91)
     config = parse_config({**make_config().model_dump(mode="json"), "admission": {"queue_max": 0}}, "t")
     with pytest.raises(LocalCapacityExhausted, match="waiting room full"):
-        await dispatcher(world, config).dispatch("m", "chat", CHAT, "r-5", local_only=True, deadline_s=5)
+        await run(dispatcher(world, config), "chat", CHAT, "r-5", deadline_s=5, x_spillover_residency="local_only")
     assert world.sleeps == 0
 
 
 async def test_configured_admission_limit_bursts_extra_requests(world: World) -> None:
     d = dispatcher(world, make_config(admission_limit=1))
-    held = await d.dispatch("m", "chat", {**CHAT, "stream": True}, "r-6", local_only=False, deadline_s=5)
-    second = await d.dispatch("m", "chat", CHAT, "r-7", local_only=False, deadline_s=5)
+    held = await run(d, "chat", {**CHAT, "stream": True}, "r-6", deadline_s=5)
+    second = await run(d, "chat", CHAT, "r-7", deadline_s=5)
     assert (held.route, second.route) == ("local", "cloud")
     assert second.reason == "inflight 1 >= admission limit 1"
     _ = [c async for c in held.reply.chunks]  # type: ignore[union-attr]
-    third = await d.dispatch("m", "chat", CHAT, "r-8", local_only=False, deadline_s=5)
+    third = await run(d, "chat", CHAT, "r-8", deadline_s=5)
     assert third.route == "local"
 
 
@@ -203,20 +242,18 @@ def test_computed_admission_limit_from_engine_blocks(world: World) -> None:
 async def test_local_failure_before_first_byte_falls_back_to_cloud(world: World) -> None:
     local, cloud = Local(), Cloud()
     local.fail = TargetUnavailable("replica died")
-    done = await dispatcher(world, local=local, cloud=cloud).dispatch(
-        "m", "chat", CHAT, "r-9", local_only=False, deadline_s=5
-    )
+    done = await run(dispatcher(world, local=local, cloud=cloud), "chat", CHAT, "r-9", deadline_s=5)
     assert done.route == "cloud" and "failed before the first byte: replica died" in done.reason
     local_only = dispatcher(world, local=local, cloud=cloud)
     with pytest.raises(TargetUnavailable):
-        await local_only.dispatch("m", "chat", CHAT, "r-10", local_only=True, deadline_s=5)
+        await run(local_only, "chat", CHAT, "r-10", deadline_s=5, x_spillover_residency="local_only")
     assert cloud.calls == ["r-9"] and local_only.inflight("m") == 0
 
 
 async def test_completions_never_burst(world: World) -> None:
     world.replica = stats(kv=0.91)
     with pytest.raises(LocalCapacityExhausted, match="no cloud provider serves m"):
-        await dispatcher(world).dispatch("m", "completions", {"prompt": "x"}, "r-11", local_only=False, deadline_s=0.3)
+        await run(dispatcher(world), "completions", {"prompt": "x"}, "r-11", deadline_s=0.3)
 
 
 class HangingLocal(Local):
@@ -245,6 +282,136 @@ async def test_waiting_for_first_byte_fails_over_when_model_goes_stale(world: Wo
 
     local, cloud = HangingLocal(), Cloud()
     d = Dispatcher(make_config(), local, {"sim": cloud}, snapshot, clock=world.clock, sleep=world.sleep, poll_s=0.01)
-    done = await d.dispatch("m", "chat", CHAT, "r-12", local_only=False, deadline_s=5)
+    done = await run(d, "chat", CHAT, "r-12", deadline_s=5)
     assert done.route == "cloud" and "went stale while waiting for the first byte" in done.reason
     assert local.cancelled and d.inflight("m") == 0 and cloud.calls == ["r-12"]
+
+
+class Answering(Local):
+    """A local backend whose chat answer is `content` (to exercise output contracts)."""
+
+    def __init__(self, content: str) -> None:
+        super().__init__()
+        self.content = content
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.calls += 1
+        message = {"role": "assistant", "content": self.content}
+        return BackendReply(body={"choices": [{"index": 0, "message": message}], "usage": {"prompt_tokens": 9}})
+
+
+class CloudAnswering(Cloud):
+    def __init__(self, content: str) -> None:
+        super().__init__()
+        self.content = content
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Reply:
+        self.calls.append(request_id)
+        return Reply(body={"choices": [{"index": 0, "message": {"role": "assistant", "content": self.content}}]})
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+JSON_BODY = {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
+TOOLS_BODY = {
+    **CHAT,
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+}
+
+
+async def test_tools_request_goes_to_capable_cloud_even_with_local_room(world: World) -> None:
+    local, cloud = Local(), Cloud()
+    done = await run(dispatcher(world, local=local, cloud=cloud), "chat", TOOLS_BODY, "r-20")
+    assert (done.route, done.target) == ("cloud", "cloud:sim")
+    assert done.reason.startswith("local m cannot serve this request") and "tool" in done.reason
+    assert local.calls == 0
+
+
+async def test_no_target_with_tools_is_422_with_reasons(world: World) -> None:
+    config = parse_config(
+        {
+            **make_config().model_dump(mode="json"),
+            "cloud": {
+                "providers": [
+                    {"name": "sim", "base_url": "http://127.0.0.1:1/v1", "models": {"m": {**SIM_M, "tools": False}}}
+                ]
+            },
+        },
+        "t",
+    )
+    with pytest.raises(NoCapableModel) as caught:
+        await run(dispatcher(world, config), "chat", TOOLS_BODY, "r-21")
+    body = caught.value.to_openai()["error"]
+    assert caught.value.status_code == 422 and body["code"] == "no_capable_model"
+    assert {r["target"] for r in body["reasons"]} == {"local:m", "cloud:sim/m"}
+    assert "127.0.0.1" not in str(body)
+
+
+async def test_prompt_beyond_local_context_goes_to_larger_window(world: World) -> None:
+    long_body = {"messages": [{"role": "user", "content": "word " * 5000}], "max_tokens": 100}
+    done = await run(dispatcher(world), "chat", long_body, "r-22")
+    assert done.route == "cloud" and "context window 4096" in done.reason
+
+
+async def test_prompt_beyond_every_context_is_400_context_length(world: World) -> None:
+    huge = {"messages": [{"role": "user", "content": "word " * 40000}], "max_tokens": 100}
+    with pytest.raises(NoTargetFitsContext) as caught:
+        await run(dispatcher(world), "chat", huge, "r-23")
+    assert caught.value.status_code == 400 and caught.value.code == "context_length_exceeded"
+
+
+async def test_l1_invalid_local_json_retries_on_cloud(world: World) -> None:
+    local, cloud = Answering("no json here"), CloudAnswering('{"city": "Paris"}')
+    d = dispatcher(world, local=local, cloud=cloud)
+    done = await run(d, "chat", JSON_BODY, "r-24", x_spillover_level="L1")
+    assert done.route == "cloud" and "broke the output contract" in done.reason
+    assert done.reply.body["choices"][0]["message"]["content"] == '{"city": "Paris"}'  # type: ignore[index]
+    record = d.decisions.get("r-24")
+    assert record is not None and [a.outcome for a in record.attempts] == ["contract_violation", "ok"]
+    assert record.chosen == "cloud:sim"
+
+
+async def test_l1_never_uses_a_retaining_provider(world: World) -> None:
+    config = parse_config(
+        {
+            **make_config().model_dump(mode="json"),
+            "cloud": {
+                "providers": [
+                    {
+                        "name": "sim",
+                        "base_url": "http://127.0.0.1:1/v1",
+                        "models": {"m": {**SIM_M, "data_policy": "retention"}},
+                    }
+                ]
+            },
+        },
+        "t",
+    )
+    cloud = CloudAnswering('{"city": "Paris"}')
+    with pytest.raises(ContractViolation):
+        await run(
+            dispatcher(world, config, local=Answering("nope"), cloud=cloud),
+            "chat",
+            JSON_BODY,
+            "r-28",
+            x_spillover_level="L1",
+        )
+    assert cloud.calls == []
+
+
+async def test_l1_invalid_everywhere_is_502_contract_violation(world: World) -> None:
+    d = dispatcher(world, local=Answering("nope"), cloud=CloudAnswering('{"town": 1}'))
+    with pytest.raises(ContractViolation) as caught:
+        await run(d, "chat", JSON_BODY, "r-25", x_spillover_level="L1")
+    assert caught.value.status_code == 502 and caught.value.to_openai()["error"]["errors"]
+
+
+async def test_json_in_surrounding_text_is_repaired(world: World) -> None:
+    d = dispatcher(world, local=Answering('Sure! {"city": "Paris"} Anything else?'))
+    done = await run(d, "chat", JSON_BODY, "r-26", x_spillover_level="L1")
+    assert done.route == "local" and done.headers == {"x-spillover-contract": "repaired"}
+    assert done.reply.body["choices"][0]["message"]["content"] == '{"city": "Paris"}'  # type: ignore[index]
+
+
+async def test_l2_violation_passes_with_warning(world: World) -> None:
+    done = await run(dispatcher(world, local=Answering("plain text")), "chat", JSON_BODY, "r-27")
+    assert done.route == "local" and "x-spillover-contract" in done.headers

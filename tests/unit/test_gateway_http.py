@@ -9,7 +9,16 @@ from typing import Any
 import httpx
 import pytest
 
-from router.errors import ContextLengthExceeded, LocalCapacityExhausted, RequestError, TargetUnavailable, UpstreamError
+from router.contract import RequestContract
+from router.errors import (
+    ContextLengthExceeded,
+    LocalCapacityExhausted,
+    NoCapableModel,
+    NoTargetFitsContext,
+    RequestError,
+    TargetUnavailable,
+    UpstreamError,
+)
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatched
@@ -66,10 +75,13 @@ async def client(backend: FakeBackend) -> AsyncIterator[httpx.AsyncClient]:
 CHAT = {"model": "small", "messages": [{"role": "user", "content": "capital of France?"}]}
 
 
+REASON_ROW = {"target": "local:small", "filter": "context", "reason": "context window 2048 < needed 5000"}
+
+
 def _assert_openai_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
+    assert {"message", "type", "param", "code"} <= set(error)
     assert error["code"] == code
     assert "Traceback" not in response.text
     return error
@@ -139,10 +151,17 @@ async def test_unknown_model_lists_models(client: httpx.AsyncClient, backend: Fa
     assert backend.calls == []
 
 
-async def test_max_tokens_beyond_window(client: httpx.AsyncClient, backend: FakeBackend) -> None:
-    response = await client.post("/v1/chat/completions", json={**CHAT, "max_tokens": 4096})
-    assert "2048" in _assert_openai_error(response, 400, "context_length_exceeded")["message"]
-    assert backend.calls == []
+@pytest.mark.parametrize(
+    ("error", "status", "code"),
+    [
+        (NoCapableModel("no target can serve 'small'", reasons=[REASON_ROW]), 422, "no_capable_model"),
+        (NoTargetFitsContext("too long for every target", reasons=[REASON_ROW]), 400, "context_length_exceeded"),
+    ],
+)
+async def test_no_capable_target_keeps_reasons(error: RequestError, status: int, code: str) -> None:
+    response = await _post(RecordingDispatch(error), {})
+    assert _assert_openai_error(response, status, code)
+    assert response.json()["error"]["reasons"] == [REASON_ROW]
 
 
 @pytest.mark.parametrize(
@@ -213,9 +232,9 @@ class RecordingDispatch:
         self.error = error
 
     async def dispatch(
-        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, local_only: bool, deadline_s: float
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
-        self.hints.append((local_only, deadline_s))
+        self.hints.append((contract.residency == "local_only", deadline_s))
         if self.error:
             raise self.error
         return Dispatched(BackendReply(body={"ok": True}), "cloud", "cloud:sim", "kv_usage 0.91 >= 0.85 …", 0.0)
@@ -245,7 +264,9 @@ async def test_routing_headers_reach_dispatch() -> None:
 @pytest.mark.parametrize(
     ("headers", "param"),
     [
-        ({"x-spillover-residency": "eu-only"}, "x-spillover-residency"),
+        ({"x-spillover-residency": "local_only,eu"}, "x-spillover-residency"),
+        ({"x-business-scenario": "nope"}, "x-business-scenario"),
+        ({"x-spillover-level": "L9"}, "x-spillover-level"),
         ({"x-spillover-deadline-ms": "soon"}, "x-spillover-deadline-ms"),
         ({"x-spillover-deadline-ms": "0"}, "x-spillover-deadline-ms"),
     ],
@@ -253,7 +274,8 @@ async def test_routing_headers_reach_dispatch() -> None:
 async def test_bad_routing_headers_are_400(headers: dict[str, str], param: str) -> None:
     dispatch = RecordingDispatch()
     response = await _post(dispatch, headers)
-    assert _assert_openai_error(response, 400, "invalid_request")["param"] == param
+    assert _assert_openai_error(response, 400, response.json()["error"]["code"])["param"] == param
+    assert response.json()["error"]["code"] in ("invalid_request", "unknown_scenario")
     assert dispatch.hints == []
 
 
@@ -280,3 +302,34 @@ async def test_cluster_snapshot_endpoint(backend: FakeBackend) -> None:
 
 async def test_cluster_endpoint_without_telemetry_is_404(client: httpx.AsyncClient) -> None:
     _assert_openai_error(await client.get("/v1/spillover/cluster"), 404, "no_telemetry")
+
+
+async def test_l1_structured_stream_is_400() -> None:
+    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1)
+    body = {**CHAT, "stream": True, "response_format": {"type": "json_object"}}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        response = await c.post("/v1/chat/completions", json=body, headers={"x-spillover-level": "L1"})
+    assert _assert_openai_error(response, 400, "invalid_request")["param"] == "stream"
+
+
+async def test_invalid_json_schema_is_400_naming_the_error() -> None:
+    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1)
+    schema = {"type": "object", "properties": {"a": {"type": "strng"}}}
+    body = {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        response = await c.post("/v1/chat/completions", json=body)
+    error = _assert_openai_error(response, 400, "invalid_json_schema")
+    assert "strng" in error["message"]
+
+
+async def test_decision_endpoint(backend: FakeBackend) -> None:
+    from router.decision import DecisionRecord, DecisionStore
+
+    store = DecisionStore(max_records=5)
+    store.put(DecisionRecord("abc", "7", {}, (), ((), ()), started_at=1.0))
+    gateway = GatewayHTTP(backend, MODELS, created=1, decisions=store)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        found = await c.get("/v1/spillover/decisions/abc")
+        missing = await c.get("/v1/spillover/decisions/zzz")
+    assert found.status_code == 200 and found.json()["policy_version"] == "7"
+    _assert_openai_error(missing, 404, "not_found")

@@ -1,0 +1,179 @@
+"""Decision records: why a request went where it went, and what it cost (seed 000 §2.7, seed 001).
+
+A `DecisionRecord` quotes the policy version, the request's contract, every candidate with its
+filter reason or its scores, the tiers, the chosen target and every attempt — failed ones too,
+with their cost, because a retried request is paid for twice. Records are frozen: `with_attempt`
+and `finished` return new ones. Timestamps come from the clock the caller injects.
+
+`DecisionStore` keeps the last `max_records` records by request id (oldest evicted) and writes
+each stored record as one JSON line to an optional sink (a callable the caller wires to a file).
+A sink that raises propagates to the caller of `put`, after the record is stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+from router.capabilities import Target, estimate_cost_usd
+from router.contract import RequestContract
+from router.pipeline import PipelineResult
+from router.policy import Policy
+
+Outcome = Literal["ok", "error", "contract_violation", "timeout", "cancelled"]
+CandidateStatus = Literal["removed", "unavailable", "ranked"]
+
+
+@dataclass(frozen=True)
+class Attempt:
+    target: str
+    outcome: str  # one of Outcome
+    latency_s: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None  # None: the target has no configured prices
+    error: str | None = None  # the error code when the attempt failed
+
+    @classmethod
+    def priced(
+        cls,
+        target: Target,
+        outcome: str,
+        latency_s: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        error: str | None = None,
+    ) -> Attempt:
+        """An attempt costed with the target's configured prices (local targets cost 0)."""
+        cost = estimate_cost_usd(target.caps, prompt_tokens, completion_tokens)
+        return cls(target.id, outcome, latency_s, prompt_tokens, completion_tokens, cost, error)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    target: str
+    status: str  # one of CandidateStatus
+    filter: str | None = None
+    reason: str | None = None
+    scores: Mapping[str, Mapping[str, float]] | None = None  # scorer -> {raw, score, weight}
+    total: float | None = None
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    request_id: str
+    policy_version: str
+    contract: Mapping[str, Any]
+    candidates: tuple[Candidate, ...]
+    tiers: tuple[tuple[str, ...], ...]
+    started_at: float
+    chosen: str | None = None
+    attempts: tuple[Attempt, ...] = ()
+    finished_at: float | None = None
+
+    @classmethod
+    def from_pipeline(
+        cls,
+        request_id: str,
+        policy: Policy,
+        contract: RequestContract,
+        result: PipelineResult,
+        *,
+        clock: Callable[[], float],
+    ) -> DecisionRecord:
+        removed = {r.target: r for r in result.removed}
+        candidates = []
+        for target_id in result.candidates:
+            if target_id in removed:
+                r = removed[target_id]
+                candidates.append(Candidate(target_id, "removed", r.filter, r.reason))
+            elif target_id in result.unavailable:
+                candidates.append(Candidate(target_id, "unavailable", reason="unavailable (health or breaker)"))
+            else:
+                card = result.scores[target_id]
+                scores = {n: {"raw": s.raw, "score": s.clamped, "weight": s.weight} for n, s in card.scores.items()}
+                candidates.append(Candidate(target_id, "ranked", scores=scores, total=card.total))
+        return cls(
+            request_id=request_id,
+            policy_version=policy.version,
+            contract=contract.to_dict(),
+            candidates=tuple(candidates),
+            tiers=tuple(tuple(t) for t in result.tiers),
+            started_at=clock(),
+        )
+
+    def with_attempt(self, attempt: Attempt) -> DecisionRecord:
+        return replace(self, attempts=(*self.attempts, attempt))
+
+    def finished(self, chosen: str | None, *, clock: Callable[[], float]) -> DecisionRecord:
+        """`chosen`: the target whose answer the client got (None: none did)."""
+        return replace(self, chosen=chosen, finished_at=clock())
+
+    @property
+    def total_cost_usd(self) -> float:
+        """Every attempt's known cost, failed attempts included."""
+        return sum(a.cost_usd for a in self.attempts if a.cost_usd is not None)
+
+    @property
+    def cost_complete(self) -> bool:
+        return all(a.cost_usd is not None for a in self.attempts)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["tiers"] = [list(t) for t in self.tiers]
+        data["total_cost_usd"] = self.total_cost_usd
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DecisionRecord:
+        return cls(
+            request_id=data["request_id"],
+            policy_version=data["policy_version"],
+            contract=data["contract"],
+            candidates=tuple(Candidate(**c) for c in data["candidates"]),
+            tiers=tuple(tuple(t) for t in data["tiers"]),
+            started_at=data["started_at"],
+            chosen=data.get("chosen"),
+            attempts=tuple(Attempt(**a) for a in data.get("attempts", ())),
+            finished_at=data.get("finished_at"),
+        )
+
+    @classmethod
+    def from_json(cls, line: str) -> DecisionRecord:
+        return cls.from_dict(json.loads(line))
+
+
+class DecisionStore:
+    """The last `max_records` decision records by request id; `put` of a known id replaces it."""
+
+    def __init__(self, max_records: int = 1000, sink: Callable[[str], None] | None = None) -> None:
+        if max_records < 1:
+            raise ValueError("max_records must be >= 1")
+        self._max = max_records
+        self._sink = sink
+        self._records: OrderedDict[str, DecisionRecord] = OrderedDict()
+
+    def put(self, record: DecisionRecord) -> None:
+        self._records.pop(record.request_id, None)
+        self._records[record.request_id] = record
+        while len(self._records) > self._max:
+            self._records.popitem(last=False)
+        if self._sink is not None:
+            self._sink(record.to_json())
+
+    def get(self, request_id: str) -> DecisionRecord | None:
+        return self._records.get(request_id)
+
+    def recent(self, n: int | None = None) -> list[DecisionRecord]:
+        """Newest last."""
+        records = list(self._records.values())
+        return records if n is None else records[-n:]
+
+    def __len__(self) -> int:
+        return len(self._records)

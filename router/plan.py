@@ -1,0 +1,88 @@
+"""One request's routing plan: the contract pipeline first, then the burst decision.
+
+Pure, like the rest of router/. Order matters and is the point of issue 5:
+
+1. `run_pipeline` removes every target that cannot honour the request's contract (context,
+   tools, schema, residency, data policy, cost, ...). Nothing capable → 422 no_capable_model
+   (400 context_length_exceeded when length is the only obstacle), never a truncated answer.
+2. If the local model is not capable (e.g. the request needs tools it lacks), the request goes to
+   the best capable cloud target even when local has room — never a silently degraded answer.
+3. Otherwise `router.burst.decide` chooses local vs cloud vs wait from engine pressure, offering
+   only the capable cloud targets, in the pipeline's ranked order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cluster.config import Watermarks
+from cluster.telemetry import ClusterSnapshot
+from router.burst import BurstInputs, Route, decide
+from router.capabilities import Registry, Target
+from router.contract import RequestContract
+from router.errors import NoTargetFitsContext, TargetUnavailable
+from router.pipeline import PipelineResult, no_capable_model, run_pipeline
+from router.plugins import TargetState
+from router.policy import Policy
+
+
+@dataclass(frozen=True)
+class Plan:
+    route: Route
+    reason: str
+    local: Target | None  # the local target when it is capable
+    cloud: tuple[Target, ...]  # capable, available cloud targets, best first
+    latched: frozenset[str]
+    pipeline: PipelineResult
+
+    @property
+    def first(self) -> Target | None:
+        if self.route == "local":
+            return self.local
+        return self.cloud[0] if self.route == "cloud" and self.cloud else None
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    contract: RequestContract
+    policy: Policy
+    registry: Registry
+    watermarks: Watermarks
+    inflight: int
+    admission_limit: int | None
+    available_providers: frozenset[str]  # providers with a live adapter (enabled, not broken)
+
+
+def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
+    contract = inputs.contract
+    targets = inputs.registry.for_alias(contract.model)
+    states = {
+        t.id: TargetState(available=t.kind == "local" or t.provider in inputs.available_providers) for t in targets
+    }
+    result = run_pipeline(contract, targets, states, inputs.policy)
+    if not result.capable:
+        error = no_capable_model(result, contract.model)
+        if result.removed and all(r.filter == "context" for r in result.removed):
+            raise NoTargetFitsContext(error.message, reasons=error.reasons)
+        raise error
+    by_id = {t.id: t for t in targets}
+    local = by_id[result.tiers[0][0]] if result.tiers[0] else None
+    cloud = tuple(by_id[i] for i in result.tiers[1])
+
+    if local is None:
+        if not cloud:
+            raise TargetUnavailable(f"every target able to serve {contract.model} under this contract is unavailable")
+        removal = next((r for r in result.removed if r.target.startswith("local:")), None)
+        why = f"local {contract.model} cannot serve this request: {removal.reason}" if removal else "local not capable"
+        return Plan("cloud", why, None, cloud, latched, result)
+
+    burst = BurstInputs(
+        model=contract.model,
+        watermarks=inputs.watermarks,
+        inflight=inputs.inflight,
+        admission_limit=inputs.admission_limit,
+        local_only=contract.residency == "local_only",
+        providers=tuple(t.provider or "" for t in cloud),
+    )
+    decision = decide(burst, snapshot, now, latched)
+    return Plan(decision.route, decision.reason, local, cloud, decision.latched, result)
