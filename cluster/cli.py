@@ -9,6 +9,7 @@
     spillover status [--config PATH] [--url URL] [--json]   live replicas, KV usage, saturation
     spillover cloud-sim [--port 9100] [fault flags]   OpenAI-compatible cloud simulator
     spillover bench calibrate --url URL --model NAME ...   load test, knee, admission-limit overlay
+    spillover explain REQUEST_ID [--url URL] [--json]   why a request went where it went
     spillover capacity [--config PATH] [--prompt-tokens N] [--output-tokens M] [--gpu-mem 80GiB] [--json]
 
 Exit codes: 0 ok, 2 bad input (config, arguments), 1 anything else.
@@ -35,6 +36,7 @@ from bench.cloud_sim import add_cloud_sim_parser
 from bench.cloud_sim.process import running_cloud_sim
 from cluster.capacity_cli import add_capacity_parser
 from cluster.config import SpilloverConfig, load_config
+from cluster.explain_cli import add_explain_parser
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.render import serve_config
 from cluster.status_cli import add_status_parser
@@ -202,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst.set_defaults(func=cmd_models_list)
 
     add_status_parser(sub)
+    add_explain_parser(sub)
     add_capacity_parser(sub)
     add_cloud_sim_parser(sub)
     add_bench_parser(sub)

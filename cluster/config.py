@@ -72,6 +72,8 @@ class GatewaySection(_Strict):
     num_cpus: float = Field(0.1, gt=0)
     request_timeout_s: float = Field(300, gt=0)
     readiness_timeout_s: float = Field(600, gt=0)
+    decisions_kept: int = Field(1000, ge=1, description="decision records kept in memory per gateway replica")
+    decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
 
 
 class ModelSpec(_Strict):

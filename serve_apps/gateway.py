@@ -15,12 +15,24 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
 from cluster.models import CATALOG
+from router.decision import DecisionStore
 from router.providers import OpenAICompatProvider
 from serve_apps.board_poller import BoardPoller
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.telemetry_board import get_or_create_board
+
+
+class JsonlAppender:
+    """Appends one line per call to a file (the decision log)."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __call__(self, line: str) -> None:
+        with open(self._path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
 
 
 @serve.deployment(name="SpilloverGateway", max_ongoing_requests=1000)
@@ -51,7 +63,10 @@ class Gateway:
         self._poll_task = asyncio.get_running_loop().create_task(self._poller.run())
         backend = ServeHandleBackend(self._handles)
         providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
-        dispatcher = Dispatcher(self._config, backend, providers, self._poller.latest)
+        gateway = self._config.gateway
+        sink = JsonlAppender(gateway.decisions_log) if gateway.decisions_log else None
+        decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink)
+        dispatcher = Dispatcher(self._config, backend, providers, self._poller.latest, decisions=decisions)
         self._dispatcher = dispatcher
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
