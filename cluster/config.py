@@ -22,6 +22,12 @@ from router.policy import Policy
 PREPARED_PREFIX = "prepared:"
 
 
+def _no_duplicates(names: list[str], what: str) -> None:
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ValueError(f"duplicate {what}: {', '.join(dupes)}")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -129,10 +135,7 @@ class CloudSection(_Strict):
     @field_validator("providers")
     @classmethod
     def _unique(cls, value: list[CloudProvider]) -> list[CloudProvider]:
-        names = [p.name for p in value]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"duplicate provider names: {', '.join(dupes)}")
+        _no_duplicates([p.name for p in value], "provider names")
         return value
 
 
@@ -150,10 +153,7 @@ class SpilloverConfig(_Strict):
     @field_validator("models")
     @classmethod
     def _unique_aliases(cls, value: list[ModelSpec]) -> list[ModelSpec]:
-        aliases = [m.alias for m in value]
-        dupes = sorted({a for a in aliases if aliases.count(a) > 1})
-        if dupes:
-            raise ValueError(f"duplicate model aliases: {', '.join(dupes)}")
+        _no_duplicates([m.alias for m in value], "model aliases")
         return value
 
     @model_validator(mode="after")

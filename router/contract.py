@@ -35,6 +35,7 @@ from jsonschema.validators import validator_for
 
 from router import contract_headers as h
 from router.errors import InvalidRequest
+from router.openai_request import max_tokens_of
 from router.policy import Level, Policy, Strategy
 
 PER_MESSAGE_TOKENS = 4
@@ -214,14 +215,8 @@ def estimate_prompt_tokens(
 
 
 def _max_output(body: Mapping[str, Any], default: int) -> int:
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InvalidRequest(f"`{key}` must be a positive integer", param=key)
-        return value
-    return default
+    given = max_tokens_of(body)
+    return default if given is None else given
 
 
 def derive_contract(

@@ -9,6 +9,7 @@ translated into the same error classes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,7 +59,7 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     if not isinstance(stream, bool):
         raise InvalidRequest("`stream` must be true or false", param="stream")
 
-    max_tokens = _max_tokens(body)
+    max_tokens = max_tokens_of(body)
     return ParsedRequest(kind=kind, model=model, body=body, stream=stream, max_tokens=max_tokens)
 
 
@@ -72,7 +73,8 @@ def _check_messages(messages: Any) -> None:
             raise InvalidRequest(f"`messages[{i}]` must be an object with a string `role`", param=f"messages[{i}]")
 
 
-def _max_tokens(body: dict[str, Any]) -> int | None:
+def max_tokens_of(body: Mapping[str, Any]) -> int | None:
+    """`max_completion_tokens`, else `max_tokens`, else None; 400 when not a positive integer."""
     for key in ("max_completion_tokens", "max_tokens"):
         value = body.get(key)
         if value is None:

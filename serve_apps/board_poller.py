@@ -16,8 +16,17 @@ log = logging.getLogger("spillover.telemetry")
 class BoardPoller:
     """Keeps the latest immutable `ClusterSnapshot`; `run()` refreshes it every `period_s`."""
 
-    def __init__(self, board: Any, *, period_s: float, max_age_s: float, clock: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        board: Any,
+        *,
+        period_s: float,
+        max_age_s: float,
+        clock: Callable[[], float] = time.time,
+        on_refresh: Callable[[ClusterSnapshot, float], None] | None = None,
+    ):
         self._board = board
+        self._on_refresh = on_refresh
         self._period_s = period_s
         self._max_age_s = max_age_s
         self._clock = clock
@@ -36,6 +45,8 @@ class BoardPoller:
             log.warning("telemetry board unreachable: %s", type(exc).__name__)
             old = self._snapshot
             self._snapshot = ClusterSnapshot(old.taken_at, old.replicas, old.max_age_s, (f"board: {exc!r}"[:200],))
+        if self._on_refresh is not None:
+            self._on_refresh(self._snapshot, now)
         return self._snapshot
 
     async def run(self) -> None:

@@ -61,9 +61,15 @@ class Dispatched:
 
 
 class DispatchObserver(Protocol):
+    """What the dispatcher reports (serve_apps.metrics.GatewayMetrics implements it)."""
+
     def waiting(self, model: str, count: int) -> None: ...
 
     def waited(self, model: str, seconds: float, outcome: str) -> None: ...
+
+    def decided(self, seconds: float) -> None: ...
+
+    def recorded(self, record: DecisionRecord) -> None: ...
 
 
 class _NoObserver:
@@ -71,6 +77,12 @@ class _NoObserver:
         return None
 
     def waited(self, model: str, seconds: float, outcome: str) -> None:
+        return None
+
+    def decided(self, seconds: float) -> None:
+        return None
+
+    def recorded(self, record: DecisionRecord) -> None:
         return None
 
 
@@ -148,7 +160,11 @@ class Dispatcher:
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
         )
-        plan = plan_request(inputs, snapshot, now, self._latched[model])
+        began = time.perf_counter()
+        try:
+            plan = plan_request(inputs, snapshot, now, self._latched[model])
+        finally:
+            self._observer.decided(time.perf_counter() - began)
         self._latched[model] = plan.latched
         return plan
 
@@ -168,7 +184,9 @@ class Dispatcher:
             chosen = done.target
             return Dispatched(done.reply, done.route, done.target, done.reason, self._clock() - started, done.headers)
         finally:
-            self.decisions.put(record.finished(chosen, clock=self._clock))
+            finished = record.finished(chosen, clock=self._clock)
+            self.decisions.put(finished)
+            self._observer.recorded(finished)
 
     def _candidates(self, plan: Plan, contract: RequestContract) -> list[tuple[Target, str]]:
         if plan.route == "local" and plan.local is not None:

@@ -15,12 +15,15 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
 from cluster.models import CATALOG
+from cluster.telemetry import ClusterSnapshot
 from router.decision import DecisionStore
 from router.providers import OpenAICompatProvider
+from router.saturation import Saturation, replica_saturation
 from serve_apps.board_poller import BoardPoller
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.local_backend import ServeHandleBackend
+from serve_apps.metrics import GatewayMetrics
 from serve_apps.telemetry_board import get_or_create_board
 
 
@@ -43,6 +46,15 @@ class Gateway:
         self._handles = handles
         self._created = int(time.time())
 
+    def _saturations(self, snapshot: ClusterSnapshot, now: float) -> dict[str, tuple[str, Saturation]]:
+        return {
+            r.replica_id: (
+                r.model,
+                replica_saturation(r, self._config.watermarks_for(r.model), snapshot=snapshot, now=now),
+            )
+            for r in snapshot.replicas
+        }
+
     async def __serve_build_asgi_app__(self) -> Any:
         models = [
             ServedModel(
@@ -57,8 +69,12 @@ class Gateway:
             for spec in self._config.models
         ]
         telemetry = self._config.telemetry
+        metrics = GatewayMetrics()
         self._poller = BoardPoller(
-            get_or_create_board(), period_s=telemetry.poll_period_s, max_age_s=telemetry.max_age_s
+            get_or_create_board(),
+            period_s=telemetry.poll_period_s,
+            max_age_s=telemetry.max_age_s,
+            on_refresh=lambda snapshot, now: metrics.replicas(snapshot, self._saturations(snapshot, now)),
         )
         self._poll_task = asyncio.get_running_loop().create_task(self._poller.run())
         backend = ServeHandleBackend(self._handles)
@@ -66,7 +82,9 @@ class Gateway:
         gateway = self._config.gateway
         sink = JsonlAppender(gateway.decisions_log) if gateway.decisions_log else None
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink)
-        dispatcher = Dispatcher(self._config, backend, providers, self._poller.latest, decisions=decisions)
+        dispatcher = Dispatcher(
+            self._config, backend, providers, self._poller.latest, decisions=decisions, observer=metrics
+        )
         self._dispatcher = dispatcher
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
@@ -79,5 +97,6 @@ class Gateway:
             default_deadline_s=self._config.admission.queue_timeout_s,
             policy=self._config.policy,
             decisions=dispatcher.decisions,
+            metrics=metrics,
         )
         return http.app

@@ -6,6 +6,7 @@ Routes
     GET  /v1/models             every configured model
     GET  /healthz               the gateway process answers (liveness)
     GET  /readyz                every model deployment passes its health check (readiness)
+    GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
     GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age
 
 Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
@@ -49,6 +50,7 @@ from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
 from router.policy import Policy
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch import Dispatched
+from serve_apps.metrics import GatewayMetrics
 
 log = logging.getLogger("spillover.gateway")
 
@@ -128,7 +130,9 @@ class GatewayHTTP:
         default_deadline_s: float = 30.0,
         policy: Policy | None = None,
         decisions: DecisionStore | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
+        self._metrics = metrics or GatewayMetrics()
         self._policy = policy or Policy()
         self._decisions = decisions
         self._backend = backend
@@ -151,6 +155,7 @@ class GatewayHTTP:
                 Route("/readyz", self._readyz, methods=["GET"]),
                 Route("/v1/spillover/cluster", self._cluster, methods=["GET"]),
                 Route("/v1/spillover/decisions/{request_id}", self._decision, methods=["GET"]),
+                Route("/metrics", self._metrics_page, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
         )
@@ -171,8 +176,9 @@ class GatewayHTTP:
 
     async def _generate(self, request: Request, kind: Kind) -> Response:
         request_id = self._request_id(request)
+        raw = await request.body()
         try:
-            parsed = parse_body(await request.body(), kind)
+            parsed = parse_body(raw, kind)
             resolve_model(parsed, self._limits)
             contract = derive_contract(parsed.body, request.headers, self._policy)
             if parsed.stream and contract.level == "L1" and self._needs_output_check(contract):
@@ -187,6 +193,7 @@ class GatewayHTTP:
             )
         except RequestError as exc:
             log.info("request %s rejected: %s %s %s", request_id, exc.status_code, exc.code, exc.message[:200])
+            self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")
             headers = self._headers(request_id)
             retry_after = getattr(exc, "retry_after_s", None)
             if retry_after is not None:
@@ -194,6 +201,7 @@ class GatewayHTTP:
                 headers[REASON] = _header_text(exc.message)
             return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
         log.info("request %s -> %s (%s)", request_id, done.target, done.reason)
+        self._metrics.answered(contract.model, done.route, done.target, "ok")
         reply = done.reply
         headers = self._headers(
             request_id,
@@ -244,6 +252,17 @@ class GatewayHTTP:
         now = self._clock()
         body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
         return JSONResponse(body, headers=headers)
+
+    async def _metrics_page(self, request: Request) -> Response:
+        return Response(self._metrics.render(), media_type=self._metrics.content_type)
+
+    def _model_label(self, raw: bytes) -> str:
+        """The model a failed request named, if it is a configured one (bounded label values)."""
+        try:
+            model = json.loads(raw or b"{}").get("model")
+        except (ValueError, AttributeError):
+            model = None
+        return model if model in self._models else "unknown"
 
     async def _decision(self, request: Request) -> Response:
         headers = self._headers(self._request_id(request))

@@ -55,7 +55,11 @@ def long_stream(stack: Stack, index: int, done: list[int]) -> None:
         "ignore_eos": True,
         "stream": True,
     }
-    with httpx.stream("POST", f"{stack.openai_base}/chat/completions", json=body, timeout=300) as response:
+    # local_only: the load itself must stay local (it would burst once the first two saturate the model)
+    headers = {"x-spillover-residency": "local_only", "x-spillover-deadline-ms": "120000"}
+    with httpx.stream(
+        "POST", f"{stack.openai_base}/chat/completions", json=body, headers=headers, timeout=300
+    ) as response:
         assert response.headers["x-spillover-route"] == "local"
         for _ in response.iter_lines():
             pass

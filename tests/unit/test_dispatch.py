@@ -135,12 +135,20 @@ class Observer:
     def __init__(self) -> None:
         self.max_waiting = 0
         self.outcomes: list[str] = []
+        self.decisions = 0
+        self.records: list[str] = []
 
     def waiting(self, model: str, count: int) -> None:
         self.max_waiting = max(self.max_waiting, count)
 
     def waited(self, model: str, seconds: float, outcome: str) -> None:
         self.outcomes.append(outcome)
+
+    def decided(self, seconds: float) -> None:
+        self.decisions += 1
+
+    def recorded(self, record: Any) -> None:
+        self.records.append(record.request_id)
 
 
 @pytest.fixture
@@ -197,6 +205,7 @@ async def test_local_only_waits_for_room(world: World) -> None:
     assert done.route == "local" and cloud.calls == []
     assert done.waited_s == pytest.approx(0.3)
     assert observer.max_waiting == 1 and observer.outcomes == ["local"]
+    assert observer.decisions == 4 and observer.records == ["r-3"]  # first plan + 3 re-plans while waiting
 
 
 async def test_local_only_times_out_with_429(world: World) -> None:

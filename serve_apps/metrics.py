@@ -1,0 +1,104 @@
+"""Gateway metrics, served at `GET /metrics` in the Prometheus text format.
+
+Each gateway owns its own `CollectorRegistry` (no process-global default registry), so several
+gateways in one process — or tests — never share counters. With N gateway replicas every
+replica exports its own series; Prometheus sums them (label `instance`).
+
+    spillover_requests_total{model,route,target,outcome}     answered requests (outcome: ok or error code)
+    spillover_routing_decision_seconds                       contract pipeline + burst decision time
+    spillover_admission_queue_length{model}                  requests waiting for local room
+    spillover_admission_wait_seconds{model,outcome}          time waited (outcome: local|cloud|timeout|rejected)
+    spillover_replica_saturation{model,replica}              router/saturation.py value (stale = +Inf)
+    spillover_replica_kv_cache_usage{model,replica}          engine KV usage 0..1
+    spillover_tokens_total{target,kind}                      prompt / completion tokens by target
+    spillover_cost_usd_total{target}                         cost by target, failed attempts included
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from cluster.telemetry import ClusterSnapshot
+from router.decision import DecisionRecord
+from router.saturation import Saturation
+
+PREFIX = "spillover_"
+
+
+class GatewayMetrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "spillover_requests", "Answered requests", ["model", "route", "target", "outcome"], registry=r
+        )
+        self.decision_seconds = Histogram(
+            "spillover_routing_decision_seconds",
+            "Contract pipeline + burst decision time",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1),
+            registry=r,
+        )
+        self.queue_length = Gauge(
+            "spillover_admission_queue_length", "Requests waiting for local room", ["model"], registry=r
+        )
+        self.wait_seconds = Histogram(
+            "spillover_admission_wait_seconds",
+            "Time spent waiting for local room",
+            ["model", "outcome"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.saturation = Gauge(
+            "spillover_replica_saturation", "Replica saturation (>= 1 saturated)", ["model", "replica"], registry=r
+        )
+        self.kv_usage = Gauge("spillover_replica_kv_cache_usage", "Engine KV usage", ["model", "replica"], registry=r)
+        self.tokens = Counter("spillover_tokens", "Tokens by target", ["target", "kind"], registry=r)
+        self.cost = Counter("spillover_cost_usd", "Cost by target (failed attempts included)", ["target"], registry=r)
+
+    # DispatchObserver
+    def waiting(self, model: str, count: int) -> None:
+        self.queue_length.labels(model).set(count)
+
+    def waited(self, model: str, seconds: float, outcome: str) -> None:
+        self.wait_seconds.labels(model, outcome).observe(seconds)
+
+    def decided(self, seconds: float) -> None:
+        self.decision_seconds.observe(seconds)
+
+    def answered(self, model: str, route: str, target: str, outcome: str) -> None:
+        self.requests.labels(model, route or "none", target or "none", outcome).inc()
+
+    def recorded(self, record: DecisionRecord) -> None:
+        for attempt in record.attempts:
+            self.tokens.labels(attempt.target, "prompt").inc(attempt.prompt_tokens)
+            self.tokens.labels(attempt.target, "completion").inc(attempt.completion_tokens)
+            if attempt.cost_usd:
+                self.cost.labels(attempt.target).inc(attempt.cost_usd)
+
+    def replicas(self, snapshot: ClusterSnapshot, saturations: dict[str, tuple[str, Saturation]]) -> None:
+        for replica in snapshot.replicas:
+            self.kv_usage.labels(replica.model, replica.replica_id).set(replica.kv_cache_usage)
+        for replica_id, (model, sat) in saturations.items():
+            self.saturation.labels(model, replica_id).set(sat.value)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def metric_names() -> set[str]:
+    """The names a scrape shows for every metric above (counters get `_total`, histograms
+    `_bucket`/`_sum`/`_count`) — what the Grafana dashboard may reference."""
+    names = set()
+    for metric in GatewayMetrics().registry.collect():
+        for sample in metric.samples:
+            names.add(sample.name)
+        if metric.type == "counter":
+            names.add(metric.name + "_total")
+        elif metric.type == "histogram":
+            names |= {metric.name + "_bucket", metric.name + "_sum", metric.name + "_count"}
+        else:
+            names.add(metric.name)
+    return {n for n in names if n.startswith(PREFIX)}

@@ -1,0 +1,49 @@
+"""Gateway metrics: their own registry, the names a scrape shows, and the Grafana dashboard."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from cluster.telemetry import ClusterSnapshot, ReplicaStats
+from router.decision import Attempt, DecisionRecord
+from router.saturation import Saturation
+from serve_apps.metrics import GatewayMetrics, metric_names
+
+REPO = Path(__file__).resolve().parents[2]
+METRIC = re.compile(r"\b(spillover_[a-z_]+)\b")
+
+
+def test_every_dashboard_query_names_an_exported_metric() -> None:
+    dashboard = json.loads((REPO / "cluster/grafana-dashboard.json").read_text())
+    exported = metric_names()
+    queried = {m for panel in dashboard["panels"] for t in panel["targets"] for m in METRIC.findall(t["expr"])}
+    assert queried, "the dashboard has no spillover queries"
+    assert queried <= exported, f"not exported: {sorted(queried - exported)}"
+
+
+def test_observations_show_up_in_a_scrape() -> None:
+    metrics = GatewayMetrics()
+    metrics.answered("m", "cloud", "cloud:sim", "ok")
+    metrics.waiting("m", 2)
+    metrics.waited("m", 0.3, "local")
+    metrics.decided(0.0004)
+    replica = ReplicaStats("m", "r1", "n", 10.0, 0.42, 1, 0, 0, 0, 10, 16)
+    metrics.replicas(ClusterSnapshot(10.0, (replica,)), {"r1": ("m", Saturation(0.5, "kv_cache", "kv"))})
+    record = DecisionRecord("x", "1", {}, (), ((), ()), started_at=0.0)
+    metrics.recorded(record.with_attempt(Attempt("cloud:sim/m", "ok", 0.1, 10, 5, 0.002)))
+    text = metrics.render().decode()
+    assert 'spillover_requests_total{model="m",outcome="ok",route="cloud",target="cloud:sim"} 1.0' in text
+    assert 'spillover_admission_queue_length{model="m"} 2.0' in text
+    assert 'spillover_replica_kv_cache_usage{model="m",replica="r1"} 0.42' in text
+    assert 'spillover_replica_saturation{model="m",replica="r1"} 0.5' in text
+    assert 'spillover_tokens_total{kind="completion",target="cloud:sim/m"} 5.0' in text
+    assert 'spillover_cost_usd_total{target="cloud:sim/m"} 0.002' in text
+    assert "spillover_routing_decision_seconds_count 1.0" in text
+
+
+def test_gateways_do_not_share_counters() -> None:
+    a, b = GatewayMetrics(), GatewayMetrics()
+    a.answered("m", "local", "local:m", "ok")
+    assert "spillover_requests_total{" not in b.render().decode()
