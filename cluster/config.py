@@ -80,6 +80,7 @@ class GatewaySection(_Strict):
     readiness_timeout_s: float = Field(600, gt=0)
     decisions_kept: int = Field(1000, ge=1, description="decision records kept in memory per gateway replica")
     decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
+    auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
 
 
 class ModelSpec(_Strict):
@@ -129,6 +130,15 @@ class CloudProvider(_Strict):
     )
 
 
+class Tenant(_Strict):
+    """A client of the gateway: its key (from the environment) and what its data may do."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    api_key_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="env var holding the tenant's key")
+    residency: Literal["any", "local_only"] | list[str] = "any"
+    allowed_providers: list[str] | None = None
+
+
 class CloudSection(_Strict):
     providers: list[CloudProvider] = Field(default_factory=list)
 
@@ -149,6 +159,19 @@ class SpilloverConfig(_Strict):
     policy: Policy = Policy()
     models: list[ModelSpec] = Field(min_length=1)
     cloud: CloudSection = CloudSection()
+    tenants: list[Tenant] = Field(default_factory=list)
+
+    @field_validator("tenants")
+    @classmethod
+    def _unique_tenants(cls, value: list[Tenant]) -> list[Tenant]:
+        _no_duplicates([t.name for t in value], "tenant names")
+        return value
+
+    @model_validator(mode="after")
+    def _auth_needs_tenants(self) -> SpilloverConfig:
+        if self.gateway.auth and not self.tenants:
+            raise ValueError("gateway.auth is on but no tenants are configured")
+        return self
 
     @field_validator("models")
     @classmethod

@@ -12,6 +12,7 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── InvalidRequest       400   malformed JSON, missing/invalid fields
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
         ├── ModelNotFound        404   the requested model alias is not configured
+        ├── Unauthorized         401   gateway auth is on and the API key is missing or wrong
         ├── NoCapableModel       422   no configured target satisfies the request's contract
         │   └── NoTargetFitsContext 400  ... and length is the only obstacle (code
         │                                context_length_exceeded, what OpenAI clients expect)
@@ -96,6 +97,12 @@ class InvalidRequest(RequestError):
 
 class ContextLengthExceeded(InvalidRequest):
     code = "context_length_exceeded"
+
+
+class Unauthorized(RequestError):
+    status_code = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"
 
 
 class ModelNotFound(RequestError):

@@ -7,6 +7,8 @@ It holds one DeploymentHandle per configured model and serves `GatewayHTTP`'s AS
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import time
 from typing import Any
 
@@ -16,6 +18,7 @@ from ray.serve.handle import DeploymentHandle
 from cluster.config import parse_config
 from cluster.models import CATALOG
 from cluster.telemetry import ClusterSnapshot
+from router.auth import authenticator_for
 from router.decision import DecisionStore
 from router.providers import OpenAICompatProvider
 from router.saturation import Saturation, replica_saturation
@@ -25,6 +28,8 @@ from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.telemetry_board import get_or_create_board
+
+log = logging.getLogger("spillover.gateway")
 
 
 class JsonlAppender:
@@ -98,5 +103,6 @@ class Gateway:
             policy=self._config.policy,
             decisions=dispatcher.decisions,
             metrics=metrics,
+            authenticator=authenticator_for(self._config, os.environ),
         )
         return http.app

@@ -16,6 +16,9 @@ replica, cloud provider, or a bounded wait for local room); answers carry `x-spi
 other contract headers (router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}`
 returns the decision record of a recent request.
 
+With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the
+OpenAI shape otherwise) and the tenant's residency / providers narrow the request's contract.
+
 Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
 proxy the proxy itself sets that header (and passes the same id in the request headers),
 so the deployment runs with `set_request_id=False` to avoid a duplicate header.
@@ -43,9 +46,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from cluster.telemetry import ClusterSnapshot
+from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
-from router.errors import InvalidRequest, RequestError
+from router.errors import InvalidRequest, RequestError, Unauthorized
 from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
 from router.policy import Policy
 from serve_apps.backend import ModelBackend
@@ -131,8 +135,10 @@ class GatewayHTTP:
         policy: Policy | None = None,
         decisions: DecisionStore | None = None,
         metrics: GatewayMetrics | None = None,
+        authenticator: Authenticator | None = None,
     ) -> None:
         self._metrics = metrics or GatewayMetrics()
+        self._auth = authenticator
         self._policy = policy or Policy()
         self._decisions = decisions
         self._backend = backend
@@ -178,9 +184,12 @@ class GatewayHTTP:
         request_id = self._request_id(request)
         raw = await request.body()
         try:
+            tenant = self._authorize(request)
             parsed = parse_body(raw, kind)
             resolve_model(parsed, self._limits)
             contract = derive_contract(parsed.body, request.headers, self._policy)
+            if tenant is not None:
+                contract = narrow_for_tenant(contract, tenant)
             if parsed.stream and contract.level == "L1" and self._needs_output_check(contract):
                 raise InvalidRequest(
                     "L1 requests with a json_schema, json_object or tools cannot be streamed: the gateway "
@@ -229,7 +238,20 @@ class GatewayHTTP:
             error = _error_body("the model failed while streaming", "upstream_error", "upstream_error")
             yield f"data: {_json(error)}\n\ndata: [DONE]\n\n"
 
+    def _authorize(self, request: Request) -> TenantPolicy | None:
+        """The caller's tenant when auth is on (raises Unauthorized), else None."""
+        return None if self._auth is None else self._auth.authenticate(request.headers.get("authorization"))
+
+    def _denied(self, request: Request) -> Response | None:
+        try:
+            self._authorize(request)
+        except Unauthorized as exc:
+            return JSONResponse(exc.to_openai(), 401, headers=self._headers(self._request_id(request)))
+        return None
+
     async def _list_models(self, request: Request) -> Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
         cards = [m.card(self._created) for m in self._models.values()]
         return JSONResponse({"object": "list", "data": cards}, headers=self._headers(self._request_id(request)))
 
@@ -245,6 +267,8 @@ class GatewayHTTP:
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
 
     async def _cluster(self, request: Request) -> Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
         headers = self._headers(self._request_id(request))
         if self._snapshot is None:
             body = _error_body("this gateway has no telemetry source", "invalid_request_error", "no_telemetry")
@@ -265,6 +289,8 @@ class GatewayHTTP:
         return model if model in self._models else "unknown"
 
     async def _decision(self, request: Request) -> Response:
+        if (denied := self._denied(request)) is not None:
+            return denied
         headers = self._headers(self._request_id(request))
         wanted = request.path_params["request_id"]
         record = self._decisions.get(wanted) if self._decisions is not None else None

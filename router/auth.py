@@ -1,0 +1,86 @@
+"""Gateway authentication: tenants, their API keys, and what a tenant's policy narrows.
+
+Keys are read from the environment variables the config names (never from the config file)
+and compared in constant time: every configured key is checked, with `hmac.compare_digest`
+over SHA-256 digests, whatever matches. A tenant carries its residency and allowed providers;
+they narrow the request's contract exactly as the `x-spillover-*` headers do (never widen it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from cluster.config import SpilloverConfig
+from router.contract import RequestContract
+from router.contract_headers import Residency, narrow_residency
+from router.errors import Unauthorized
+
+log = logging.getLogger("spillover.auth")
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    name: str
+    residency: Residency = "any"
+    allowed_providers: frozenset[str] | None = None
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+class Authenticator:
+    """Maps `Authorization: Bearer <key>` to a tenant. `keys` holds tenant name -> key."""
+
+    def __init__(self, tenants: Sequence[TenantPolicy], keys: Mapping[str, str]) -> None:
+        by_name = {t.name: t for t in tenants}
+        self._entries = [(_digest(key), by_name[name]) for name, key in keys.items() if key and name in by_name]
+
+    @property
+    def tenants_with_keys(self) -> int:
+        return len(self._entries)
+
+    def authenticate(self, authorization: str | None) -> TenantPolicy:
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not given.strip():
+            raise Unauthorized("missing API key: send `Authorization: Bearer <key>`")
+        wanted = _digest(given.strip())
+        found: TenantPolicy | None = None
+        for digest, tenant in self._entries:  # no early exit: the time does not depend on the match
+            if hmac.compare_digest(digest, wanted):
+                found = tenant
+        if found is None:
+            raise Unauthorized("invalid API key")
+        return found
+
+
+def narrow_for_tenant(contract: RequestContract, tenant: TenantPolicy) -> RequestContract:
+    providers = contract.allowed_providers
+    if tenant.allowed_providers is not None:
+        providers = tenant.allowed_providers if providers is None else providers & tenant.allowed_providers
+    return replace(
+        contract, residency=narrow_residency(tenant.residency, contract.residency), allowed_providers=providers
+    )
+
+
+def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authenticator | None:
+    """The gateway's authenticator when `gateway.auth` is on; keys come from the environment."""
+    if not config.gateway.auth:
+        return None
+    tenants = [
+        TenantPolicy(
+            t.name,
+            residency=frozenset(t.residency) if isinstance(t.residency, list) else t.residency,
+            allowed_providers=None if t.allowed_providers is None else frozenset(t.allowed_providers),
+        )
+        for t in config.tenants
+    ]
+    keys = {t.name: env.get(t.api_key_env, "") for t in config.tenants}
+    for tenant in config.tenants:
+        if not keys[tenant.name]:
+            log.warning("tenant %s has no key: environment variable %s is not set", tenant.name, tenant.api_key_env)
+    return Authenticator(tenants, keys)

@@ -1,0 +1,143 @@
+"""Gateway auth: no key / wrong key / right key, tenant policies narrowing the contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from cluster.config import parse_config
+from router.auth import Authenticator, TenantPolicy, authenticator_for, narrow_for_tenant
+from router.contract import RequestContract, derive_contract
+from router.errors import ConfigError, Unauthorized
+from router.openai_request import Kind
+from router.policy import Policy
+from serve_apps.backend import BackendReply
+from serve_apps.dispatch import Dispatched
+from serve_apps.gateway_http import GatewayHTTP, ServedModel
+
+TENANTS = [TenantPolicy("acme"), TenantPolicy("bank", residency="local_only")]
+KEYS = {"acme": "sk-acme-123", "bank": "sk-bank-456"}
+
+
+@pytest.mark.parametrize(
+    ("header", "tenant"),
+    [("Bearer sk-acme-123", "acme"), ("bearer sk-bank-456", "bank"), ("Bearer  sk-acme-123 ", "acme")],
+)
+def test_right_key_finds_tenant(header: str, tenant: str) -> None:
+    assert Authenticator(TENANTS, KEYS).authenticate(header).name == tenant
+
+
+@pytest.mark.parametrize(
+    ("header", "message"),
+    [
+        (None, "missing API key"),
+        ("", "missing API key"),
+        ("Basic abc", "missing API key"),
+        ("Bearer sk-acme-12", "invalid API key"),
+        ("Bearer sk-nobody", "invalid API key"),
+    ],
+)
+def test_missing_or_wrong_key_is_401(header: str | None, message: str) -> None:
+    with pytest.raises(Unauthorized) as caught:
+        Authenticator(TENANTS, KEYS).authenticate(header)
+    assert caught.value.status_code == 401 and message in caught.value.message
+    assert "sk-" not in caught.value.message
+
+
+def test_tenant_without_key_cannot_authenticate() -> None:
+    auth = Authenticator(TENANTS, {"acme": "sk-acme-123", "bank": ""})
+    assert auth.tenants_with_keys == 1
+    with pytest.raises(Unauthorized):
+        auth.authenticate("Bearer ")
+
+
+def contract(**headers: str) -> RequestContract:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    return derive_contract(body, headers, Policy())
+
+
+@pytest.mark.parametrize(
+    ("tenant", "headers", "residency", "providers"),
+    [
+        (TenantPolicy("t"), {}, "any", None),
+        (TenantPolicy("t", residency="local_only"), {}, "local_only", None),
+        (TenantPolicy("t", residency="local_only"), {"x-spillover-residency": "any"}, "local_only", None),
+        (
+            TenantPolicy("t", residency=frozenset({"eu", "us"})),
+            {"x-spillover-residency": "eu"},
+            frozenset({"eu"}),
+            None,
+        ),
+        (TenantPolicy("t", allowed_providers=frozenset({"a"})), {"x-spillover-providers": "a,b"}, "any", {"a"}),
+    ],
+)
+def test_tenant_narrows_never_widens(
+    tenant: TenantPolicy, headers: dict[str, str], residency: Any, providers: set[str] | None
+) -> None:
+    narrowed = narrow_for_tenant(contract(**headers), tenant)
+    assert narrowed.residency == residency
+    assert narrowed.allowed_providers == (None if providers is None else frozenset(providers))
+
+
+CONFIG = {
+    "gateway": {"auth": True},
+    "models": [{"alias": "m", "source": "prepared:x", "family": "llama"}],
+    "tenants": [
+        {"name": "acme", "api_key_env": "ACME_KEY"},
+        {"name": "bank", "api_key_env": "BANK_KEY", "residency": "local_only"},
+    ],
+}
+
+
+def test_auth_on_needs_tenants() -> None:
+    with pytest.raises(ConfigError, match="no tenants are configured"):
+        parse_config({**CONFIG, "tenants": []}, "t")
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.contracts: list[RequestContract] = []
+
+    async def dispatch(
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
+    ) -> Dispatched:
+        self.contracts.append(contract)
+        return Dispatched(BackendReply(body={"ok": True}), "local", "local:m", "local", 0.0)
+
+
+class NoBackend:
+    async def call(self, *args: Any) -> BackendReply:
+        raise AssertionError("not used")
+
+    async def check_health(self, alias: str, timeout_s: float) -> str | None:
+        return None
+
+
+async def test_gateway_auth_end_to_end() -> None:
+    config = parse_config(CONFIG, "t")
+    auth = authenticator_for(config, {"ACME_KEY": "sk-acme-123", "BANK_KEY": "sk-bank-456"})
+    recorder = Recorder()
+    gateway = GatewayHTTP(
+        NoBackend(), [ServedModel("m", "llama", "cpu", 4096)], created=1, dispatcher=recorder, authenticator=auth
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        none = await c.post("/v1/chat/completions", json=body)
+        wrong = await c.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer nope"})
+        acme = await c.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-acme-123"})
+        bank = await c.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-bank-456"})
+        models = await c.get("/v1/models")
+        health = await c.get("/healthz")
+    for denied in (none, wrong, models):
+        assert denied.status_code == 401
+        assert denied.json()["error"]["type"] == "authentication_error"
+        assert denied.json()["error"]["code"] == "invalid_api_key"
+    assert acme.status_code == 200 and bank.status_code == 200 and health.status_code == 200
+    assert [c.residency for c in recorder.contracts] == ["any", "local_only"]
+
+
+def test_auth_off_means_no_authenticator() -> None:
+    config = parse_config({**CONFIG, "gateway": {"auth": False}}, "t")
+    assert authenticator_for(config, {}) is None
