@@ -1,0 +1,120 @@
+"""The cloud simulator as a real subprocess: the official openai client, a real timeout and cut."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cluster.config import CloudProvider
+from router.errors import TargetUnavailable, UpstreamError
+from router.providers import OpenAICompatProvider
+from tests.unit.test_cloud_sim import chat
+
+REPO = Path(__file__).resolve().parents[2]
+QUESTION = "What is the capital of France?"
+
+
+# -- the real server, as a subprocess ----------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def real_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path, Path]]:
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("cloud-sim") / "requests.jsonl"
+    command = [sys.executable, "-m", "bench.cloud_sim", "--port", str(port), "--log", str(log_path)]
+    command += ["--ttft-s", "0.01", "--tokens-per-s", "1000", "--api-key", "sk-real-sim"]
+    output_path = log_path.parent / "output.txt"
+    output = output_path.open("w")
+    proc = subprocess.Popen(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT, env=os.environ.copy())
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                healthy = httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                healthy = False
+            if healthy and f"cloud-sim listening on {base}/v1" in output_path.read_text():
+                break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"cloud-sim did not start: {output_path.read_text()}")
+            time.sleep(0.05)
+        yield base, log_path, output_path
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        output.close()
+
+
+def test_real_server_with_the_openai_client(real_sim: tuple[str, Path, Path]) -> None:
+    openai = pytest.importorskip("openai")
+    base, log_path, _ = real_sim
+    client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-real-sim", timeout=10, max_retries=0)
+    try:
+        messages = [{"role": "user", "content": QUESTION}]
+        completion = client.chat.completions.create(model="sim-smollm2", messages=messages)
+        stream = client.chat.completions.create(model="sim-smollm2", messages=messages, stream=True)
+        streamed = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    finally:
+        client.close()
+    assert completion.choices[0].message.content == f"[cloud-sim:sim-smollm2] {QUESTION}"
+    assert completion.usage is not None and completion.usage.completion_tokens == 7
+    assert streamed == completion.choices[0].message.content
+    records = [json.loads(line) for line in log_path.read_text().splitlines()]
+    assert [r["stream"] for r in records[-2:]] == [False, True]
+
+
+async def test_real_server_timeout_and_cut_reach_the_provider_as_errors(real_sim: tuple[str, Path, Path]) -> None:
+    base, _, output_path = real_sim
+    config = CloudProvider(
+        name="real-sim", base_url=f"{base}/v1", api_key_env="SIM_KEY", timeout_s=0.5, models={"local": "sim-smollm2"}
+    )
+    body = chat(model="local")
+    async with (
+        httpx.AsyncClient(base_url=base) as control,
+        OpenAICompatProvider(config, env={"SIM_KEY": "sk-real-sim"}) as provider,
+    ):
+        try:
+            await control.post("/control/faults", json={"timeout_rate": 1.0, "hang_s": 5})
+            started = time.monotonic()
+            with pytest.raises(TargetUnavailable) as timed_out:
+                await provider.chat("local", body, "req-timeout")
+            assert timed_out.value.code == "provider_timeout" and time.monotonic() - started < 3
+            await control.post("/control/faults", json={"timeout_rate": 0, "midstream_cut_rate": 1.0})
+            reply = await provider.chat("local", {**body, "stream": True}, "req-cut")
+            assert reply.chunks is not None
+            with pytest.raises(UpstreamError) as cut:
+                async for _ in reply.chunks:
+                    pass
+            assert cut.value.code == "provider_cut"
+            with pytest.raises(UpstreamError) as cut_json:
+                await provider.chat("local", body, "req-cut-json")
+            assert cut_json.value.code == "provider_cut"
+            for _ in range(100):  # the hung request gives its slot back once the client has gone
+                if (await control.get("/control/stats")).json()["inflight"] == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await control.get("/control/stats")).json()["inflight"] == 0
+            assert "Traceback" not in output_path.read_text()  # simulated cuts are not logged as crashes
+        finally:
+            await control.post("/control/reset")
