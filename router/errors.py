@@ -128,6 +128,11 @@ class UpstreamError(RequestError):
     code = "upstream_error"
 
 
+class RequestTimeout(UpstreamError):
+    status_code = 504
+    code = "request_timeout"
+
+
 class TargetUnavailable(UpstreamError):
     status_code = 503
     code = "target_unavailable"

@@ -7,7 +7,6 @@ It holds one DeploymentHandle per configured model and serves `GatewayHTTP`'s AS
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import time
 from typing import Any
@@ -28,8 +27,6 @@ from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.telemetry_board import get_or_create_board
-
-log = logging.getLogger("spillover.gateway")
 
 
 class JsonlAppender:
@@ -90,7 +87,6 @@ class Gateway:
         dispatcher = Dispatcher(
             self._config, backend, providers, self._poller.latest, decisions=decisions, observer=metrics
         )
-        self._dispatcher = dispatcher
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
             backend,
@@ -104,5 +100,6 @@ class Gateway:
             decisions=dispatcher.decisions,
             metrics=metrics,
             authenticator=authenticator_for(self._config, os.environ),
+            request_timeout_s=gateway.request_timeout_s,
         )
         return http.app

@@ -49,7 +49,7 @@ from cluster.telemetry import ClusterSnapshot
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
-from router.errors import InvalidRequest, RequestError, Unauthorized
+from router.errors import InvalidRequest, RequestError, RequestTimeout, Unauthorized
 from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
 from router.policy import Policy
 from serve_apps.backend import ModelBackend
@@ -136,7 +136,9 @@ class GatewayHTTP:
         decisions: DecisionStore | None = None,
         metrics: GatewayMetrics | None = None,
         authenticator: Authenticator | None = None,
+        request_timeout_s: float = 300.0,
     ) -> None:
+        self._request_timeout_s = request_timeout_s
         self._metrics = metrics or GatewayMetrics()
         self._auth = authenticator
         self._policy = policy or Policy()
@@ -197,9 +199,15 @@ class GatewayHTTP:
                     param="stream",
                 )
             deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms else self._default_deadline_s
-            done = await self._dispatcher.dispatch(
-                kind, parsed.body, request_id, contract=contract, deadline_s=deadline_s
-            )
+            try:
+                done = await asyncio.wait_for(
+                    self._dispatcher.dispatch(kind, parsed.body, request_id, contract=contract, deadline_s=deadline_s),
+                    self._request_timeout_s,
+                )
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"no answer within gateway.request_timeout_s = {self._request_timeout_s:g}s"
+                ) from None
         except RequestError as exc:
             log.info("request %s rejected: %s %s %s", request_id, exc.status_code, exc.code, exc.message[:200])
             self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -333,3 +334,15 @@ async def test_decision_endpoint(backend: FakeBackend) -> None:
         missing = await c.get("/v1/spillover/decisions/zzz")
     assert found.status_code == 200 and found.json()["policy_version"] == "7"
     _assert_openai_error(missing, 404, "not_found")
+
+
+async def test_no_answer_within_request_timeout_is_504() -> None:
+    class Slow(RecordingDispatch):
+        async def dispatch(self, *args: Any, **kwargs: Any) -> Dispatched:
+            await asyncio.sleep(5)
+            raise AssertionError("unreachable")
+
+    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1, dispatcher=Slow(), request_timeout_s=0.05)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        response = await c.post("/v1/chat/completions", json=CHAT)
+    assert "0.05" in _assert_openai_error(response, 504, "request_timeout")["message"]
