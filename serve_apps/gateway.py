@@ -25,6 +25,7 @@ from serve_apps.board_poller import BoardPoller
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.local_backend import ServeHandleBackend
+from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.telemetry_board import get_or_create_board
 
@@ -58,6 +59,7 @@ class Gateway:
         }
 
     async def __serve_build_asgi_app__(self) -> Any:
+        configure_json_logs()
         models = [
             ServedModel(
                 alias=spec.alias,

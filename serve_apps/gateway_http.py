@@ -209,7 +209,8 @@ class GatewayHTTP:
                     f"no answer within gateway.request_timeout_s = {self._request_timeout_s:g}s"
                 ) from None
         except RequestError as exc:
-            log.info("request %s rejected: %s %s %s", request_id, exc.status_code, exc.code, exc.message[:200])
+            fields = {"request_id": request_id, "status": exc.status_code, "code": exc.code}
+            log.info("rejected: %s", exc.message[:200], extra=fields)
             self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")
             headers = self._headers(request_id)
             retry_after = getattr(exc, "retry_after_s", None)
@@ -217,7 +218,8 @@ class GatewayHTTP:
                 headers["retry-after"] = str(max(1, math.ceil(retry_after)))
                 headers[REASON] = _header_text(exc.message)
             return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
-        log.info("request %s -> %s (%s)", request_id, done.target, done.reason)
+        fields = {"request_id": request_id, "model": contract.model, "route": done.route, "target": done.target}
+        log.info("routed", extra={**fields, "reason": done.reason, "waited_s": round(done.waited_s, 3)})
         self._metrics.answered(contract.model, done.route, done.target, "ok")
         reply = done.reply
         headers = self._headers(

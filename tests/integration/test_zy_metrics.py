@@ -23,3 +23,31 @@ def test_every_dashboard_metric_has_data(stack: Stack) -> None:
     queried = {m for panel in dashboard["panels"] for t in panel["targets"] for m in METRIC.findall(t["expr"])}
     assert queried - with_data == set()
     assert 'route="cloud"' in scrape.text and 'route="local"' in scrape.text
+
+
+def test_gateway_writes_json_log_lines_with_route_reason(stack: Stack) -> None:
+    import glob
+    import uuid
+
+    request_id = f"log-{uuid.uuid4().hex}"
+    body = {
+        "model": "smollm2-135m-instruct",
+        "messages": [{"role": "user", "content": "secret prompt"}],
+        "max_tokens": 2,
+    }
+    response = httpx.post(
+        f"{stack.openai_base}/chat/completions", json=body, headers={"x-request-id": request_id}, timeout=60
+    )
+    assert response.status_code == 200
+    found, gateway_log = None, ""
+    for path in glob.glob("/tmp/ray/session_latest/logs/worker-*.err"):
+        for line in open(path, encoding="utf-8", errors="replace"):
+            if request_id in line and line.startswith("{"):
+                found, gateway_log = json.loads(line), path
+                break
+    assert found is not None, "no JSON log line with the request id in the gateway's worker log"
+    assert found["message"] == "routed" and found["route"] == "local" and found["reason"]
+    assert all(
+        "secret prompt" not in open(p, errors="replace").read()
+        for p in glob.glob("/tmp/ray/session_latest/logs/worker-*.err")
+    )
