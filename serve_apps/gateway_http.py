@@ -7,6 +7,7 @@ Routes
     GET  /healthz               the gateway process answers (liveness)
     GET  /readyz                every model deployment passes its health check (readiness)
     GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
+    GET  /openapi.json          this surface as OpenAPI 3.0 (serve_apps/openapi.py)
     GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age
 
 Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
@@ -55,6 +56,7 @@ from router.policy import Policy
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch import Dispatched
 from serve_apps.metrics import GatewayMetrics
+from serve_apps.openapi import openapi_document
 
 log = logging.getLogger("spillover.gateway")
 
@@ -164,6 +166,7 @@ class GatewayHTTP:
                 Route("/v1/spillover/cluster", self._cluster, methods=["GET"]),
                 Route("/v1/spillover/decisions/{request_id}", self._decision, methods=["GET"]),
                 Route("/metrics", self._metrics_page, methods=["GET"]),
+                Route("/openapi.json", self._openapi, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
         )
@@ -287,6 +290,9 @@ class GatewayHTTP:
         body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
         return JSONResponse(body, headers=headers)
 
+    async def _openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
     async def _metrics_page(self, request: Request) -> Response:
         return Response(self._metrics.render(), media_type=self._metrics.content_type)
 
@@ -296,7 +302,7 @@ class GatewayHTTP:
             model = json.loads(raw or b"{}").get("model")
         except (ValueError, AttributeError):
             model = None
-        return model if model in self._models else "unknown"
+        return model if isinstance(model, str) and model in self._models else "unknown"
 
     async def _decision(self, request: Request) -> Response:
         if (denied := self._denied(request)) is not None:

@@ -141,3 +141,55 @@ async def test_gateway_auth_end_to_end() -> None:
 def test_auth_off_means_no_authenticator() -> None:
     config = parse_config({**CONFIG, "gateway": {"auth": False}}, "t")
     assert authenticator_for(config, {}) is None
+
+
+async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp_path: Any) -> None:
+    import json
+    import random
+    from pathlib import Path
+
+    from bench.cloud_sim import SimSettings
+    from bench.cloud_sim import build_app as build_cloud_sim
+    from cluster.config import dump_config, load_config
+    from cluster.telemetry import ClusterSnapshot, ReplicaStats
+    from router.providers import OpenAICompatProvider
+    from serve_apps.dispatch import Dispatcher
+    from tests.unit.test_openapi_fuzz import EchoBackend
+
+    raw = dump_config(load_config(Path(__file__).resolve().parents[2] / "configs/local.yaml"))
+    raw["cloud"]["providers"][0].update(enabled=True, api_key_env=None)
+    raw["gateway"]["auth"] = True
+    raw["tenants"] = CONFIG["tenants"]
+    config = parse_config(raw, "t")
+    log = tmp_path / "cloud.jsonl"
+    sim = build_cloud_sim(
+        SimSettings(ttft_s=0, tokens_per_s=0, models=["sim-smollm2"]), rng=random.Random(0), log_path=log
+    )
+    provider = OpenAICompatProvider(config.cloud.providers[0], transport=httpx.ASGITransport(app=sim))
+    saturated = ReplicaStats("smollm2-135m-instruct", "r1", "n", 0.0, 0.95, 4, 0, 0, 0, 364, 128)
+    snapshot = ClusterSnapshot(taken_at=0.0, replicas=(saturated,), max_age_s=1e12)
+    clock = iter(range(10**6))
+    dispatcher = Dispatcher(
+        config, EchoBackend(), {"cloud-sim": provider}, lambda: snapshot, clock=lambda: float(next(clock)), poll_s=0.001
+    )
+    auth = authenticator_for(config, {"ACME_KEY": "sk-acme", "BANK_KEY": "sk-bank"})
+    gateway = GatewayHTTP(
+        EchoBackend(),
+        [ServedModel("smollm2-135m-instruct", "llama", "cpu", 4096)],
+        created=1,
+        dispatcher=dispatcher,
+        policy=config.policy,
+        authenticator=auth,
+    )
+    body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        bank = await c.post(
+            "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-bank", "x-request-id": "bank-1"}
+        )
+        acme = await c.post(
+            "/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-acme", "x-request-id": "acme-1"}
+        )
+    assert bank.status_code == 429 and bank.json()["error"]["code"] == "local_capacity_exhausted"
+    assert acme.status_code == 200 and acme.headers["x-spillover-route"] == "cloud"
+    seen = [json.loads(line)["headers"].get("x-request-id") for line in log.read_text().splitlines()]
+    assert seen == ["acme-1"]

@@ -346,3 +346,9 @@ async def test_no_answer_within_request_timeout_is_504() -> None:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         response = await c.post("/v1/chat/completions", json=CHAT)
     assert "0.05" in _assert_openai_error(response, 504, "request_timeout")["message"]
+
+
+async def test_non_string_model_is_400_not_500(client: httpx.AsyncClient) -> None:
+    """Found by schemathesis: a list as `model` broke the metrics label of the rejection."""
+    response = await client.post("/v1/completions", json={"model": ["x"], "prompt": "hi"})
+    assert _assert_openai_error(response, 400, "invalid_request")["param"] == "model"

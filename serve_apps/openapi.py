@@ -1,0 +1,125 @@
+"""The gateway's OpenAPI 3.0 document, served at `GET /openapi.json`.
+
+Written by hand (the gateway is a plain Starlette app): the OpenAI-compatible routes with the
+fields the gateway itself reads, the spillover routes, and the error shape every failure uses.
+schemathesis runs against it in the tests (tests/unit/test_openapi_fuzz.py): no 5xx, no hang.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": "string", "nullable": True},
+                "code": {"type": "string", "nullable": True},
+            },
+        }
+    },
+}
+
+MESSAGE = {
+    "type": "object",
+    "required": ["role"],
+    "properties": {
+        "role": {"type": "string", "enum": ["system", "user", "assistant", "tool"]},
+        "content": {"type": "string", "nullable": True},
+    },
+}
+
+COMMON_BODY = {
+    "model": {"type": "string"},
+    "stream": {"type": "boolean"},
+    "max_tokens": {"type": "integer", "minimum": 1},
+    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+}
+
+CHAT_BODY = {
+    "type": "object",
+    "required": ["model", "messages"],
+    "properties": {
+        **COMMON_BODY,
+        "messages": {"type": "array", "minItems": 1, "items": MESSAGE},
+        "response_format": {"type": "object"},
+        "tools": {"type": "array", "items": {"type": "object"}},
+    },
+}
+
+COMPLETION_BODY = {
+    "type": "object",
+    "required": ["model", "prompt"],
+    "properties": {**COMMON_BODY, "prompt": {"type": "string", "minLength": 1}},
+}
+
+SPILLOVER_HEADERS = [
+    {"name": "x-request-id", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "x-spillover-residency", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "x-spillover-deadline-ms", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "x-spillover-level", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "x-spillover-providers", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "x-spillover-max-cost-usd", "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": "x-business-scenario", "in": "header", "required": False, "schema": {"type": "string"}},
+]
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    json_error = {"content": {"application/json": {"schema": ERROR}}}
+    return {str(code): {"description": "error in the OpenAI shape", **json_error} for code in codes}
+
+
+def _json(description: str) -> dict[str, Any]:
+    return {"200": {"description": description, "content": {"application/json": {"schema": {"type": "object"}}}}}
+
+
+def _generation(summary: str, body: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "parameters": SPILLOVER_HEADERS,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": body}}},
+            "responses": {
+                "200": {
+                    "description": "the completion (JSON), or SSE events ending with data: [DONE]",
+                    "content": {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {}},
+                },
+                **_errors(400, 401, 404, 422, 429, 502, 503, 504),
+            },
+        }
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "spillover gateway", "version": "1"},
+        "paths": {
+            "/v1/chat/completions": _generation("OpenAI chat completions", CHAT_BODY),
+            "/v1/completions": _generation("OpenAI text completions", COMPLETION_BODY),
+            "/v1/models": {"get": {"summary": "configured models", "responses": {**_json("models"), **_errors(401)}}},
+            "/healthz": {"get": {"summary": "liveness", "responses": _json("alive")}},
+            "/readyz": {"get": {"summary": "readiness", "responses": {**_json("ready"), **_errors(503)}}},
+            "/v1/spillover/cluster": {
+                "get": {
+                    "summary": "the router's ClusterSnapshot",
+                    "responses": {**_json("snapshot"), **_errors(401, 404)},
+                }
+            },
+            "/v1/spillover/decisions/{request_id}": {
+                "get": {
+                    "summary": "one request's decision record",
+                    "parameters": [
+                        {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string"}}
+                    ],
+                    "responses": {**_json("decision record"), **_errors(401, 404)},
+                }
+            },
+        },
+    }
