@@ -1,6 +1,7 @@
 """Gateway authentication: tenants, their API keys, and what a tenant's policy narrows.
 
-Keys are read from the environment variables the config names (never from the config file)
+Each tenant may carry a `requests_per_minute` limit (router/rate_limit.py; 429 tenant_rate_limited
+with Retry-After). Keys are read from the environment variables the config names (never from the config file)
 and compared in constant time: every configured key is checked, with `hmac.compare_digest`
 over SHA-256 digests, whatever matches. A tenant carries its residency and allowed providers;
 they narrow the request's contract exactly as the `x-spillover-*` headers do (never widen it).
@@ -11,13 +12,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from cluster.config import SpilloverConfig
 from router.contract import RequestContract
 from router.contract_headers import Residency, narrow_residency
-from router.errors import Unauthorized
+from router.errors import TenantRateLimited, Unauthorized
+from router.rate_limit import TokenBucket
 
 log = logging.getLogger("spillover.auth")
 
@@ -27,6 +30,7 @@ class TenantPolicy:
     name: str
     residency: Residency = "any"
     allowed_providers: frozenset[str] | None = None
+    requests_per_minute: float | None = None
 
 
 def _digest(text: str) -> bytes:
@@ -36,9 +40,14 @@ def _digest(text: str) -> bytes:
 class Authenticator:
     """Maps `Authorization: Bearer <key>` to a tenant. `keys` holds tenant name -> key."""
 
-    def __init__(self, tenants: Sequence[TenantPolicy], keys: Mapping[str, str]) -> None:
+    def __init__(
+        self, tenants: Sequence[TenantPolicy], keys: Mapping[str, str], clock: Callable[[], float] = time.monotonic
+    ) -> None:
         by_name = {t.name: t for t in tenants}
         self._entries = [(_digest(key), by_name[name]) for name, key in keys.items() if key and name in by_name]
+        self._buckets = {
+            t.name: TokenBucket(t.requests_per_minute, clock=clock) for t in tenants if t.requests_per_minute
+        }
 
     @property
     def tenants_with_keys(self) -> int:
@@ -55,6 +64,13 @@ class Authenticator:
                 found = tenant
         if found is None:
             raise Unauthorized("invalid API key")
+        bucket = self._buckets.get(found.name)
+        wait = bucket.take() if bucket is not None else None
+        if wait is not None:
+            raise TenantRateLimited(
+                f"tenant {found.name!r} is over its {found.requests_per_minute:g} requests per minute",
+                retry_after_s=wait,
+            )
         return found
 
 
@@ -76,6 +92,7 @@ def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authen
             t.name,
             residency=frozenset(t.residency) if isinstance(t.residency, list) else t.residency,
             allowed_providers=None if t.allowed_providers is None else frozenset(t.allowed_providers),
+            requests_per_minute=t.requests_per_minute,
         )
         for t in config.tenants
     ]

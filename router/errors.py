@@ -13,6 +13,7 @@ calls the library; nothing else in the code base raises bare library errors upwa
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
         ├── ModelNotFound        404   the requested model alias is not configured
         ├── Unauthorized         401   gateway auth is on and the API key is missing or wrong
+        ├── TenantRateLimited    429   the tenant passed its requests_per_minute (`retry_after_s`)
         ├── NoCapableModel       422   no configured target satisfies the request's contract
         │   └── NoTargetFitsContext 400  ... and length is the only obstacle (code
         │                                context_length_exceeded, what OpenAI clients expect)
@@ -103,6 +104,16 @@ class Unauthorized(RequestError):
     status_code = 401
     error_type = "authentication_error"
     code = "invalid_api_key"
+
+
+class TenantRateLimited(RequestError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "tenant_rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class ModelNotFound(RequestError):

@@ -50,7 +50,7 @@ from cluster.telemetry import ClusterSnapshot
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
-from router.errors import InvalidRequest, RequestError, RequestTimeout, Unauthorized
+from router.errors import InvalidRequest, RequestError, RequestTimeout
 from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
 from router.policy import Policy
 from serve_apps.backend import ModelBackend
@@ -258,8 +258,11 @@ class GatewayHTTP:
     def _denied(self, request: Request) -> Response | None:
         try:
             self._authorize(request)
-        except Unauthorized as exc:
-            return JSONResponse(exc.to_openai(), 401, headers=self._headers(self._request_id(request)))
+        except RequestError as exc:  # Unauthorized, TenantRateLimited
+            headers = self._headers(self._request_id(request))
+            if (retry := getattr(exc, "retry_after_s", None)) is not None:
+                headers["retry-after"] = str(max(1, math.ceil(retry)))
+            return JSONResponse(exc.to_openai(), exc.status_code, headers=headers)
         return None
 
     async def _list_models(self, request: Request) -> Response:

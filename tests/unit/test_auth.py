@@ -193,3 +193,35 @@ async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp
     assert acme.status_code == 200 and acme.headers["x-spillover-route"] == "cloud"
     seen = [json.loads(line)["headers"].get("x-request-id") for line in log.read_text().splitlines()]
     assert seen == ["acme-1"]
+
+
+def test_token_bucket_refills_at_its_rate() -> None:
+    from router.rate_limit import TokenBucket
+
+    now = [0.0]
+    bucket = TokenBucket(per_minute=60, burst=2, clock=lambda: now[0])
+    assert [bucket.take(), bucket.take()] == [None, None]
+    assert bucket.take() == pytest.approx(1.0)  # one token a second
+    now[0] = 0.5
+    assert bucket.take() == pytest.approx(0.5)
+    now[0] = 1.0
+    assert bucket.take() is None
+
+
+async def test_tenant_over_its_rate_gets_429_with_retry_after() -> None:
+    now = [0.0]
+    tenants = [TenantPolicy("acme", requests_per_minute=2)]
+    auth = Authenticator(tenants, {"acme": "sk-acme"}, clock=lambda: now[0])
+    gateway = GatewayHTTP(
+        NoBackend(), [ServedModel("m", "llama", "cpu", 4096)], created=1, dispatcher=Recorder(), authenticator=auth
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    key = {"authorization": "Bearer sk-acme"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        codes = [(await c.post("/v1/chat/completions", json=body, headers=key)).status_code for _ in range(2)]
+        limited = await c.post("/v1/chat/completions", json=body, headers=key)
+        models = await c.get("/v1/models", headers=key)
+    assert codes == [200, 200]
+    assert limited.status_code == 429 and limited.json()["error"]["code"] == "tenant_rate_limited"
+    assert int(limited.headers["retry-after"]) == 30
+    assert models.status_code == 429

@@ -1,0 +1,29 @@
+"""Per-tenant request rate limits: a token bucket per tenant, with an injected clock.
+
+`requests_per_minute` tokens refill continuously; the bucket holds at most `burst` (default:
+one minute's worth). Limits are per gateway replica: with N replicas a tenant gets up to N×.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+
+class TokenBucket:
+    def __init__(self, per_minute: float, burst: float | None = None, clock: Callable[[], float] = time.monotonic):
+        self._rate = per_minute / 60.0
+        self._capacity = burst if burst is not None else per_minute
+        self._tokens = self._capacity
+        self._clock = clock
+        self._last = clock()
+
+    def take(self) -> float | None:
+        """None when a request may go now, else the seconds until one may."""
+        now = self._clock()
+        self._tokens = min(self._capacity, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return None
+        return (1 - self._tokens) / self._rate
