@@ -1,4 +1,4 @@
-"""`python -m bench calibrate ...`: see `bench.cli`."""
+"""`python -m bench calibrate|overload ...`: see `bench.cli`."""
 
 import sys
 

@@ -1,4 +1,4 @@
-"""Command line of bench: `python -m bench calibrate ...` (and `spillover bench calibrate ...` once
+"""Command line of bench: `python -m bench calibrate|overload ...` (and `spillover bench ...` once
 `add_bench_parser` is registered on the spillover CLI's subparsers).
 
     calibrate --url http://127.0.0.1:8000/v1 --model NAME [--direct-url URL [--direct-model NAME]]
@@ -9,9 +9,16 @@
               [--request-timeout-s 300] [--level-timeout-s 600] [--ignore-eos] [--api-key-env NAME]
               [--no-progress] [--seed 0]
 
-Exit codes: 0 a knee was found and the overlay written, 1 no knee / a URL unreachable / other
-failure, 2 bad input (flags, config, a model the URL does not serve). Errors are one line, no
-traceback.
+    overload  --url http://127.0.0.1:8000/v1 --model NAME --knee-rps MU [--multiples 0.5,1,1.5,2,3]
+              [--duration-s 30] [--prompt fixed:200] [--output fixed:64] [--slo-p95-s 10]
+              [--modes burst,local_only] [--deadline-ms MS|slo] [--drain-s S] [--cooldown-s 5]
+              [--max-requests-per-level 2000] [--cloud-price-in 0.15] [--cloud-price-out 0.60]
+              [--request-timeout-s 300] [--ignore-eos] [--api-key-env NAME] [--out DIR] [--seed 0]
+              [--no-progress]
+
+Exit codes: 0 a knee was found and the overlay written (overload: the report written and something
+answered), 1 no knee / nothing answered / a URL unreachable / other failure, 2 bad input (flags,
+config, a model the URL does not serve). Errors are one line, no traceback.
 """
 
 from __future__ import annotations
@@ -23,6 +30,9 @@ from typing import Any
 
 from bench.calibrate import CalibrateOptions, CalibrationError, calibrate, summary_lines
 from bench.knee import DEFAULT_MAX_ERROR_RATE
+from bench.overload import DEFAULT_MULTIPLES, OverloadError, OverloadOptions, run_overload
+from bench.overload import summary_lines as overload_summary_lines
+from bench.overload_metrics import MODES
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -129,8 +139,102 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+def _multiples(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of numbers: {text!r}") from None
+    if not values or any(not v > 0 or v == float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"multiples must be finite numbers > 0: {text!r}")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"multiples must not repeat: {text!r}")
+    return values
+
+
+def _modes(text: str) -> tuple[str, ...]:
+    modes = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not modes or any(m not in MODES for m in modes) or len(set(modes)) != len(modes):
+        raise argparse.ArgumentTypeError(f"modes are some of {','.join(MODES)} without repeats: {text!r}")
+    return modes
+
+
+def _deadline(text: str) -> int | str:
+    if text.strip().lower() == "slo":
+        return "slo"
+    return _number(int, 1)(text)
+
+
+def add_overload_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--url", required=True, help="OpenAI-compatible base URL of the gateway, e.g. http://127.0.0.1:8000/v1")
+    add("--model", required=True, help="model name to request")
+    add("--knee-rps", type=_number(float, 0, exclusive=True), required=True, metavar="MU",
+        help="local capacity μ in req/s (the knee's throughput from `calibrate`)")  # fmt: skip
+    add("--multiples", type=_multiples, default=DEFAULT_MULTIPLES,
+        help="offered loads λ as multiples of μ (default 0.5,1,1.5,2,3)")  # fmt: skip
+    add("--duration-s", type=_number(float, 0, exclusive=True), default=30.0, help="arrivals per level, s (30)")
+    add("--prompt", default="fixed:200", help="prompt words: fixed:N, uniform:A-B, lognormal:MEAN[,SIGMA]")
+    add("--output", default="fixed:64", help="max_tokens: fixed:N, uniform:A-B, lognormal:MEAN[,SIGMA]")
+    add("--slo-p95-s", type=_number(float, 0, exclusive=True), default=10.0, help="e2e SLO per request, s (10)")
+    add("--modes", type=_modes, default=MODES, help="burst, local_only or both (default burst,local_only)")
+    add("--deadline-ms", type=_deadline, default=None, metavar="MS|slo",
+        help="x-spillover-deadline-ms on local_only requests; `slo` = the SLO (default: none)")  # fmt: skip
+    add("--drain-s", type=_number(float, 0), default=None, help="after the arrivals, s (default 2 × the SLO)")
+    add("--cooldown-s", type=_number(float, 0), default=5.0, help="quiet between levels, s (default 5)")
+    add("--max-requests-per-level", type=_number(int, 1), default=2000, help="arrivals per level at most (2000)")
+    add("--cloud-price-in", type=_number(float, 0), default=0.15, help="USD per 1M input tokens (0.15)")
+    add("--cloud-price-out", type=_number(float, 0), default=0.60, help="USD per 1M output tokens (0.60)")
+    add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=300.0, help="per request (300)")
+    add("--ignore-eos", action="store_true", help="send vLLM's ignore_eos so outputs run to max_tokens")
+    add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
+    add("--out", default=None, help="report directory (default bench/results/overload-<model>-<time>)")
+    add("--seed", type=int, default=0, help="workload and arrivals seed (default 0)")
+    add("--no-progress", action="store_true", help="no progress line on stderr")
+
+
+def overload_options_from_args(args: argparse.Namespace) -> OverloadOptions:
+    deadline = round(args.slo_p95_s * 1000) if args.deadline_ms == "slo" else args.deadline_ms
+    return OverloadOptions(
+        url=args.url,
+        model=args.model,
+        knee_rps=args.knee_rps,
+        multiples=args.multiples,
+        duration_s=args.duration_s,
+        prompt=args.prompt,
+        output=args.output,
+        slo_p95_s=args.slo_p95_s,
+        modes=args.modes,
+        deadline_ms=deadline,
+        drain_s=args.drain_s,
+        cooldown_s=args.cooldown_s,
+        max_requests=args.max_requests_per_level,
+        price_in=args.cloud_price_in,
+        price_out=args.cloud_price_out,
+        out_dir=args.out,
+        seed=args.seed,
+        progress=not args.no_progress,
+        request_timeout_s=args.request_timeout_s,
+        ignore_eos=args.ignore_eos,
+        api_key_env=args.api_key_env,
+    )
+
+
+def cmd_overload(args: argparse.Namespace) -> int:
+    """Handler of `overload`: runs it, prints the summary; errors are one line on stderr."""
+    try:
+        outcome = run_overload(overload_options_from_args(args))
+    except OverloadError as exc:
+        print(f"error: {exc.message}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr, flush=True)
+        return 130
+    print("\n".join(overload_summary_lines(outcome)), flush=True)
+    return outcome.exit_code
+
+
 def add_bench_subcommands(subparsers: Any) -> None:
-    """Add `calibrate` to a subparsers object (of `python -m bench` or of `spillover bench`)."""
+    """Add `calibrate` and `overload` to a subparsers object (of `python -m bench` or of `spillover bench`)."""
     calibrate_parser = subparsers.add_parser(
         "calibrate",
         help="load-test a model and the gateway, find the knee, compare with the formula, write an overlay",
@@ -139,11 +243,20 @@ def add_bench_subcommands(subparsers: Any) -> None:
     )
     add_calibrate_arguments(calibrate_parser)
     calibrate_parser.set_defaults(func=cmd_calibrate)
+    overload_parser = subparsers.add_parser(
+        "overload",
+        help="offer open-loop load at multiples of the knee, with bursting on and off; SLO attainment, cloud share",
+        description="Offer Poisson load at multiples of the measured knee through the gateway, once with bursting "
+        "(plain requests) and once local_only, and write a report with p95, SLO attainment, cloud share against "
+        "the minimal share max(0, (λ − μ)/λ) and cloud cost.",
+    )
+    add_overload_arguments(overload_parser)
+    overload_parser.set_defaults(func=cmd_overload)
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register `bench` (with `calibrate`) on the spillover CLI's subparsers; the handler is `args.func`."""
-    parser = subparsers.add_parser("bench", help="load tests that calibrate the concurrency formulas")
+    """Register `bench` (`calibrate`, `overload`) on the spillover CLI's subparsers; the handler is `args.func`."""
+    parser = subparsers.add_parser("bench", help="load tests: calibrate the concurrency formulas, measure overload")
     add_bench_subcommands(parser.add_subparsers(dest="bench_command", required=True))
     return parser
 
