@@ -20,7 +20,6 @@ transport per URL (tests), `now` the wall clock for names and stamps.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import sys
@@ -35,10 +34,11 @@ import yaml
 
 from bench.formula import FormulaPrediction, GpuReaderFactory, predict
 from bench.knee import DEFAULT_MAX_ERROR_RATE
-from bench.loadgen import AuthRequired, BadBaseUrl, LoadGenerator, check_base_url, make_client, served_models
+from bench.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_client
 from bench.progress import LineProgress, NullProgress, ProgressSink
 from bench.report import CalibrationRun, environment, write_report
 from bench.sweep import LatencyMetric, StageResult, SweepPlan, run_stage
+from bench.target import BenchError, api_key_from_env, preflight
 from bench.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec
 from cluster.config import load_config
 from cluster.nvml import PynvmlReader
@@ -47,11 +47,8 @@ from router.errors import ConfigError
 TransportFor = Callable[[str], httpx.AsyncBaseTransport | None]
 
 
-class CalibrationError(Exception):
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
+class CalibrationError(BenchError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -120,7 +117,7 @@ async def calibrate_async(
         except ConfigError as exc:
             raise CalibrationError(exc.message, 2) from None
         prediction = predict(config, options.model, workload, gpu_mem=_gpu_mem(options.gpu_mem), gpu_reader=gpu_reader)
-    api_key = _api_key(options.api_key_env)
+    api_key = api_key_from_env(options.api_key_env, CalibrationError)
     extra = {**({"ignore_eos": True} if options.ignore_eos else {}), **options.extra_body}
     progress: ProgressSink = LineProgress(stderr) if options.progress else NullProgress()
     factory = RequestFactory(workload, random.Random(options.seed))
@@ -128,7 +125,7 @@ async def calibrate_async(
     clients = {url: make_client(url, transport=transport_for(url), api_key=api_key) for _, url, _ in stages}
     try:
         for _name, url, model in stages:
-            await _preflight(clients[url], url, model)
+            await preflight(clients[url], url, model, CalibrationError)
         for name, url, model in stages:
             generator = LoadGenerator(
                 clients[url], model, progress=progress, extra_body=extra, request_timeout_s=options.request_timeout_s
@@ -201,28 +198,6 @@ def _gpu_mem(text: str | None) -> int | None:
         return None if text is None else parse_bytes(text)
     except ValueError as exc:
         raise CalibrationError(f"--gpu-mem: {exc}", 2) from None
-
-
-def _api_key(env_name: str | None) -> str | None:
-    if env_name is None:
-        return None
-    if not os.environ.get(env_name):
-        raise CalibrationError(f"--api-key-env: environment variable {env_name} is not set", 2)
-    return os.environ[env_name]
-
-
-async def _preflight(client: httpx.AsyncClient, url: str, model: str) -> None:
-    try:
-        models = await served_models(client)
-    except httpx.HTTPError as exc:
-        reason = str(exc) or type(exc).__name__
-        raise CalibrationError(f"cannot reach {url}: {reason} (is the server running?)", 1) from None
-    except AuthRequired as exc:
-        raise CalibrationError(
-            f"{url} refused the request ({exc}): pass the API key with --api-key-env NAME", 2
-        ) from None
-    if models is not None and model not in models:
-        raise CalibrationError(f"{url} does not serve model {model!r}; it serves: {', '.join(models) or '(none)'}", 2)
 
 
 def _recommend(stages: list[StageResult], prediction: FormulaPrediction | None) -> tuple[int | None, str]:

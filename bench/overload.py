@@ -23,7 +23,6 @@ which carries the exit code). Exit code 0 when something was answered, 1 when no
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
 import sys
@@ -35,10 +34,11 @@ from typing import Any, TextIO
 
 import httpx
 
-from bench.loadgen import AuthRequired, BadBaseUrl, LoadGenerator, check_base_url, make_client, served_models
+from bench.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_client
 from bench.overload_metrics import MODES, OverloadLevel, OverloadRun, measure_level
 from bench.progress import LineProgress, NullProgress, ProgressSink
 from bench.report import environment
+from bench.target import BenchError, api_key_from_env, preflight
 from bench.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec, poisson_arrivals
 
 RESIDENCY_HEADER = "x-spillover-residency"
@@ -47,11 +47,8 @@ DEFAULT_MULTIPLES = (0.5, 1.0, 1.5, 2.0, 3.0)
 TransportFor = Callable[[str], httpx.AsyncBaseTransport | None]
 
 
-class OverloadError(Exception):
-    def __init__(self, message: str, exit_code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
+class OverloadError(BenchError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -145,7 +142,7 @@ async def run_overload_async(
         url = check_base_url(options.url)
     except BadBaseUrl as exc:
         raise OverloadError(str(exc), 2) from None
-    api_key = _api_key(options.api_key_env)
+    api_key = api_key_from_env(options.api_key_env, OverloadError)
     started = now()
     progress: ProgressSink = LineProgress(stderr) if options.progress else NullProgress()
     extra = {"ignore_eos": True} if options.ignore_eos else {}
@@ -153,7 +150,7 @@ async def run_overload_async(
     levels: list[OverloadLevel] = []
     client = make_client(url, transport=transport, api_key=api_key, read_timeout_s=options.request_timeout_s)
     try:
-        await _preflight(client, url, options.model)
+        await preflight(client, url, options.model, OverloadError)
         base_headers = dict(client.headers)
         for mode in options.modes:
             client.headers = {**base_headers, **mode_headers(mode, options.deadline_ms)}
@@ -219,26 +216,6 @@ async def _level(
         price_out=options.price_out,
     )
     return OverloadLevel(mode, multiple, rate, metrics, tuple(results))
-
-
-def _api_key(env_name: str | None) -> str | None:
-    if env_name is None:
-        return None
-    if not os.environ.get(env_name):
-        raise OverloadError(f"--api-key-env: environment variable {env_name} is not set", 2)
-    return os.environ[env_name]
-
-
-async def _preflight(client: httpx.AsyncClient, url: str, model: str) -> None:
-    try:
-        models = await served_models(client)
-    except httpx.HTTPError as exc:
-        reason = str(exc) or type(exc).__name__
-        raise OverloadError(f"cannot reach {url}: {reason} (is the server running?)", 1) from None
-    except AuthRequired as exc:
-        raise OverloadError(f"{url} refused the request ({exc}): pass the API key with --api-key-env NAME", 2) from None
-    if models is not None and model not in models:
-        raise OverloadError(f"{url} does not serve model {model!r}; it serves: {', '.join(models) or '(none)'}", 2)
 
 
 def _share(value: float | None) -> str:

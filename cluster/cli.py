@@ -65,7 +65,13 @@ def with_cloud_sim(config: SpilloverConfig) -> tuple[SpilloverConfig, int, list[
     if provider is None:
         raise ConfigError("(--cloud-sim)", [("cloud.providers", f"no provider named {CLOUD_SIM!r} to start")])
     port = urlsplit(provider.base_url).port or 80
-    enabled = provider.model_copy(update={"enabled": True})
+    update: dict[str, object] = {"enabled": True}
+    if provider.api_key_env and not os.environ.get(provider.api_key_env):
+        # The simulator we start asks for no key; without this the adapter would refuse to send
+        # (provider_not_configured) because the configured key variable is unset.
+        _say(f"{provider.api_key_env} is not set: calling the local cloud-sim without an API key")
+        update["api_key_env"] = None
+    enabled = provider.model_copy(update=update)
     providers = [enabled if p.name == CLOUD_SIM else p for p in config.cloud.providers]
     config = config.model_copy(update={"cloud": config.cloud.model_copy(update={"providers": providers})})
     return config, port, sorted({provider_model_name(entry) for entry in provider.models.values()})

@@ -73,3 +73,15 @@ def test_with_cloud_sim_enables_only_that_provider() -> None:
 def test_serve_cloud_sim_without_provider_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--cloud-sim", "--config", str(REPO / "configs/gpu.yaml")]) == 2
     assert "no provider named 'cloud-sim'" in capsys.readouterr().err
+
+
+def test_with_cloud_sim_drops_an_unset_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster.cli import with_cloud_sim
+    from cluster.config import load_config
+
+    monkeypatch.delenv("SPILLOVER_CLOUD_SIM_KEY", raising=False)
+    config, _, _ = with_cloud_sim(load_config(REPO / "configs/local.yaml"))
+    assert config.cloud.providers[0].api_key_env is None
+    monkeypatch.setenv("SPILLOVER_CLOUD_SIM_KEY", "sk-set")
+    config, _, _ = with_cloud_sim(load_config(REPO / "configs/local.yaml"))
+    assert config.cloud.providers[0].api_key_env == "SPILLOVER_CLOUD_SIM_KEY"
