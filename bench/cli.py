@@ -28,11 +28,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.calibrate import CalibrateOptions, CalibrationError, calibrate, summary_lines
+from bench.calibrate import CalibrateOptions, calibrate, summary_lines
 from bench.knee import DEFAULT_MAX_ERROR_RATE
-from bench.overload import DEFAULT_MULTIPLES, OverloadError, OverloadOptions, run_overload
+from bench.overload import DEFAULT_MULTIPLES, OverloadOptions, run_overload
 from bench.overload import summary_lines as overload_summary_lines
 from bench.overload_metrics import MODES
+from bench.target import BenchError
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -127,16 +128,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         from cluster.cli import default_config_path  # cluster.cli may import this module
 
         args.config = default_config_path()
-    try:
-        outcome = calibrate(options_from_args(args))
-    except CalibrationError as exc:
-        print(f"error: {exc.message}", file=sys.stderr, flush=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr, flush=True)
-        return 130
-    print("\n".join(summary_lines(outcome)), flush=True)
-    return outcome.exit_code
+    return _run(lambda: calibrate(options_from_args(args)), summary_lines)
 
 
 def _multiples(text: str) -> tuple[float, ...]:
@@ -219,18 +211,23 @@ def overload_options_from_args(args: argparse.Namespace) -> OverloadOptions:
     )
 
 
-def cmd_overload(args: argparse.Namespace) -> int:
-    """Handler of `overload`: runs it, prints the summary; errors are one line on stderr."""
+def _run(command: Callable[[], Any], summary: Callable[[Any], list[str]]) -> int:
+    """Run a bench command: its summary on stdout, or its error as one line on stderr."""
     try:
-        outcome = run_overload(overload_options_from_args(args))
-    except OverloadError as exc:
+        outcome = command()
+    except BenchError as exc:
         print(f"error: {exc.message}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr, flush=True)
         return 130
-    print("\n".join(overload_summary_lines(outcome)), flush=True)
-    return outcome.exit_code
+    print("\n".join(summary(outcome)), flush=True)
+    return int(outcome.exit_code)
+
+
+def cmd_overload(args: argparse.Namespace) -> int:
+    """Handler of `overload`: runs it, prints the summary; errors are one line on stderr."""
+    return _run(lambda: run_overload(overload_options_from_args(args)), overload_summary_lines)
 
 
 def add_bench_subcommands(subparsers: Any) -> None:

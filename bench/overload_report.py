@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from bench.overload_metrics import LevelMetrics, OverloadLevel, OverloadRun
+from bench.report import environment_and_plots
 
 NEAR_POINTS = 0.05  # a cloud share within 5 points of the minimum is "at the minimum"
 
@@ -73,16 +74,7 @@ def render_markdown(run: OverloadRun, plots: Iterable[str] = ()) -> str:
         lines += ["", f"## Mode `{mode}`", "", *_table(run.of(mode))]
     lines += ["", "## Burst vs local_only", "", *compare_modes(run)]
     lines += ["", "## Cloud share vs the minimum", "", *compare_cloud_share(run)]
-    env = run.environment
-    packages = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items()) or "–"
-    lines += [
-        "",
-        "## Environment",
-        "",
-        f"{env.get('cpu_count', '–')} CPUs, Python {env.get('python', '–')}, {env.get('platform', '–')}; {packages}.",
-    ]
-    if plots:
-        lines += ["", "## Plots", "", *(f"![{name}]({name})" for name in plots)]
+    lines += environment_and_plots(run.environment, plots)
     return "\n".join(lines) + "\n"
 
 

@@ -118,6 +118,21 @@ def write_report(run: CalibrationRun, out_dir: Path) -> dict[str, Path]:
     return paths
 
 
+def environment_and_plots(env: dict[str, Any], plots: Iterable[str]) -> list[str]:
+    """The closing sections every bench report shares."""
+    packages = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items()) or "–"
+    lines = [
+        "",
+        "## Environment",
+        "",
+        f"{env.get('cpu_count', '–')} CPUs, Python {env.get('python', '–')}, {env.get('platform', '–')}; {packages}.",
+    ]
+    plots = list(plots)
+    if plots:
+        lines += ["", "## Plots", "", *(f"![{name}]({name})" for name in plots)]
+    return lines
+
+
 def _s(value: float | None) -> str:
     if value is None:
         return "–"
@@ -179,16 +194,7 @@ def render_markdown(run: CalibrationRun, plots: Iterable[str] = ()) -> str:
         lines.append(f"`admission_limit: {run.recommended_limit}` per replica — {run.recommendation}.")
         if run.overlay_path:
             lines.append(f"Config overlay: `{run.overlay_path}`.")
-    env = run.environment
-    packages = ", ".join(f"{k} {v}" for k, v in env.get("packages", {}).items()) or "–"
-    lines += [
-        "",
-        "## Environment",
-        "",
-        f"{env.get('cpu_count', '–')} CPUs, Python {env.get('python', '–')}, {env.get('platform', '–')}; {packages}.",
-    ]
-    if plots:
-        lines += ["", "## Plots", "", *(f"![{name}]({name})" for name in plots)]
+    lines += environment_and_plots(run.environment, plots)
     return "\n".join(lines) + "\n"
 
 
