@@ -67,6 +67,11 @@ class RequestContract:
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, hash=False)
 
     @property
+    def checks_output(self) -> bool:
+        """Whether the answer is validated before it is sent (JSON schema / mode, tool arguments)."""
+        return self.needs_json_schema or self.needs_json_mode or bool(self.tool_schemas)
+
+    @property
     def min_context(self) -> int:
         return self.est_prompt_tokens + self.max_output_tokens
 

@@ -220,14 +220,14 @@ class Dispatcher:
                 reason = f"{header_target(target)} failed before the first byte: {exc.message}"[:300]
                 continue
             headers: dict[str, str] = {}
-            if kind == "chat" and reply.body is not None and self._checks_output(contract):
+            if kind == "chat" and reply.body is not None and contract.checks_output:
                 choices = reply.body.get("choices") or [{}]
-                action = enforce(contract.level, check_output(contract, choices[0].get("message") or {}))
+                verdict = check_output(contract, choices[0].get("message") or {})
+                action = enforce(contract.level, verdict)
                 if action.kind == "retry_next_or_fail":
                     record = record.with_attempt(
                         Attempt.priced(target, "contract_violation", self._clock() - began, *_usage(reply))
                     )
-                    verdict = check_output(contract, choices[0].get("message") or {})
                     last_error = contract_violation(verdict, target.id)
                     reason = f"{header_target(target)} broke the output contract ({action.header})"
                     continue
@@ -241,10 +241,6 @@ class Dispatcher:
             return Dispatched(reply, route, header_target(target), reason, 0.0, headers), record
         assert last_error is not None
         raise last_error
-
-    @staticmethod
-    def _checks_output(contract: RequestContract) -> bool:
-        return contract.needs_json_schema or contract.needs_json_mode or bool(contract.tool_schemas)
 
     async def _call(
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool

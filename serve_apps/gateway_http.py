@@ -195,7 +195,7 @@ class GatewayHTTP:
             contract = derive_contract(parsed.body, request.headers, self._policy)
             if tenant is not None:
                 contract = narrow_for_tenant(contract, tenant)
-            if parsed.stream and contract.level == "L1" and self._needs_output_check(contract):
+            if parsed.stream and contract.level == "L1" and contract.checks_output:
                 raise InvalidRequest(
                     "L1 requests with a json_schema, json_object or tools cannot be streamed: the gateway "
                     "validates the whole answer before sending it (send stream: false, or lower the level)",
@@ -317,10 +317,6 @@ class GatewayHTTP:
             message = f"no decision record for request {wanted!r} (kept: the most recent ones, on this gateway replica)"
             return JSONResponse(_error_body(message, "invalid_request_error", "not_found"), 404, headers=headers)
         return JSONResponse(record.to_dict(), headers=headers)
-
-    @staticmethod
-    def _needs_output_check(contract: RequestContract) -> bool:
-        return contract.needs_json_schema or contract.needs_json_mode or bool(contract.tool_schemas)
 
     async def _http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
