@@ -34,6 +34,7 @@ _FLOAT_FLAGS: tuple[tuple[str, str], ...] = (
     ("--retry-after-s", "retry_after_s"),
     ("--timeout-rate", "timeout_rate"),
     ("--hang-s", "hang_s"),
+    ("--reset-rate", "reset_rate"),
     ("--midstream-cut-rate", "midstream_cut_rate"),
     ("--malformed-rate", "malformed_rate"),
     ("--schema-invalid-rate", "schema_invalid_rate"),

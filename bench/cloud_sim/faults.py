@@ -8,6 +8,8 @@ the wire:
     error_5xx      500, 502 or 503 (a second draw) with an OpenAI error body
     rate_limit     429 with `Retry-After` (whole seconds) and `retry-after-ms`
     timeout        no byte for `hang_s` seconds (or until the client goes away), then 504
+    reset          the TCP connection is aborted (RST) before any response byte: what a client
+                   sees when a load balancer or a crashed process drops it
     midstream_cut  200, part of the body or SSE stream, then the connection drops
     malformed      200 whose JSON body or SSE `data:` payload is not valid JSON
     schema_invalid 200, well-formed, but the answer to a `response_format: json_schema` request
@@ -28,6 +30,7 @@ class Fault(StrEnum):
     ERROR_5XX = "error_5xx"
     RATE_LIMIT = "rate_limit"
     TIMEOUT = "timeout"
+    RESET = "reset"
     MIDSTREAM_CUT = "midstream_cut"
     MALFORMED = "malformed"
     SCHEMA_INVALID = "schema_invalid"
@@ -37,6 +40,7 @@ FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
     (Fault.ERROR_5XX, "error_5xx_rate"),
     (Fault.RATE_LIMIT, "rate_limit_rate"),
     (Fault.TIMEOUT, "timeout_rate"),
+    (Fault.RESET, "reset_rate"),
     (Fault.MIDSTREAM_CUT, "midstream_cut_rate"),
     (Fault.MALFORMED, "malformed_rate"),
     (Fault.SCHEMA_INVALID, "schema_invalid_rate"),

@@ -75,7 +75,7 @@ class CloudSim:
         self._log = RequestLog(log_path)
         self._counter = itertools.count(1)
         self.requests_total = 0
-        self.app = Starlette(
+        self.app = _AbortableStarlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
@@ -134,6 +134,8 @@ class CloudSim:
             message = f"cloud-sim held the request for {settings.hang_s:g} s (simulated timeout)"
             timeout = JSONResponse(error_body(message, "server_error", "timeout"), 504, headers)
             return _Delayed(timeout, settings.hang_s, self._sleep)
+        if fault is Fault.RESET:
+            return _Reset()
         if fault is Fault.SCHEMA_INVALID and plan.content is not None and plan.content.startswith("{"):
             wrong = '{"cloud_sim": "this object ignores the requested schema"}'
             plan = replace(plan, content=wrong, pieces=(wrong,))
@@ -261,6 +263,38 @@ class CloudSim:
             "retry-after-ms": str(round(settings.retry_after_s * 1000)),
         }
         return JSONResponse(error_body(message, "requests", code), 429, headers)
+
+
+ABORT_SCOPE_KEY = "cloud_sim.abort"
+
+
+class _AbortableStarlette(Starlette):
+    """Starlette that puts an `abort()` for the raw connection into the scope.
+
+    uvicorn answers 500 when an app fails before its first byte, so a reset cannot be simulated
+    by raising; it needs the transport. uvicorn's `send` is a bound method of the request cycle
+    that holds it. Under another server (or httpx's ASGITransport) there is no abort and the
+    reset fault raises `SimulatedCut` instead."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        if scope["type"] == "http" and transport is not None and hasattr(transport, "abort"):
+            scope[ABORT_SCOPE_KEY] = transport.abort
+        await super().__call__(scope, receive, send)
+
+
+class _Reset(Response):
+    """Aborts the connection (TCP RST) without sending a byte."""
+
+    def __init__(self) -> None:
+        self.status_code = 0
+        self.background = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        abort = scope.get(ABORT_SCOPE_KEY)
+        if abort is None:
+            raise SimulatedCut("cloud-sim reset the connection (simulated, no transport to abort)")
+        abort()
 
 
 class _Delayed(Response):

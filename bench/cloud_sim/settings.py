@@ -20,6 +20,7 @@ FAULT_RATE_FIELDS = (
     "error_5xx_rate",
     "rate_limit_rate",
     "timeout_rate",
+    "reset_rate",
     "midstream_cut_rate",
     "malformed_rate",
     "schema_invalid_rate",
@@ -43,6 +44,7 @@ class SimSettings(BaseModel):
     retry_after_s: float = Field(1.0, ge=0, le=3600, description="Retry-After sent with every 429")
     timeout_rate: float = Field(0.0, ge=0, le=1, description="fraction that hang for hang_s")
     hang_s: float = Field(30.0, ge=0, le=600, description="how long a timeout fault hangs before a 504")
+    reset_rate: float = Field(0.0, ge=0, le=1, description="fraction whose connection is reset before any byte")
     midstream_cut_rate: float = Field(0.0, ge=0, le=1, description="fraction cut off mid-body / mid-stream")
     malformed_rate: float = Field(0.0, ge=0, le=1, description="fraction answered 200 with invalid JSON")
     schema_invalid_rate: float = Field(

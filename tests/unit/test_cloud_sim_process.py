@@ -118,3 +118,28 @@ async def test_real_server_timeout_and_cut_reach_the_provider_as_errors(real_sim
             assert "Traceback" not in output_path.read_text()  # simulated cuts are not logged as crashes
         finally:
             await control.post("/control/reset")
+
+
+async def test_real_server_reset_drops_the_connection_before_any_byte(real_sim: tuple[str, Path, Path]) -> None:
+    base, log_path, output_path = real_sim
+    config = CloudProvider(
+        name="real-sim", base_url=f"{base}/v1", api_key_env="SIM_KEY", timeout_s=5, models={"local": "sim-smollm2"}
+    )
+    async with (
+        httpx.AsyncClient(base_url=base) as control,
+        OpenAICompatProvider(config, env={"SIM_KEY": "sk-real-sim"}) as provider,
+    ):
+        try:
+            await control.post("/control/faults", json={"reset_rate": 1.0})
+            with pytest.raises(TargetUnavailable) as reset:
+                await provider.chat("local", chat(model="local"), "req-reset")
+            # no status line ever arrived: a transport failure, not an HTTP error or a cut body
+            assert reset.value.code == "provider_unreachable"
+            await control.post("/control/reset")
+            reply = await provider.chat("local", chat(model="local"), "req-after-reset")
+            assert reply.body is not None and reply.status == 200  # the server itself is fine
+        finally:
+            await control.post("/control/reset")
+    record = next(json.loads(line) for line in log_path.read_text().splitlines() if "req-reset" in line)
+    assert record["fault"] == "reset" and record["status"] == 0
+    assert "Traceback" not in output_path.read_text()
