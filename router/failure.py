@@ -1,0 +1,159 @@
+"""What a failed attempt was, and what the dispatcher may do about it.
+
+Pure: no I/O, no clock. `classify` maps a `router.errors.RequestError` (as raised by the
+provider adapter or the local engine path) to a `FailureClass`; `RETRY_TABLE` says, per
+class, what the dispatcher may do next. Retry behaviour is this table, not keyword arguments
+scattered over call sites (DESIGN.md §3).
+
+    class           raised as (code)                          same  over  breaker  cools  black
+    TRANSPORT       provider_unreachable, target_unavailable   yes   yes   yes      -      -
+    TIMEOUT         provider_timeout, RequestTimeout,          -     yes   yes      -      -
+                    replicas_stale (every local replica went
+                    silent while we waited for the first byte)
+    RATE_LIMITED    ProviderRateLimited (429)                  -     yes   -        yes    -
+    SERVER          provider_error, upstream_error, unknown    yes   yes   yes      -      -
+    PROTOCOL        provider_malformed                         -     yes   yes      -      -
+    CUT             provider_cut (non-streamed body only)      yes   yes   yes      -      -
+    CONTRACT        ContractViolation                          -     yes   -        -      -
+    AUTH            provider_auth_failed (401/403 to OUR key)  -     yes   yes      -      yes
+    NOT_CONFIGURED  provider_not_configured (key var unset)    -     yes   -        -      yes
+    CLIENT          ProviderRejected, InvalidRequest,          -     -     -        -      -
+                    ModelNotFound, NoCapableModel, any other
+                    RequestError with status < 500
+
+    same = retry the same target after a backoff    over = fail over to the next capable candidate
+    breaker = a failure for the target's circuit breaker and health
+    cools = a 429 cools the target's whole failure domain    black = target health goes black
+
+Why the rows differ:
+
+- TIMEOUT is not retried on the same target: waiting again on a hanging target burns the
+  request's deadline; another candidate is the better use of the time left.
+- RATE_LIMITED is not a breaker failure: the target is healthy, only busy. It cools the whole
+  failure domain (one account's quota is shared by its models) instead.
+- PROTOCOL is not retried on the same target: a target that answers garbage tends to repeat it.
+- CUT is only classified here for a non-streamed body, i.e. before the client received
+  anything, so a retry cannot duplicate output the client already saw.
+- CONTRACT is the model's answer breaking the request's output contract: the target works, so
+  no breaker failure, but another candidate may well satisfy the contract.
+- AUTH / NOT_CONFIGURED are our credential problems: the client's request is fine, so another
+  provider may serve it, while this target goes black until an operator fixes the key.
+- CLIENT errors (400/401/403/404/422 about the request itself) go back to the client: they
+  would fail the same way everywhere.
+
+Classification order: the leaf classes whose meaning is fixed by their type
+(`ProviderRateLimited`, `RequestTimeout`, `ContractViolation`) first; then, for any other
+`UpstreamError`, its `code` (an unknown code is SERVER); then any other `RequestError` is
+SERVER if its status is >= 500 and CLIENT otherwise. The code table is only consulted for
+`UpstreamError`s, so a provider's own code carried by a `ProviderRejected` can never turn a
+client error into a retryable one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from router.errors import (
+    ContractViolation,
+    ProviderRateLimited,
+    RequestError,
+    RequestTimeout,
+    UpstreamError,
+)
+
+
+class FailureClass(StrEnum):
+    """What went wrong in one attempt, at the granularity the retry policy cares about."""
+
+    TRANSPORT = "transport"
+    TIMEOUT = "timeout"
+    RATE_LIMITED = "rate_limited"
+    SERVER = "server"
+    PROTOCOL = "protocol"
+    CUT = "cut"
+    CONTRACT = "contract"
+    AUTH = "auth"
+    NOT_CONFIGURED = "not_configured"
+    CLIENT = "client"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What the dispatcher may do after one failed attempt of a given class.
+
+    `retry_same`: may try the same target again after a backoff.
+    `fail_over`: may move on to the next capable candidate.
+    `breaker_failure`: counts as a failure for the target's circuit breaker and health.
+    `cools_domain`: a 429 that cools the target's whole failure domain.
+    `marks_black`: a credential problem; the target's health goes black.
+    """
+
+    retry_same: bool = False
+    fail_over: bool = False
+    breaker_failure: bool = False
+    cools_domain: bool = False
+    marks_black: bool = False
+
+    @property
+    def retryable(self) -> bool:
+        """True when any further attempt (same target or another) is allowed."""
+        return self.retry_same or self.fail_over
+
+
+RETRY_TABLE: Mapping[FailureClass, Rule] = MappingProxyType(
+    {
+        FailureClass.TRANSPORT: Rule(retry_same=True, fail_over=True, breaker_failure=True),
+        FailureClass.TIMEOUT: Rule(fail_over=True, breaker_failure=True),
+        FailureClass.RATE_LIMITED: Rule(fail_over=True, cools_domain=True),
+        FailureClass.SERVER: Rule(retry_same=True, fail_over=True, breaker_failure=True),
+        FailureClass.PROTOCOL: Rule(fail_over=True, breaker_failure=True),
+        FailureClass.CUT: Rule(retry_same=True, fail_over=True, breaker_failure=True),
+        FailureClass.CONTRACT: Rule(fail_over=True),
+        FailureClass.AUTH: Rule(fail_over=True, breaker_failure=True, marks_black=True),
+        FailureClass.NOT_CONFIGURED: Rule(fail_over=True, marks_black=True),
+        FailureClass.CLIENT: Rule(),
+    }
+)
+
+# `UpstreamError.code` -> class, for the codes the provider adapter and the local engine path
+# raise (see router/providers/openai_compat.py). Immutable, so not module-level mutable state.
+_UPSTREAM_CODES: Mapping[str, FailureClass] = MappingProxyType(
+    {
+        "provider_unreachable": FailureClass.TRANSPORT,
+        "target_unavailable": FailureClass.TRANSPORT,
+        "provider_timeout": FailureClass.TIMEOUT,
+        "request_timeout": FailureClass.TIMEOUT,
+        "replicas_stale": FailureClass.TIMEOUT,
+        "provider_rate_limited": FailureClass.RATE_LIMITED,
+        "provider_error": FailureClass.SERVER,
+        "upstream_error": FailureClass.SERVER,
+        "provider_malformed": FailureClass.PROTOCOL,
+        "provider_cut": FailureClass.CUT,
+        "contract_violation": FailureClass.CONTRACT,
+        "provider_auth_failed": FailureClass.AUTH,
+        "provider_not_configured": FailureClass.NOT_CONFIGURED,
+    }
+)
+
+
+def classify(error: RequestError) -> FailureClass:
+    """The failure class of one failed attempt (see the module docstring for the order)."""
+    if isinstance(error, ProviderRateLimited):
+        return FailureClass.RATE_LIMITED
+    if isinstance(error, RequestTimeout):
+        return FailureClass.TIMEOUT
+    if isinstance(error, ContractViolation):
+        return FailureClass.CONTRACT
+    if isinstance(error, UpstreamError):
+        return _UPSTREAM_CODES.get(error.code or "", FailureClass.SERVER)
+    if error.status_code >= 500:
+        return FailureClass.SERVER
+    return FailureClass.CLIENT
+
+
+def rule_for(error: RequestError) -> Rule:
+    """The retry rule for one failed attempt: `RETRY_TABLE[classify(error)]`."""
+    return RETRY_TABLE[classify(error)]

@@ -1,0 +1,305 @@
+"""Per-target health: a green / yellow / red / black state machine (seed 004 §2.2-2.3).
+
+Why a state machine and not "switch on the first timeout": most timeouts are jitter, and moving all
+traffic at once floods the fallback. So a suspect target (yellow) keeps ~70% of new requests and sheds
+~30%; only persistent or certain failure (red) moves everything; and recovery is earned slowly — a
+cool-down, a streak of good probes, then a 20% → 50% → 100% ramp — because targets that were flipped
+back at once have been seen to fall over again. Black is for credential failures, which no amount of
+retrying fixes; its probes are only believed after `black_retry_s`.
+
+Pure: inputs are method calls, time comes from the injected clock, and time-driven transitions are
+evaluated lazily (on every input and read), stamped with the moment they became due.
+
+    from            event                                                    to
+    --------------  -------------------------------------------------------  -------------------------
+    green           any failed probe (liveness, latency, correctness)        yellow
+    green           live error ratio >= yellow_error_ratio over window_s
+                    with >= min_requests outcomes                            yellow
+    green / yellow  red_probe_failures consecutive failed liveness probes    red
+    yellow          no failure (probe or live) for yellow_clear_s            green
+    yellow          still yellow red_after_s after entering it               red
+    any but black   mark_down(reason), e.g. every replica's stats stale      red
+    red             >= recovery_probes consecutive good probes AND
+                    cooldown_s since entering red                           ramping at ramp[0] (yellow)
+    ramping         ramp_step_s at a share without a failure                 next share (yellow < 1.0,
+                                                                             green at 1.0)
+    ramping at end  ramp_step_s at the last share                            green, ramp complete
+    ramping         any failed probe or live failure                         red (recovery starts over)
+    any             credential_failed()                                      black
+    black           good probe at least black_retry_s after entering black   red
+    black           anything else (probes before black_retry_s, live traffic,
+                    mark_down)                                               black
+
+Inside red a failed probe or live failure resets the good-probe streak. Shares: green 1.0, yellow
+`yellow_share`, red and black 0, ramping the current ramp share; `admits(draw)` is `draw < share()`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal, get_args
+
+Clock = Callable[[], float]
+ProbeLevel = Literal["liveness", "latency", "correctness"]
+
+MAX_TRANSITIONS = 50  # how many transitions each machine keeps for metrics / decision records
+
+
+class Health(StrEnum):
+    GREEN = "green"
+    YELLOW = "yellow"
+    RED = "red"
+    BLACK = "black"
+
+
+@dataclass(frozen=True)
+class HealthSettings:
+    window_s: float = 120.0  # live outcome window
+    min_requests: int = 5  # never judge an error ratio over fewer outcomes
+    yellow_error_ratio: float = 0.2
+    yellow_share: float = 0.7  # yellow keeps 70% of new requests, sheds ~30%
+    red_after_s: float = 120.0  # yellow lasting this long is persistent degradation -> red
+    red_probe_failures: int = 3  # consecutive failed liveness probes -> red at once
+    recovery_probes: int = 5  # consecutive good probes needed to leave red
+    cooldown_s: float = 60.0  # minimum time in red before recovery
+    ramp: tuple[float, ...] = (0.2, 0.5, 1.0)
+    ramp_step_s: float = 30.0  # each ramp share is held this long without failures
+    black_retry_s: float = 600.0  # after a credential failure probes are only believed after this long
+    yellow_clear_s: float = 30.0  # yellow with no failure this long -> green
+
+    def __post_init__(self) -> None:
+        if not self.ramp or any(not 0.0 < s <= 1.0 for s in self.ramp) or list(self.ramp) != sorted(self.ramp):
+            raise ValueError(f"health ramp must be non-empty, ascending shares in (0, 1], got {self.ramp}")
+        for name in ("yellow_error_ratio", "yellow_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"health {name} must be in [0, 1], got {getattr(self, name)}")
+        if min(self.min_requests, self.red_probe_failures, self.recovery_probes) < 1:
+            raise ValueError("health min_requests, red_probe_failures and recovery_probes must be >= 1")
+
+
+@dataclass(frozen=True)
+class Transition:
+    at: float  # when the transition became due (clock seconds)
+    from_state: Health
+    to_state: Health  # equal to from_state for ramp steps and "ramp complete"
+    reason: str
+    share: float  # the share of new requests the target takes after the transition
+
+
+class HealthMachine:
+    """One target's health; feed it probes and live outcomes, read `state`, `share()`, `admits()`."""
+
+    def __init__(self, target: str, settings: HealthSettings, clock: Clock) -> None:
+        self.target = target
+        self._s = settings
+        self._clock = clock
+        self._state = Health.GREEN
+        self._since = clock()  # when the current state was entered
+        self._reason = "no failures seen"
+        self._ramp_step: int | None = None  # index into settings.ramp while ramping
+        self._ramp_since = 0.0
+        self._outcomes: deque[tuple[float, bool]] = deque()
+        self._last_failure = self._since
+        self._liveness_failures = 0  # consecutive
+        self._good_probes = 0  # consecutive, counted while red
+        self._streak_done_at: float | None = None  # when the good-probe streak reached recovery_probes
+        self._transitions: deque[Transition] = deque(maxlen=MAX_TRANSITIONS)
+        self.transitions_total = 0  # every transition ever, including those the deque dropped
+
+    # -- outputs ---------------------------------------------------------------------------------
+    @property
+    def state(self) -> Health:
+        self._tick(self._clock())
+        return self._state
+
+    @property
+    def ramping(self) -> bool:
+        self._tick(self._clock())
+        return self._ramp_step is not None
+
+    @property
+    def reason(self) -> str:
+        self._tick(self._clock())
+        return self._reason
+
+    @property
+    def transitions(self) -> list[Transition]:
+        self._tick(self._clock())
+        return list(self._transitions)
+
+    def share(self) -> float:
+        self._tick(self._clock())
+        return self._share()
+
+    def admits(self, draw: float) -> bool:
+        """`draw` in [0, 1) from the caller's seeded Random; randomness stays injectable."""
+        return draw < self.share()
+
+    # -- inputs ----------------------------------------------------------------------------------
+    def probe(self, level: ProbeLevel, ok: bool) -> None:
+        if level not in get_args(ProbeLevel):
+            raise ValueError(f"unknown probe level {level!r}; expected one of {get_args(ProbeLevel)}")
+        now = self._clock()
+        self._tick(now)
+        if self._state is Health.BLACK:
+            waited = now - self._since
+            if ok and waited >= self._s.black_retry_s:
+                self._enter_red(now, f"good {level} probe {waited:.0f}s after the credential failure")
+            return  # earlier probes are not believed: the credential was rejected, not the network
+        if level == "liveness":
+            self._liveness_failures = 0 if ok else self._liveness_failures + 1
+        if ok:
+            if self._state is Health.RED and self._ramp_step is None:
+                self._good_probes += 1
+                if self._good_probes == self._s.recovery_probes:
+                    self._streak_done_at = now
+                self._tick(now)
+            return
+        self._failure(now)
+        if self._liveness_failures >= self._s.red_probe_failures:
+            self._enter_red(now, f"{self._liveness_failures} consecutive liveness probes failed")
+        elif self._ramp_step is not None:
+            self._enter_red(now, f"{level} probe failed while ramping at {self._share():.0%}: recovery starts over")
+        elif self._state is Health.GREEN:
+            self._enter(Health.YELLOW, now, f"{level} probe failed")
+
+    def outcome(self, ok: bool) -> None:
+        now = self._clock()
+        self._tick(now)
+        if self._state is Health.BLACK:
+            return
+        self._outcomes.append((now, ok))
+        horizon = now - self._s.window_s
+        while self._outcomes and self._outcomes[0][0] <= horizon:
+            self._outcomes.popleft()
+        if ok:
+            return
+        self._failure(now)
+        if self._ramp_step is not None:
+            self._enter_red(now, f"request failed while ramping at {self._share():.0%}: recovery starts over")
+        elif self._state is Health.GREEN:
+            total = len(self._outcomes)
+            failed = sum(1 for _, good in self._outcomes if not good)
+            if total >= self._s.min_requests and failed / total >= self._s.yellow_error_ratio:
+                self._enter(
+                    Health.YELLOW,
+                    now,
+                    f"error ratio {failed / total:.2f} over {total} requests in {self._s.window_s:g}s"
+                    f" >= {self._s.yellow_error_ratio:g}",
+                )
+
+    def credential_failed(self, detail: str = "") -> None:
+        """Black from anywhere; repeating it restarts the black_retry_s wait."""
+        now = self._clock()
+        self._tick(now)
+        self._ramp_step = None
+        reason = f"credential failed{': ' + detail if detail else ''}"
+        if self._state is Health.BLACK:
+            self._since, self._reason = now, reason
+        else:
+            self._enter(Health.BLACK, now, reason)
+
+    def mark_down(self, reason: str) -> None:
+        """Red at once on outside evidence (e.g. every replica's stats went stale); black stays black."""
+        now = self._clock()
+        self._tick(now)
+        if self._state is not Health.BLACK:
+            self._enter_red(now, reason)
+
+    # -- internals -------------------------------------------------------------------------------
+    def _share(self) -> float:
+        if self._ramp_step is not None:
+            return self._s.ramp[self._ramp_step]
+        return {Health.GREEN: 1.0, Health.YELLOW: self._s.yellow_share}.get(self._state, 0.0)
+
+    def _enter(self, to: Health, at: float, reason: str) -> None:
+        before = self._state
+        self._state, self._since, self._reason = to, at, reason
+        self._transitions.append(Transition(at, before, to, reason, self._share()))
+        self.transitions_total += 1
+
+    def _failure(self, now: float) -> None:
+        self._last_failure = now
+        self._good_probes = 0
+        self._streak_done_at = None
+
+    def _enter_red(self, at: float, reason: str) -> None:
+        self._good_probes, self._streak_done_at = 0, None
+        if self._state is Health.RED and self._ramp_step is None:
+            self._reason = reason  # still red; the cool-down keeps counting from entering red
+            return
+        self._ramp_step = None
+        self._enter(Health.RED, at, reason)
+
+    def _start_ramp(self, at: float) -> None:
+        self._ramp_step, self._ramp_since = 0, at
+        self._outcomes.clear()  # judge the recovered target on fresh traffic only
+        self._liveness_failures = 0
+        share = self._s.ramp[0]
+        self._enter(
+            Health.GREEN if share >= 1.0 else Health.YELLOW,
+            at,
+            f"{self._s.recovery_probes} good probes and {self._s.cooldown_s:g}s cool-down: ramp to {share:.0%}",
+        )
+
+    def _tick(self, now: float) -> None:
+        """Apply every time-driven transition due by `now`, each stamped with when it became due."""
+        while True:
+            if self._ramp_step is not None:
+                due = self._ramp_since + self._s.ramp_step_s
+                if now < due:
+                    return
+                held = self._s.ramp[self._ramp_step]
+                if self._ramp_step + 1 < len(self._s.ramp):
+                    self._ramp_step += 1
+                    self._ramp_since = due
+                    share = self._s.ramp[self._ramp_step]
+                    reason = f"ramp {held:.0%} held {self._s.ramp_step_s:g}s: ramp to {share:.0%}"
+                    self._enter(Health.GREEN if share >= 1.0 else Health.YELLOW, due, reason)
+                else:
+                    self._ramp_step = None
+                    self._enter(Health.GREEN, due, f"ramp complete at {held:.0%}")
+            elif self._state is Health.YELLOW:
+                clear_at = self._last_failure + self._s.yellow_clear_s
+                red_at = self._since + self._s.red_after_s
+                if now < min(clear_at, red_at):
+                    return
+                if clear_at <= red_at:
+                    self._enter(Health.GREEN, clear_at, f"no failures for {self._s.yellow_clear_s:g}s")
+                else:
+                    self._enter_red(red_at, f"yellow for {self._s.red_after_s:g}s")
+            elif self._state is Health.RED and self._streak_done_at is not None:
+                due = max(self._streak_done_at, self._since + self._s.cooldown_s)
+                if now < due:
+                    return
+                self._start_ramp(due)
+            else:
+                return
+
+
+class HealthBoard:
+    """Health machines keyed by target id, created on demand with shared settings and clock."""
+
+    def __init__(self, settings: HealthSettings, clock: Clock) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._machines: dict[str, HealthMachine] = {}
+
+    def get(self, target: str) -> HealthMachine:
+        if target not in self._machines:
+            self._machines[target] = HealthMachine(target, self._settings, self._clock)
+        return self._machines[target]
+
+    def states(self) -> dict[str, str]:
+        return {target: machine.state.value for target, machine in self._machines.items()}
+
+    def reset(self, target: str | None = None) -> list[str]:
+        """Operator action: forget the machine of `target` (or every machine), which starts green
+        again on its next use. Black needs this, or `black_retry_s`, once the key is fixed."""
+        keys = [k for k in self._machines if target is None or k == target]
+        for key in keys:
+            del self._machines[key]
+        return [f"health:{k}" for k in keys]

@@ -1,0 +1,176 @@
+"""`Idempotency-Key` handling: a client retrying a request it is unsure about is not billed twice.
+
+A client that lost the connection cannot tell whether its request ran. With the same
+`Idempotency-Key` (scoped by tenant, so tenants cannot read each other's answers) it may send it
+again: a completed answer within the TTL is replayed instead of run again; a copy arriving
+while the first is still running waits for it rather than running in parallel (the point is to
+not pay twice). Failures are not stored, so a failed request may be retried with the same key.
+The same key with a different body is a client bug and is refused, as Stripe and OpenAI do.
+
+Per gateway replica and in memory: replays are best effort across replicas and restarts.
+The TTL runs on the injected clock; waiting for an in-flight twin runs on the event loop.
+
+    store.begin(...)  -> Fresh   the caller runs the request, then complete(...) or abandon(...)
+                      -> Replay  the caller returns `stored` as is
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.errors import IdempotencyConflict, InvalidRequest
+
+MAX_KEY_LENGTH = 255
+
+
+@dataclass(frozen=True)
+class StoredResponse:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Fresh:
+    """Nobody ran this request yet: run it, then `complete` or `abandon` the key."""
+
+
+@dataclass(frozen=True)
+class Replay:
+    """The request already ran: answer with `stored` (a copy, free to mutate)."""
+
+    stored: StoredResponse
+
+
+Begin = Fresh | Replay
+
+
+def fingerprint(body: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of a request body: key order and spacing do not matter."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def validate_key(key: str) -> None:
+    """1-255 printable ASCII characters (space to tilde), else InvalidRequest."""
+    if not 1 <= len(key) <= MAX_KEY_LENGTH or not all(" " <= ch <= "~" for ch in key):
+        raise InvalidRequest(
+            f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable ASCII characters "
+            f"(got {len(key)} characters{'' if key.isascii() else ', some not ASCII'})",
+            code="invalid_idempotency_key",
+        )
+
+
+@dataclass
+class _Entry:
+    fingerprint: str
+    expires_at: float
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # set when completed or abandoned
+    stored: StoredResponse | None = None
+
+
+_Key = tuple[str, str]
+
+
+class IdempotencyStore:
+    """Remembers, per (tenant, key), the request in flight or its completed answer.
+
+    In-flight entries also expire after `ttl_s` (a caller that never completed nor abandoned
+    them must not block the key forever). Over `max_entries`, the oldest completed answers are
+    evicted; in-flight entries never are (their count is bounded by concurrency).
+    """
+
+    def __init__(self, *, ttl_s: float = 600.0, max_entries: int = 10_000, clock: Callable[[], float]) -> None:
+        if ttl_s <= 0 or max_entries < 1:
+            raise ValueError(f"ttl_s must be > 0 and max_entries >= 1, got {ttl_s}, {max_entries}")
+        self.ttl_s = ttl_s
+        self.max_entries = max_entries
+        self._clock = clock
+        # Both in insertion order, and with one TTL also in expiry order: sweeping the front
+        # drops every expired entry.
+        self._inflight: OrderedDict[_Key, _Entry] = OrderedDict()
+        self._completed: OrderedDict[_Key, _Entry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._inflight) + len(self._completed)
+
+    def _sweep(self, now: float) -> None:
+        for entries in (self._inflight, self._completed):
+            while entries:
+                key, entry = next(iter(entries.items()))
+                if entry.expires_at > now:
+                    break
+                del entries[key]
+                entry.done.set()  # an expired in-flight twin counts as abandoned: wake its waiters
+
+    def _evict(self) -> None:
+        while len(self) > self.max_entries and self._completed:
+            self._completed.popitem(last=False)
+
+    async def begin(self, tenant: str, key: str, fingerprint: str, *, wait_s: float = 30.0) -> Begin:
+        """Fresh, or Replay of a completed answer; waits up to `wait_s` for an in-flight twin.
+
+        Raises InvalidRequest: an invalid key (`invalid_idempotency_key`), the key used with
+        another body (`idempotency_key_reused`), or the twin still running after `wait_s`
+        (`idempotency_key_in_use`; the client may retry later).
+        """
+        validate_key(key)
+        k = (tenant, key)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while True:
+            self._sweep(self._clock())
+            entry = self._completed.get(k) or self._inflight.get(k)
+            if entry is None:
+                self._inflight[k] = _Entry(fingerprint, self._clock() + self.ttl_s)
+                self._evict()
+                return Fresh()
+            if entry.fingerprint != fingerprint:
+                raise InvalidRequest(
+                    "this Idempotency-Key was already used with a different request body; "
+                    "send a new key for a new request",
+                    code="idempotency_key_reused",
+                )
+            if entry.stored is not None:
+                return Replay(copy.deepcopy(entry.stored))
+            remaining = deadline - loop.time()
+            try:
+                async with asyncio.timeout(max(0.0, remaining)):
+                    await entry.done.wait()
+            except TimeoutError:
+                raise IdempotencyConflict(
+                    f"a request with this Idempotency-Key is still running after {wait_s:g}s; retry later"
+                ) from None
+            # Completed → Replay, abandoned → Fresh (or another waiter won and we wait again).
+
+    def complete(self, tenant: str, key: str, stored: StoredResponse) -> None:
+        """Store the answer of the in-flight request and wake its waiters.
+
+        A failure (status >= 400) is not stored: it behaves as `abandon`, so the client may
+        retry with the same key. Without an in-flight entry (it expired) the answer is dropped.
+        """
+        if stored.status >= 400:
+            self.abandon(tenant, key)
+            return
+        k = (tenant, key)
+        entry = self._inflight.pop(k, None)
+        if entry is None:
+            return
+        entry.stored = copy.deepcopy(stored)
+        entry.expires_at = self._clock() + self.ttl_s
+        self._completed[k] = entry
+        entry.done.set()
+        self._evict()
+
+    def abandon(self, tenant: str, key: str) -> None:
+        """Forget the in-flight request (it failed): the next request with the key runs fresh."""
+        entry = self._inflight.pop((tenant, key), None)
+        if entry is not None:
+            entry.done.set()

@@ -1,0 +1,208 @@
+"""Backoff delays and retry budgets: how long to wait, and whether another attempt is allowed.
+
+Pure: the clock and the randomness are injected, nothing sleeps or awaits. The dispatcher asks
+three questions before a second or later attempt of a request:
+
+    may this request try again at all?        AttemptBudget.next_allowed (attempts, deadline)
+    may the gateway afford one more retry?    RetryBudget.try_withdraw   (gateway-wide bucket)
+    how long to wait first?                   Backoff.delay_s            (full jitter, Retry-After)
+
+`RetryBudget` is what keeps retries from amplifying an outage: when every target fails, a
+gateway retrying every request 3 times sends 3x the load to already-failing targets. Capping
+retries at a fraction of the request rate (gRPC retry throttling, Finagle's RetryBudget) bounds
+that amplification to `1 + ratio` while a small floor still lets an idle gateway retry.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+# Exponents above this only matter for absurd base values; clamping keeps `2**n` finite.
+_MAX_EXPONENT = 1000
+# Float slack so that e.g. 30 deposits x 0.1 still buys 3 retries.
+_EPSILON = 1e-9
+
+
+class Backoff:
+    """Full-jitter exponential backoff (AWS Architecture Blog, "Exponential Backoff and Jitter").
+
+    `delay_s(n)` draws uniformly from `[0, min(cap_s, base_s * 2**n)]`: full jitter spreads the
+    retries of many clients that failed together, instead of having them return in lockstep.
+    A provider's Retry-After is a floor, honoured even above `cap_s`: retrying earlier would
+    only earn another 429.
+    """
+
+    def __init__(self, *, base_s: float = 0.1, cap_s: float = 2.0, rng: random.Random) -> None:
+        if not (math.isfinite(base_s) and base_s > 0):
+            raise ValueError(f"base_s must be a positive number, got {base_s!r}")
+        if not (math.isfinite(cap_s) and cap_s > 0):
+            raise ValueError(f"cap_s must be a positive number, got {cap_s!r}")
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self._rng = rng
+
+    def ceiling_s(self, retry_number: int) -> float:
+        """The upper bound of the jitter for retry `retry_number` (0 for the first retry)."""
+        if retry_number < 0:
+            raise ValueError(f"retry_number must be >= 0, got {retry_number!r}")
+        return min(self.cap_s, self.base_s * float(2 ** min(retry_number, _MAX_EXPONENT)))
+
+    def delay_s(self, retry_number: int, retry_after_s: float | None = None) -> float:
+        """Seconds to wait before retry `retry_number` (0-based); at least `retry_after_s`."""
+        delay = self._rng.uniform(0.0, self.ceiling_s(retry_number))
+        if retry_after_s is not None and math.isfinite(retry_after_s):
+            delay = max(delay, retry_after_s)
+        return delay
+
+
+class RetryBudget:
+    """A gateway-wide retry budget over a sliding window of `window_s` seconds.
+
+    Every request calls `deposit()`; every second or later attempt of a request (a retry on
+    the same target or a fail-over to another) must first win `try_withdraw()`.
+
+    Implementation: two deques of timestamps, one per deposit and one per granted withdrawal,
+    pruned by the injected clock to the trailing window `(now - window_s, now]`. The balance is
+
+        ratio * deposits_in_window + min_per_s * window_s - withdrawals_in_window
+
+    and a withdrawal is granted when the balance is at least 1. Tokens therefore expire with
+    the deposit that made them, and the floor `min_per_s * window_s` is always available, so an
+    idle gateway can still retry (at `min_per_s` per second on average over the window; a burst
+    of up to the whole floor at once is allowed). Memory is O(requests per window).
+
+    Guarantee: whenever a withdrawal is granted at time t,
+
+        withdrawals in (t - window_s, t]  <=  ratio * deposits in (t - window_s, t] + min_per_s * window_s
+
+    It follows that over any interval (a, a + window_s], retries <= ratio * requests in
+    (a - window_s, a + window_s] + min_per_s * window_s (the window's requests plus those of the
+    window before, whose retries may land in it).
+    """
+
+    def __init__(
+        self,
+        *,
+        ratio: float = 0.1,
+        min_per_s: float = 1.0,
+        window_s: float = 10.0,
+        clock: Callable[[], float],
+    ) -> None:
+        if not (math.isfinite(ratio) and ratio >= 0):
+            raise ValueError(f"ratio must be a number >= 0, got {ratio!r}")
+        if not (math.isfinite(min_per_s) and min_per_s >= 0):
+            raise ValueError(f"min_per_s must be a number >= 0, got {min_per_s!r}")
+        if not (math.isfinite(window_s) and window_s > 0):
+            raise ValueError(f"window_s must be a positive number, got {window_s!r}")
+        self.ratio = ratio
+        self.min_per_s = min_per_s
+        self.window_s = window_s
+        self._clock = clock
+        self._deposits: deque[float] = deque()
+        self._withdrawals: deque[float] = deque()
+
+    def _prune(self) -> float:
+        """Drop events that left the trailing window; returns the clock reading used."""
+        now = self._clock()
+        horizon = now - self.window_s
+        for events in (self._deposits, self._withdrawals):
+            while events and events[0] <= horizon:
+                events.popleft()
+        return now
+
+    def _now_and_balance(self) -> tuple[float, float]:
+        now = self._prune()
+        floor = self.min_per_s * self.window_s
+        return now, self.ratio * len(self._deposits) + floor - len(self._withdrawals)
+
+    def deposit(self) -> None:
+        """Record one request (its first attempt): earns `ratio` retry tokens for `window_s`."""
+        now = self._prune()
+        self._deposits.append(now)
+
+    def try_withdraw(self) -> bool:
+        """Spend one token for a retry or fail-over attempt; False means: do not retry."""
+        now, balance = self._now_and_balance()
+        if balance + _EPSILON < 1.0:
+            return False
+        self._withdrawals.append(now)
+        return True
+
+    def balance(self) -> float:
+        """Tokens available now (floor included), for metrics; may be fractional."""
+        return self._now_and_balance()[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttemptBudget:
+    """The per-request limit on attempts: a count and an absolute deadline on the same clock
+    as `RetryBudget`'s. `next_allowed` refuses an attempt that could not even start before the
+    deadline after its backoff, so no attempt is launched only to be cut off at once."""
+
+    max_attempts: int = 3
+    deadline: float
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts!r}")
+
+    def next_allowed(self, attempts_made: int, now: float, delay_s: float) -> bool:
+        """True when another attempt is left and starting it after `delay_s` is before the deadline."""
+        return attempts_made < self.max_attempts and now + delay_s < self.deadline
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive header lookup: plain dicts from tests and httpx headers both work."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    for key, raw in headers.items():
+        if key.lower() == name:
+            return raw
+    return None
+
+
+def _seconds(raw: str, scale: float) -> float | None:
+    try:
+        value = float(raw.strip()) / scale
+    except ValueError:
+        return None
+    return max(value, 0.0) if math.isfinite(value) else None
+
+
+def _http_date_seconds(raw: str, now_epoch: float) -> float | None:
+    try:
+        when = parsedate_to_datetime(raw.strip())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000" or no zone: RFC 9110 dates are GMT
+        when = when.replace(tzinfo=UTC)
+    return max(when.timestamp() - now_epoch, 0.0)
+
+
+def parse_retry_after(headers: Mapping[str, str], now_epoch: float) -> float | None:
+    """Seconds the provider asked us to wait, or None when it did not say (or said garbage).
+
+    `retry-after-ms` (OpenAI, Azure) is read first because it is more precise; then
+    `retry-after` as delta-seconds or an HTTP date (RFC 9110 §10.2.3), measured from
+    `now_epoch` (wall-clock seconds, injected). A value in the past or negative gives 0.
+    A garbage `retry-after-ms` falls through to `retry-after`.
+    """
+    raw_ms = _header(headers, "retry-after-ms")
+    if raw_ms is not None:
+        value = _seconds(raw_ms, 1000.0)
+        if value is not None:
+            return value
+    raw = _header(headers, "retry-after")
+    if raw is None:
+        return None
+    value = _seconds(raw, 1.0)
+    if value is not None:
+        return value
+    return _http_date_seconds(raw, now_epoch)

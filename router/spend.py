@@ -1,0 +1,171 @@
+"""Cloud spend: a ledger that survives restarts, the soft monthly budget and the per-request cap.
+
+The monthly budget is only meaningful if the month's spend is remembered across gateway
+restarts and shared by the gateway's replicas, hence SQLite (stdlib, one file, WAL so several
+processes can read while one writes). Every attempt gets a row, failed ones included: a
+provider may bill a request that timed out on our side, and an operator reconciling the bill
+wants to see them.
+
+Spend bookkeeping must never fail a request: write (and read) failures are logged and
+counted, not raised. Only an unusable path at start-up is an error (`ConfigError`), because
+then the operator can fix it before traffic arrives.
+
+`cost_weight` is pure: it turns the month's spend into the cost scorer's weight (a soft budget,
+never a refusal). The hard per-request cap is the contract pipeline's `cost` filter.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from router.errors import ConfigError
+
+log = logging.getLogger("spillover.spend")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS spend (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    request_id TEXT NOT NULL,
+    target_id TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    cost_usd REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS spend_at ON spend (at);
+"""
+
+# How long a writer waits for another process's transaction before giving up (ms).
+_BUSY_TIMEOUT_MS = 5000
+
+
+def month_bounds(now: float) -> tuple[float, float]:
+    """[start, end) of the UTC calendar month holding the POSIX time `now`."""
+    day = datetime.fromtimestamp(now, UTC)
+    start = day.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = start.replace(year=start.year + 1, month=1) if start.month == 12 else start.replace(month=start.month + 1)
+    return start.timestamp(), end.timestamp()
+
+
+class SpendLedger:
+    """One row per cloud attempt: when, which request, target, provider, outcome, cost.
+
+    `clock` must return POSIX wall time (`time.time`), not a monotonic clock: rows are
+    grouped by calendar month and must mean the same after a restart.
+
+    Each write is one short autocommitted statement, so several processes (gateway replicas)
+    can share the file; a lock serialises this object's use of its one connection across
+    threads.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], float]) -> None:
+        self.path = str(path)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.write_failures = 0
+        self.read_failures = 0
+        self._closed = False
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=_BUSY_TIMEOUT_MS / 1000,
+                check_same_thread=False,
+                isolation_level=None,  # autocommit: each statement is its own short transaction
+            )
+        except (OSError, sqlite3.Error) as e:
+            raise ConfigError(self.path, [("spend ledger", f"cannot open: {e}")]) from e
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            if self.path != ":memory:":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.executescript(_SCHEMA)
+        except sqlite3.Error as e:
+            conn.close()
+            raise ConfigError(self.path, [("spend ledger", f"cannot initialise: {e}")]) from e
+        self._conn = conn
+
+    def add(self, request_id: str, target_id: str, provider: str, outcome: str, cost_usd: float) -> None:
+        """Record one attempt. Never raises: a failed write is logged and counted."""
+        with self._lock:
+            try:
+                self._conn.execute(
+                    "INSERT INTO spend (at, request_id, target_id, provider, outcome, cost_usd) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (self._clock(), request_id, target_id, provider, outcome, float(cost_usd)),
+                )
+                return
+            except (sqlite3.Error, ValueError, TypeError) as e:
+                self.write_failures += 1
+                error = e
+        log.warning(
+            "spend ledger %s: could not record request %s on %s (%s USD): %s",
+            self.path,
+            request_id,
+            target_id,
+            cost_usd,
+            error,
+        )
+
+    def month_total(self, now: float | None = None) -> float:
+        """Spend in the UTC calendar month of `now` (default: the clock). 0.0 when unreadable."""
+        start, end = month_bounds(self._clock() if now is None else now)
+        row = self._read_one("SELECT COALESCE(SUM(cost_usd), 0.0) FROM spend WHERE at >= ? AND at < ?", (start, end))
+        return float(row[0]) if row else 0.0
+
+    def total_by_provider(self, since: float) -> dict[str, float]:
+        """Spend per provider from `since` (POSIX time) on. Empty when unreadable."""
+        rows = self._read_all("SELECT provider, SUM(cost_usd) FROM spend WHERE at >= ? GROUP BY provider", (since,))
+        return {provider: float(total) for provider, total in rows}
+
+    def _read_all(self, sql: str, args: tuple[float, ...]) -> list[tuple[object, ...]]:
+        """Run a read; failures are logged and counted: the budget is soft, a request must go on."""
+        with self._lock:
+            try:
+                return self._conn.execute(sql, args).fetchall()
+            except sqlite3.Error as e:
+                self.read_failures += 1
+                error = e
+        log.warning("spend ledger %s: read failed: %s", self.path, error)
+        return []
+
+    def _read_one(self, sql: str, args: tuple[float, ...]) -> tuple[object, ...] | None:
+        rows = self._read_all(sql, args)
+        return rows[0] if rows else None
+
+    def close(self) -> None:
+        """Close the connection; later writes count as failures. Safe to call twice."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+
+def cost_weight(
+    month_total: float,
+    monthly_budget_usd: float | None,
+    *,
+    base_weight: float,
+    max_factor: float = 4.0,
+) -> float:
+    """The cost scorer's weight under a soft monthly budget.
+
+    Spending is not refused when the budget runs out (a refusal would turn a bookkeeping limit
+    into an outage); instead cost counts more and more in the ranking, so cheaper targets win
+    sooner. Up to 50% of the budget: `base_weight`; 50% → 100%: linear up to
+    `base_weight × max_factor`; beyond: stays there. No budget (None or <= 0): `base_weight`.
+    """
+    if monthly_budget_usd is None or monthly_budget_usd <= 0:
+        return base_weight
+    used = month_total / monthly_budget_usd
+    if used <= 0.5:
+        return base_weight
+    ramp = min(1.0, (used - 0.5) / 0.5)
+    return base_weight * (1.0 + (max_factor - 1.0) * ramp)

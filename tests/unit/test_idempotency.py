@@ -1,0 +1,179 @@
+"""Idempotency-Key store: replay, TTL, in-flight twins, abandon, reuse, eviction, key rules."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from router.errors import IdempotencyConflict, InvalidRequest
+from router.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse, fingerprint, validate_key
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+FP = fingerprint(BODY)
+OK = StoredResponse(200, {"id": "chatcmpl-1", "choices": []}, {"x-spillover-target": "local:m"})
+
+
+def store(clock: Clock, *, ttl_s: float = 600.0, max_entries: int = 10_000) -> IdempotencyStore:
+    return IdempotencyStore(ttl_s=ttl_s, max_entries=max_entries, clock=clock)
+
+
+async def test_fresh_then_replay_within_ttl() -> None:
+    clock = Clock()
+    s = store(clock, ttl_s=600)
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+    s.complete("t1", "k", OK)
+    clock.now += 599
+    again = await s.begin("t1", "k", FP)
+    assert again == Replay(OK)
+
+
+async def test_replay_is_a_copy() -> None:
+    s = store(Clock())
+    await s.begin("t1", "k", FP)
+    s.complete("t1", "k", OK)
+    first = await s.begin("t1", "k", FP)
+    assert isinstance(first, Replay)
+    first.stored.body["choices"].append("mutated")
+    second = await s.begin("t1", "k", FP)
+    assert isinstance(second, Replay) and second.stored.body["choices"] == []
+
+
+async def test_expired_entry_runs_fresh() -> None:
+    clock = Clock()
+    s = store(clock, ttl_s=600)
+    await s.begin("t1", "k", FP)
+    s.complete("t1", "k", OK)
+    clock.now += 600
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+
+
+async def test_keys_are_scoped_by_tenant() -> None:
+    s = store(Clock())
+    await s.begin("t1", "k", FP)
+    s.complete("t1", "k", OK)
+    assert isinstance(await s.begin("t2", "k", FP), Fresh)
+    # Another tenant may even use the same key for another body.
+    assert isinstance(await s.begin("t3", "k", fingerprint({"other": 1})), Fresh)
+
+
+async def test_concurrent_twin_waits_then_replays() -> None:
+    s = store(Clock())
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+    twin = asyncio.create_task(s.begin("t1", "k", FP, wait_s=5))
+    await asyncio.sleep(0)
+    assert not twin.done()  # it is waiting for the first one, not running its own
+    s.complete("t1", "k", OK)
+    assert await twin == Replay(OK)
+
+
+async def test_abandon_lets_one_waiter_run_fresh_and_the_other_wait_again() -> None:
+    s = store(Clock())
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+    w1 = asyncio.create_task(s.begin("t1", "k", FP, wait_s=5))
+    w2 = asyncio.create_task(s.begin("t1", "k", FP, wait_s=5))
+    await asyncio.sleep(0)
+    s.abandon("t1", "k")  # the first one failed
+    done, pending = await asyncio.wait({w1, w2}, return_when=asyncio.FIRST_COMPLETED)
+    assert len(done) == 1 and isinstance(done.pop().result(), Fresh)
+    (other,) = pending
+    await asyncio.sleep(0)
+    assert not other.done()  # the new run is in flight: the other twin waits for it
+    s.complete("t1", "k", OK)
+    assert await other == Replay(OK)
+
+
+async def test_abandon_lets_the_next_request_run_fresh() -> None:
+    s = store(Clock())
+    await s.begin("t1", "k", FP)
+    s.abandon("t1", "k")
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+
+
+async def test_failure_results_are_not_stored() -> None:
+    s = store(Clock())
+    await s.begin("t1", "k", FP)
+    s.complete("t1", "k", StoredResponse(503, {"error": {"message": "down"}}, {}))
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+    assert len(s) == 1  # only the new in-flight entry
+
+
+async def test_twin_still_running_after_wait_s_is_refused() -> None:
+    s = store(Clock())
+    await s.begin("t1", "k", FP)
+    with pytest.raises(IdempotencyConflict) as e:
+        await s.begin("t1", "k", FP, wait_s=0.01)
+    assert e.value.code == "idempotency_key_in_use" and e.value.status_code == 409
+
+
+async def test_inflight_entry_expires_so_a_forgotten_key_is_not_blocked_forever() -> None:
+    clock = Clock()
+    s = store(clock, ttl_s=60)
+    await s.begin("t1", "k", FP)  # never completed nor abandoned
+    clock.now += 60
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+
+
+async def test_fingerprint_mismatch_is_refused() -> None:
+    s = store(Clock())
+    await s.begin("t1", "k", FP)
+    with pytest.raises(InvalidRequest) as e:
+        await s.begin("t1", "k", fingerprint({**BODY, "temperature": 0.5}))
+    assert e.value.code == "idempotency_key_reused"
+    assert e.value.status_code == 400
+    assert "different request body" in e.value.message
+    s.complete("t1", "k", OK)
+    with pytest.raises(InvalidRequest):  # also once completed
+        await s.begin("t1", "k", fingerprint({}))
+
+
+def test_fingerprint_ignores_key_order_and_spacing() -> None:
+    a = fingerprint({"b": 1, "a": [1, {"y": 2, "x": 3}]})
+    b = fingerprint({"a": [1, {"x": 3, "y": 2}], "b": 1})
+    assert a == b and len(a) == 64
+    assert fingerprint({"a": 1}) != fingerprint({"a": 2})
+
+
+async def test_oldest_completed_entries_are_evicted_over_max_entries() -> None:
+    clock = Clock()
+    s = store(clock, max_entries=2)
+    for key in ("k1", "k2", "k3"):
+        await s.begin("t1", key, FP)
+        s.complete("t1", key, OK)
+        clock.now += 1
+    assert len(s) == 2
+    assert isinstance(await s.begin("t1", "k1", FP), Fresh)  # evicted: runs again
+    # k1's new in-flight entry pushed out the oldest completed one, k2; k3 remains.
+    assert isinstance(await s.begin("t1", "k3", FP), Replay)
+    assert isinstance(await s.begin("t1", "k2", FP), Fresh)
+
+
+async def test_inflight_entries_are_never_evicted() -> None:
+    s = store(Clock(), max_entries=1)
+    await s.begin("t1", "a", FP)
+    await s.begin("t1", "b", FP)  # over the limit, but nothing completed to evict
+    assert len(s) == 2
+    s.complete("t1", "a", OK)  # now a is completed and the oldest: evicted
+    assert len(s) == 1
+    assert isinstance(await s.begin("t1", "a", FP), Fresh)
+
+
+@pytest.mark.parametrize("key", ["a", "x" * 255, "order-123_ABC", "with space", "~!@#$%^&*()"])
+def test_valid_keys(key: str) -> None:
+    validate_key(key)
+
+
+@pytest.mark.parametrize("key", ["", "x" * 256, "tab\there", "new\nline", "café", "\x7f"])
+async def test_invalid_keys_are_refused(key: str) -> None:
+    with pytest.raises(InvalidRequest) as e:
+        await store(Clock()).begin("t1", key, FP)
+    assert e.value.code == "invalid_idempotency_key"
