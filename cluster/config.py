@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from cluster.resilience_config import GoldenProbe, ResilienceSection, SpendSection
 from router.capabilities import ProviderModelEntry
 from router.errors import ConfigError
 from router.policy import Policy
@@ -97,6 +98,7 @@ class ModelSpec(_Strict):
     admission_limit: int | None = Field(
         None, ge=1, description="concurrent requests per replica; None: computed from the engine's KV blocks"
     )
+    golden: GoldenProbe | None = Field(None, description="health L3: a prompt with a known answer; None: no L3")
 
     @field_validator("engine_args")
     @classmethod
@@ -124,10 +126,19 @@ class CloudProvider(_Strict):
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
     enabled: bool = True
     timeout_s: float = Field(60, gt=0)
+    domain: str | None = Field(
+        None, description="failure domain (endpoint / credential pool) shared with other providers; None: its name"
+    )
+    rpm: int | None = Field(None, ge=1, description="requests per minute this gateway may send; None: unlimited")
+    tpm: int | None = Field(None, ge=1, description="tokens (prompt + max_tokens) per minute; None: unlimited")
     models: dict[str, ProviderModelEntry] = Field(
         default_factory=dict,
         description="model alias -> provider model: a bare name (capabilities unknown) or its capabilities",
     )
+
+    @property
+    def failure_domain(self) -> str:
+        return self.domain or self.name
 
 
 class Tenant(_Strict):
@@ -138,6 +149,7 @@ class Tenant(_Strict):
     residency: Literal["any", "local_only"] | list[str] = "any"
     allowed_providers: list[str] | None = None
     requests_per_minute: float | None = Field(None, gt=0, description="per gateway replica; None: unlimited")
+    admin: bool = Field(False, description="may call operator endpoints (POST /v1/spillover/resilience/reset)")
 
 
 class CloudSection(_Strict):
@@ -161,6 +173,8 @@ class SpilloverConfig(_Strict):
     models: list[ModelSpec] = Field(min_length=1)
     cloud: CloudSection = CloudSection()
     tenants: list[Tenant] = Field(default_factory=list)
+    resilience: ResilienceSection = ResilienceSection()
+    spend: SpendSection = SpendSection()
 
     @field_validator("tenants")
     @classmethod

@@ -31,6 +31,7 @@ class TenantPolicy:
     residency: Residency = "any"
     allowed_providers: frozenset[str] | None = None
     requests_per_minute: float | None = None
+    admin: bool = False  # may call the operator endpoints (POST /v1/spillover/resilience/reset)
 
 
 def _digest(text: str) -> bytes:
@@ -93,6 +94,7 @@ def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authen
             residency=frozenset(t.residency) if isinstance(t.residency, list) else t.residency,
             allowed_providers=None if t.allowed_providers is None else frozenset(t.allowed_providers),
             requests_per_minute=t.requests_per_minute,
+            admin=t.admin,
         )
         for t in config.tenants
     ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from router.capabilities import Target, estimate_cost_usd
@@ -23,7 +23,7 @@ from router.contract import RequestContract
 from router.pipeline import PipelineResult
 from router.policy import Policy
 
-Outcome = Literal["ok", "error", "contract_violation", "timeout", "cancelled"]
+Outcome = Literal["ok", "error", "contract_violation", "timeout", "cancelled", "skipped"]
 CandidateStatus = Literal["removed", "unavailable", "ranked"]
 
 
@@ -73,6 +73,7 @@ class DecisionRecord:
     chosen: str | None = None
     attempts: tuple[Attempt, ...] = ()
     finished_at: float | None = None
+    health: Mapping[str, str] = field(default_factory=dict)  # target / domain -> health or breaker state
 
     @classmethod
     def from_pipeline(
@@ -83,15 +84,20 @@ class DecisionRecord:
         result: PipelineResult,
         *,
         clock: Callable[[], float],
+        unavailable: Mapping[str, str] | None = None,
+        health: Mapping[str, str] | None = None,
     ) -> DecisionRecord:
+        """`unavailable`: why a target was unavailable (its health state or breaker), by target id."""
         removed = {r.target: r for r in result.removed}
+        why_unavailable = unavailable or {}
         candidates = []
         for target_id in result.candidates:
             if target_id in removed:
                 r = removed[target_id]
                 candidates.append(Candidate(target_id, "removed", r.filter, r.reason))
             elif target_id in result.unavailable:
-                candidates.append(Candidate(target_id, "unavailable", reason="unavailable (health or breaker)"))
+                reason = why_unavailable.get(target_id, "unavailable (health or breaker)")
+                candidates.append(Candidate(target_id, "unavailable", reason=reason))
             else:
                 card = result.scores[target_id]
                 scores = {n: {"raw": s.raw, "score": s.clamped, "weight": s.weight} for n, s in card.scores.items()}
@@ -103,6 +109,7 @@ class DecisionRecord:
             candidates=tuple(candidates),
             tiers=tuple(tuple(t) for t in result.tiers),
             started_at=clock(),
+            health=dict(health or {}),
         )
 
     def with_attempt(self, attempt: Attempt) -> DecisionRecord:
@@ -124,6 +131,7 @@ class DecisionRecord:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["tiers"] = [list(t) for t in self.tiers]
+        data["health"] = dict(self.health)
         data["total_cost_usd"] = self.total_cost_usd
         return data
 
@@ -142,6 +150,7 @@ class DecisionRecord:
             chosen=data.get("chosen"),
             attempts=tuple(Attempt(**a) for a in data.get("attempts", ())),
             finished_at=data.get("finished_at"),
+            health=dict(data.get("health") or {}),
         )
 
     @classmethod

@@ -12,7 +12,9 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── InvalidRequest       400   malformed JSON, missing/invalid fields
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
         ├── ModelNotFound        404   the requested model alias is not configured
+        ├── IdempotencyConflict  409   a request with the same Idempotency-Key is still running
         ├── Unauthorized         401   gateway auth is on and the API key is missing or wrong
+        ├── Forbidden            403   the tenant may not call an operator endpoint
         ├── TenantRateLimited    429   the tenant passed its requests_per_minute (`retry_after_s`)
         ├── NoCapableModel       422   no configured target satisfies the request's contract
         │   └── NoTargetFitsContext 400  ... and length is the only obstacle (code
@@ -106,6 +108,12 @@ class Unauthorized(RequestError):
     code = "invalid_api_key"
 
 
+class Forbidden(RequestError):
+    status_code = 403
+    error_type = "permission_error"
+    code = "forbidden"
+
+
 class TenantRateLimited(RequestError):
     status_code = 429
     error_type = "rate_limit_error"
@@ -119,6 +127,11 @@ class TenantRateLimited(RequestError):
 class ModelNotFound(RequestError):
     status_code = 404
     code = "model_not_found"
+
+
+class IdempotencyConflict(RequestError):
+    status_code = 409
+    code = "idempotency_key_in_use"
 
 
 class LocalCapacityExhausted(RequestError):
@@ -213,6 +226,7 @@ class ContractViolation(UpstreamError):
     candidate could be tried; `errors` holds the (bounded) validation errors."""
 
     code = "contract_violation"
+    usage: tuple[int, int] = (0, 0)  # prompt and completion tokens the violating answer spent
 
     def __init__(self, message: str, *, errors: list[str], param: str | None = None) -> None:
         super().__init__(message, param=param)

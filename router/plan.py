@@ -5,7 +5,9 @@ Pure, like the rest of router/. Order matters and is the point of issue 5:
 1. `run_pipeline` removes every target that cannot honour the request's contract (context,
    tools, schema, residency, data policy, cost, ...). Nothing capable → 422 no_capable_model
    (400 context_length_exceeded when length is the only obstacle), never a truncated answer.
-2. If the local model is not capable (e.g. the request needs tools it lacks), the request goes to
+   Targets whose health is red/black or whose breaker is open (`unavailable`) stay out of the
+   tiers; the record lists them as unavailable.
+2. If the local model is not capable (or unavailable) (e.g. the request needs tools it lacks), the request goes to
    the best capable cloud target even when local has room — never a silently degraded answer.
 3. Otherwise `router.burst.decide` chooses local vs cloud vs wait from engine pressure, offering
    only the capable cloud targets, in the pipeline's ranked order.
@@ -13,7 +15,8 @@ Pure, like the rest of router/. Order matters and is the point of issue 5:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from cluster.config import Watermarks
 from cluster.telemetry import ClusterSnapshot
@@ -34,6 +37,7 @@ class Plan:
     cloud: tuple[Target, ...]  # capable, available cloud targets, best first
     latched: frozenset[str]
     pipeline: PipelineResult
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why, from the inputs
 
     @property
     def first(self) -> Target | None:
@@ -51,13 +55,17 @@ class PlanInputs:
     inflight: int
     admission_limit: int | None
     available_providers: frozenset[str]  # providers with a live adapter (enabled, not broken)
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why (health red/black, breaker)
 
 
 def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
     contract = inputs.contract
     targets = inputs.registry.for_alias(contract.model)
     states = {
-        t.id: TargetState(available=t.kind == "local" or t.provider in inputs.available_providers) for t in targets
+        t.id: TargetState(
+            available=(t.kind == "local" or t.provider in inputs.available_providers) and t.id not in inputs.unavailable
+        )
+        for t in targets
     }
     result = run_pipeline(contract, targets, states, inputs.policy)
     if not result.capable:
@@ -73,8 +81,12 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         if not cloud:
             raise TargetUnavailable(f"every target able to serve {contract.model} under this contract is unavailable")
         removal = next((r for r in result.removed if r.target.startswith("local:")), None)
-        why = f"local {contract.model} cannot serve this request: {removal.reason}" if removal else "local not capable"
-        return Plan("cloud", why, None, cloud, latched, result)
+        down = next((inputs.unavailable[i] for i in result.unavailable if i.startswith("local:")), None)
+        if removal is not None:
+            why = f"local {contract.model} cannot serve this request: {removal.reason}"
+        else:
+            why = f"local {contract.model} is unavailable: {down}" if down else "local not capable"
+        return Plan("cloud", why, None, cloud, latched, result, inputs.unavailable)
 
     burst = BurstInputs(
         model=contract.model,
@@ -85,4 +97,4 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         providers=tuple(t.provider or "" for t in cloud),
     )
     decision = decide(burst, snapshot, now, latched)
-    return Plan(decision.route, decision.reason, local, cloud, decision.latched, result)
+    return Plan(decision.route, decision.reason, local, cloud, decision.latched, result, inputs.unavailable)

@@ -4,15 +4,19 @@ The decisions are pure (`router.plan.plan_request`: contract pipeline, then burs
 this module owns the gateway's mutable state for them — per-model in-flight and waiting counts,
 hysteresis latches, the decision store — and the awaiting.
 
-Attempts (at most `MAX_ATTEMPTS` per request; issue 6 turns this into a retry budget):
-* a local call that fails before its first byte, or is still waiting for it when every replica of
-  the model goes stale (Serve holds a dead replica's requests until a new one starts), moves on to
-  the best capable cloud target unless the request is `local_only`;
-* a cloud target that is unavailable or fails (not one that rejects the request) moves on to the
-  next capable cloud target;
-* an L1 answer that breaks its output contract (JSON schema, tool arguments) moves on to the next
-  capable target, or ends as 502 contract_violation.
-After the first byte of a stream nothing is re-sent.
+Attempts (`serve_apps.resilience` holds the state, `router.failure` the table):
+* candidates are the planned target, then — unless the request is `local_only` — the capable cloud
+  targets in ranked order; red/black health or an open breaker keeps a target out of the plan, and
+  just before an attempt its gate may still skip it (health share, half-open trial, quota);
+* after a failure the table decides: retry the same target once after a full-jitter backoff
+  (honouring Retry-After), fail over to the next candidate, or return the error to the client;
+* a local call still waiting for its first byte when every replica of the model goes stale (Serve
+  holds a dead replica's requests until a new one starts) is abandoned and fails over;
+* an L1 answer that breaks its output contract moves on to the next capable target, or ends as
+  502 contract_violation;
+* at most `resilience.retry.max_attempts` attempts start, none after the request's deadline, and
+  retries against the domain that just failed draw on the gateway-wide retry budget.
+After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from cluster.capacity import admission_limit, max_concurrent_sequences
@@ -32,13 +36,15 @@ from router.burst import Route
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
-from router.errors import LocalCapacityExhausted, ProviderRejected, RequestError, TargetUnavailable, UpstreamError
+from router.errors import ContractViolation, LocalCapacityExhausted, RequestError, TargetUnavailable
 from router.openai_request import Kind
 from router.output_contract import CONTRACT_HEADER, check_output, contract_violation, enforce
 from router.plan import Plan, PlanInputs, plan_request
+from router.retry import AttemptBudget
 from serve_apps.backend import BackendReply, ModelBackend
+from serve_apps.resilience import Resilience
 
-MAX_ATTEMPTS = 2
+MAX_SAME_TARGET_RETRIES = 1  # a second failure of the same target moves on (or gives up)
 
 
 class CloudBackend(Protocol):
@@ -108,6 +114,7 @@ class Dispatcher:
         poll_s: float = 0.05,
         observer: DispatchObserver | None = None,
         decisions: DecisionStore | None = None,
+        resilience: Resilience | None = None,
     ) -> None:
         self._config = config
         self._local = local
@@ -121,6 +128,7 @@ class Dispatcher:
         self._poll_s = poll_s
         self._observer = observer or _NoObserver()
         self.decisions = decisions or DecisionStore()
+        self._resilience = resilience or Resilience(config, clock=clock)
         self._inflight: dict[str, int] = defaultdict(int)
         self._waiting: dict[str, int] = defaultdict(int)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
@@ -148,17 +156,23 @@ class Dispatcher:
             total += admission_limit(predicted, adm.fraction)
         return total
 
+    @property
+    def resilience(self) -> Resilience:
+        return self._resilience
+
     def plan(self, contract: RequestContract, kind: Kind) -> Plan:
         snapshot, now, model = self._snapshot(), self._clock(), contract.model
+        self._resilience.watch_local(model, snapshot, now)
         inputs = PlanInputs(
             contract=contract,
-            policy=self._config.policy,
+            policy=self._resilience.policy(self._config.policy),
             registry=self._registry,
             watermarks=self._config.watermarks_for(model),
             inflight=self._inflight[model],
             admission_limit=self.admission_limit(model, snapshot, now),
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
+            unavailable=self._resilience.unavailable(self._registry.for_alias(model)),
         )
         began = time.perf_counter()
         try:
@@ -172,19 +186,27 @@ class Dispatcher:
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
         started = self._clock()
+        self._resilience.budget.deposit()
         plan = self.plan(contract, kind)
         record = DecisionRecord.from_pipeline(
-            request_id, self._config.policy, contract, plan.pipeline, clock=self._clock
+            request_id,
+            self._config.policy,
+            contract,
+            plan.pipeline,
+            clock=self._clock,
+            unavailable=plan.unavailable,
+            health=self._resilience.states(),
         )
         chosen: str | None = None
+        trail: list[Attempt] = []
         try:
             if plan.route == "wait":
                 plan = await self._wait_for_room(contract, kind, plan, started + deadline_s)
-            done, record = await self._attempts(plan, kind, body, request_id, contract, record)
+            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s)
             chosen = done.target
             return Dispatched(done.reply, done.route, done.target, done.reason, self._clock() - started, done.headers)
         finally:
-            finished = record.finished(chosen, clock=self._clock)
+            finished = replace(record, attempts=tuple(trail)).finished(chosen, clock=self._clock)
             self.decisions.put(finished)
             self._observer.recorded(finished)
 
@@ -192,7 +214,7 @@ class Dispatcher:
         if plan.route == "local" and plan.local is not None:
             fallback = [] if contract.residency == "local_only" else [(t, "") for t in plan.cloud]
             return [(plan.local, plan.reason), *fallback]
-        return [(t, plan.reason) for t in plan.cloud]
+        return [(t, plan.reason if i == 0 else "") for i, t in enumerate(plan.cloud)]
 
     async def _attempts(
         self,
@@ -201,46 +223,115 @@ class Dispatcher:
         body: dict[str, Any],
         request_id: str,
         contract: RequestContract,
-        record: DecisionRecord,
-    ) -> tuple[Dispatched, DecisionRecord]:
-        candidates = self._candidates(plan, contract)[:MAX_ATTEMPTS]
+        trail: list[Attempt],
+        deadline: float,
+    ) -> Dispatched:
+        """Walk the candidates, appending every attempt to `trail`: `router.failure`'s table decides
+        after each failure whether to retry the same target (after a backoff), fail over to the next
+        one, or give up."""
+        res = self._resilience
+        candidates = self._candidates(plan, contract)
+        tokens = contract.est_prompt_tokens + contract.max_output_tokens
+        budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
         last_error: RequestError | None = None
+        refusals: list[str] = []
         reason = plan.reason
-        for index, (target, planned_reason) in enumerate(candidates):
-            reason = planned_reason or reason
+        index = same_retries = 0
+        delay, failed_domain = 0.0, ""
+        while index < len(candidates):
+            target, planned_reason = candidates[index]
             has_next = index + 1 < len(candidates)
+            attempts = sum(a.outcome != "skipped" for a in trail)
+            if attempts:
+                if not budget.next_allowed(attempts, self._clock(), delay):
+                    refusals.append(f"attempt budget spent ({attempts} of {budget.max_attempts}, or the deadline)")
+                    break
+                # only retries against the domain that just failed draw on the gateway-wide budget:
+                # failing over elsewhere adds no load to the struggling one
+                if not same_retries and res.domain(target) == failed_domain and not res.budget.try_withdraw():
+                    trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
+                    index += 1
+                    continue
+            gate = res.gate(target, has_alternative=has_next, tokens=tokens)
+            if gate.refused is not None:
+                trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
+                refusals.append(gate.refused)
+                index, same_retries, delay = index + 1, 0, 0.0
+                continue
+            if delay > 0:
+                await self._sleep(delay)
+            reason = planned_reason or reason
             began = self._clock()
             try:
                 reply = await self._call(target, kind, body, request_id, watch_stale=has_next)
-            except (TargetUnavailable, UpstreamError) as exc:
-                if isinstance(exc, ProviderRejected):
-                    raise
-                record = record.with_attempt(Attempt.priced(target, "error", self._clock() - began, 0, 0, exc.code))
-                last_error = exc
-                reason = f"{header_target(target)} failed before the first byte: {exc.message}"[:300]
-                continue
-            headers: dict[str, str] = {}
-            if kind == "chat" and reply.body is not None and contract.checks_output:
-                choices = reply.body.get("choices") or [{}]
-                verdict = check_output(contract, choices[0].get("message") or {})
-                action = enforce(contract.level, verdict)
-                if action.kind == "retry_next_or_fail":
-                    record = record.with_attempt(
-                        Attempt.priced(target, "contract_violation", self._clock() - began, *_usage(reply))
-                    )
-                    last_error = contract_violation(verdict, target.id)
-                    reason = f"{header_target(target)} broke the output contract ({action.header})"
+                reply, headers = self._checked(kind, reply, contract, target)
+            except RequestError as exc:
+                rule = res.failed(target, exc)
+                res.settle(gate.reservation, 0)
+                outcome = "contract_violation" if isinstance(exc, ContractViolation) else "error"
+                spent = exc.usage if isinstance(exc, ContractViolation) else (0, 0)
+                attempt = Attempt.priced(target, outcome, self._clock() - began, *spent, exc.code)
+                trail.append(attempt)
+                res.charge(request_id, target, outcome, attempt.cost_usd)
+                last_error, failed_domain = exc, res.domain(target)
+                if rule.retry_same and same_retries < MAX_SAME_TARGET_RETRIES and res.budget.try_withdraw():
+                    delay = res.backoff.delay_s(same_retries, getattr(exc, "retry_after_s", None))
+                    same_retries += 1
                     continue
-                if action.content is not None:
-                    message = {**choices[0].get("message", {}), "content": action.content}
-                    reply = BackendReply(body={**reply.body, "choices": [{**choices[0], "message": message}]})
-                if action.header:
-                    headers[CONTRACT_HEADER] = action.header
-            record = record.with_attempt(Attempt.priced(target, "ok", self._clock() - began, *_usage(reply)))
+                if not rule.fail_over:
+                    raise
+                index, same_retries, delay = index + 1, 0, 0.0
+                if isinstance(exc, ContractViolation):
+                    reason = f"{header_target(target)} broke the output contract"
+                else:
+                    reason = f"{header_target(target)} failed before the first byte: {exc.message}"[:300]
+                continue
+            attempt = Attempt.priced(target, "ok", self._clock() - began, *_usage(reply))
+            trail.append(attempt)
+            res.charge(request_id, target, "ok", attempt.cost_usd)
+            res.settle(gate.reservation, sum(_usage(reply)) or tokens)
+            if reply.chunks is None:
+                res.succeeded(target)
+            else:
+                reply = BackendReply(chunks=self._observed(target, reply.chunks))
             route: Route = "local" if target.kind == "local" else "cloud"
-            return Dispatched(reply, route, header_target(target), reason, 0.0, headers), record
-        assert last_error is not None
-        raise last_error
+            return Dispatched(reply, route, header_target(target), reason, 0.0, headers)
+        if last_error is not None:
+            raise last_error
+        raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
+
+    def _checked(
+        self, kind: Kind, reply: BackendReply, contract: RequestContract, target: Target
+    ) -> tuple[BackendReply, dict[str, str]]:
+        """Apply the output contract to a complete chat answer; raises `ContractViolation` (with
+        the tokens the answer spent) when an L1 answer breaks it."""
+        headers: dict[str, str] = {}
+        if kind != "chat" or reply.body is None or not contract.checks_output:
+            return reply, headers
+        choices = reply.body.get("choices") or [{}]
+        verdict = check_output(contract, choices[0].get("message") or {})
+        action = enforce(contract.level, verdict)
+        if action.kind == "retry_next_or_fail":
+            violation = contract_violation(verdict, target.id)
+            violation.usage = _usage(reply)
+            raise violation
+        if action.content is not None:
+            message = {**choices[0].get("message", {}), "content": action.content}
+            reply = BackendReply(body={**reply.body, "choices": [{**choices[0], "message": message}]})
+        if action.header:
+            headers[CONTRACT_HEADER] = action.header
+        return reply, headers
+
+    async def _observed(self, target: Target, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        """A stream's outcome reaches breakers and health when it ends (it is never re-sent)."""
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except RequestError as exc:
+            self._resilience.failed(target, exc)
+            raise
+        else:
+            self._resilience.succeeded(target)
 
     async def _call(
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
@@ -287,7 +378,8 @@ class Dispatcher:
                     return call.result()
                 snapshot, now = self._snapshot(), self._clock()
                 if all(snapshot.is_stale(r, now) for r in snapshot.for_model(model)):
-                    raise TargetUnavailable(f"every replica of {model} went stale while waiting for the first byte")
+                    message = f"every replica of {model} went stale while waiting for the first byte"
+                    raise TargetUnavailable(message, code="replicas_stale")
         finally:
             if not call.done():
                 call.cancel()

@@ -7,6 +7,7 @@ It holds one DeploymentHandle per configured model and serves `GatewayHTTP`'s AS
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from typing import Any
@@ -15,19 +16,28 @@ from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
-from cluster.models import CATALOG
+from cluster.models import CATALOG, cache_dir
 from cluster.telemetry import ClusterSnapshot
 from router.auth import authenticator_for
 from router.decision import DecisionStore
+from router.errors import SpilloverError
+from router.idempotency import IdempotencyStore
 from router.providers import OpenAICompatProvider
 from router.saturation import Saturation, replica_saturation
+from router.spend import SpendLedger
 from serve_apps.board_poller import BoardPoller
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.idempotent import IdempotentReplies
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
+from serve_apps.ops_routes import OpsRoutes
+from serve_apps.prober import Prober, cloud_checks, local_checks
+from serve_apps.resilience import Resilience
 from serve_apps.telemetry_board import get_or_create_board
+
+log = logging.getLogger("spillover.gateway")
 
 
 class JsonlAppender:
@@ -58,6 +68,29 @@ class Gateway:
             for r in snapshot.replicas
         }
 
+    def _spend_ledger(self) -> SpendLedger | None:
+        """The SQLite spend ledger (every cloud attempt's cost); None when it cannot be opened
+        (logged: spend accounting must never stop the gateway from serving)."""
+        path = self._config.spend.ledger or str(cache_dir().parent / "spend.sqlite")
+        try:
+            return SpendLedger(path, clock=time.time)
+        except SpilloverError as exc:
+            log.error("spend ledger disabled: %s", exc.message)
+            return None
+
+    def _prober(
+        self, backend: ServeHandleBackend, providers: dict[str, OpenAICompatProvider], resilience: Resilience
+    ) -> Prober:
+        checks = []
+        for spec in self._config.models:
+            checks += local_checks(spec, self._config, backend, self._poller.latest, time.time)
+        for provider in providers.values():
+            alias = next(iter(provider.config.models), None)
+            if alias is not None:
+                checks += cloud_checks(provider, alias, self._config)
+        health = self._config.resilience.health
+        return Prober(checks, resilience.health, latency_slo_s=health.latency_slo_s, timeout_s=health.probe_timeout_s)
+
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()
         models = [
@@ -74,21 +107,38 @@ class Gateway:
         ]
         telemetry = self._config.telemetry
         metrics = GatewayMetrics()
+        resilience = Resilience(self._config, spend=self._spend_ledger())
+
+        def refreshed(snapshot: ClusterSnapshot, now: float) -> None:
+            metrics.replicas(snapshot, self._saturations(snapshot, now))
+            metrics.resilience(resilience.view())
+
         self._poller = BoardPoller(
             get_or_create_board(),
             period_s=telemetry.poll_period_s,
             max_age_s=telemetry.max_age_s,
-            on_refresh=lambda snapshot, now: metrics.replicas(snapshot, self._saturations(snapshot, now)),
+            on_refresh=refreshed,
         )
-        self._poll_task = asyncio.get_running_loop().create_task(self._poller.run())
+        loop = asyncio.get_running_loop()
+        self._poll_task = loop.create_task(self._poller.run())
         backend = ServeHandleBackend(self._handles)
         providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
+        if self._config.resilience.probes:
+            self._probe_task = loop.create_task(self._prober(backend, providers, resilience).run())
         gateway = self._config.gateway
         sink = JsonlAppender(gateway.decisions_log) if gateway.decisions_log else None
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink)
         dispatcher = Dispatcher(
-            self._config, backend, providers, self._poller.latest, decisions=decisions, observer=metrics
+            self._config,
+            backend,
+            providers,
+            self._poller.latest,
+            decisions=decisions,
+            observer=metrics,
+            resilience=resilience,
         )
+        idem = self._config.resilience.idempotency
+        store = IdempotencyStore(ttl_s=idem.ttl_s, max_entries=idem.max_entries, clock=time.time)
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
             backend,
@@ -103,5 +153,7 @@ class Gateway:
             metrics=metrics,
             authenticator=authenticator_for(self._config, os.environ),
             request_timeout_s=gateway.request_timeout_s,
+            idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
+            ops=OpsRoutes(resilience),
         )
         return http.app

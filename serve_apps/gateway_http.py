@@ -9,13 +9,16 @@ Routes
     GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
     GET  /openapi.json          this surface as OpenAPI 3.0 (serve_apps/openapi.py)
     GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age
+    GET  /v1/spillover/resilience        health, breakers, retry budget, quotas (serve_apps/ops_routes.py)
+    POST /v1/spillover/resilience/reset  operator reset of health and breaker state
 
 Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
 replica, cloud provider, or a bounded wait for local room); answers carry `x-spillover-route`
 (local|cloud), `x-spillover-target` and `x-spillover-reason`. Clients may send
 `x-spillover-residency: local_only` (never leaves the cluster), `x-spillover-deadline-ms` and the
 other contract headers (router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}`
-returns the decision record of a recent request.
+returns the decision record of a recent request. A non-streamed request with `Idempotency-Key` is
+answered once and replayed for repeats (serve_apps/idempotent.py).
 
 With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the
 OpenAI shape otherwise) and the tenant's residency / providers narrow the request's contract.
@@ -55,8 +58,10 @@ from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
 from router.policy import Policy
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch import Dispatched
+from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.openapi import openapi_document
+from serve_apps.ops_routes import OpsRoutes
 
 log = logging.getLogger("spillover.gateway")
 
@@ -139,8 +144,11 @@ class GatewayHTTP:
         metrics: GatewayMetrics | None = None,
         authenticator: Authenticator | None = None,
         request_timeout_s: float = 300.0,
+        idempotent: IdempotentReplies | None = None,
+        ops: OpsRoutes | None = None,
     ) -> None:
         self._request_timeout_s = request_timeout_s
+        self._idempotent = idempotent
         self._metrics = metrics or GatewayMetrics()
         self._auth = authenticator
         self._policy = policy or Policy()
@@ -167,6 +175,7 @@ class GatewayHTTP:
                 Route("/v1/spillover/decisions/{request_id}", self._decision, methods=["GET"]),
                 Route("/metrics", self._metrics_page, methods=["GET"]),
                 Route("/openapi.json", self._openapi, methods=["GET"]),
+                *(ops.routes(self._authorize, self._headers_for) if ops is not None else []),
             ],
             exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
         )
@@ -174,6 +183,9 @@ class GatewayHTTP:
     def _headers(self, request_id: str, **extra: str) -> dict[str, str]:
         headers = {REQUEST_ID: request_id} if self._set_request_id else {}
         return {**headers, **extra}
+
+    def _headers_for(self, request: Request) -> dict[str, str]:
+        return self._headers(self._request_id(request))
 
     def _request_id(self, request: Request) -> str:
         given = request.headers.get(REQUEST_ID, "")
@@ -188,8 +200,25 @@ class GatewayHTTP:
     async def _generate(self, request: Request, kind: Kind) -> Response:
         request_id = self._request_id(request)
         raw = await request.body()
+        key = request.headers.get(KEY_HEADER)
         try:
             tenant = self._authorize(request)
+            if key is None or self._idempotent is None:
+                return await self._answer(kind, request, request_id, raw, tenant)
+            response, replayed = await self._idempotent.answer(
+                key, tenant.name if tenant else "", raw, lambda: self._answer(kind, request, request_id, raw, tenant)
+            )
+        except RequestError as exc:
+            return self._rejected(exc, request_id, raw)
+        if replayed:
+            response.headers.update(self._headers(request_id))
+            log.info("replayed", extra={"request_id": request_id, "status": response.status_code})
+        return response
+
+    async def _answer(
+        self, kind: Kind, request: Request, request_id: str, raw: bytes, tenant: TenantPolicy | None
+    ) -> Response:
+        try:
             parsed = parse_body(raw, kind)
             resolve_model(parsed, self._limits)
             contract = derive_contract(parsed.body, request.headers, self._policy)
@@ -212,15 +241,7 @@ class GatewayHTTP:
                     f"no answer within gateway.request_timeout_s = {self._request_timeout_s:g}s"
                 ) from None
         except RequestError as exc:
-            fields = {"request_id": request_id, "status": exc.status_code, "code": exc.code}
-            log.info("rejected: %s", exc.message[:200], extra=fields)
-            self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")
-            headers = self._headers(request_id)
-            retry_after = getattr(exc, "retry_after_s", None)
-            if retry_after is not None:
-                headers["retry-after"] = str(max(1, math.ceil(retry_after)))
-                headers[REASON] = _header_text(exc.message)
-            return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
+            return self._rejected(exc, request_id, raw)
         fields = {"request_id": request_id, "model": contract.model, "route": done.route, "target": done.target}
         log.info("routed", extra={**fields, "reason": done.reason, "waited_s": round(done.waited_s, 3)})
         self._metrics.answered(contract.model, done.route, done.target, "ok")
@@ -236,6 +257,17 @@ class GatewayHTTP:
                 self._guard_stream(reply.chunks, request_id), media_type="text/event-stream", headers=headers
             )
         return JSONResponse(reply.body, headers=headers)
+
+    def _rejected(self, exc: RequestError, request_id: str, raw: bytes) -> Response:
+        fields = {"request_id": request_id, "status": exc.status_code, "code": exc.code}
+        log.info("rejected: %s", exc.message[:200], extra=fields)
+        self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")
+        headers = self._headers(request_id)
+        retry_after = getattr(exc, "retry_after_s", None)
+        if retry_after is not None:
+            headers["retry-after"] = str(max(1, math.ceil(retry_after)))
+            headers[REASON] = _header_text(exc.message)
+        return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
 
     async def _guard_stream(self, chunks: AsyncIterator[str], request_id: str) -> AsyncIterator[str]:
         """Pass SSE events through; a failure after the first byte ends the stream with an

@@ -12,9 +12,18 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_replica_kv_cache_usage{model,replica}          engine KV usage 0..1
     spillover_tokens_total{target,kind}                      prompt / completion tokens by target
     spillover_cost_usd_total{target}                         cost by target, failed attempts included
+    spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation)
+    spillover_target_health{target}                          0 green, 1 yellow, 2 red, 3 black
+    spillover_target_share{target}                           share of new requests the target takes now
+    spillover_health_transitions_total{target,to}            health transitions (ramp steps included)
+    spillover_breaker_open{breaker}                          1 while a target / domain breaker is not closed
+    spillover_retry_budget_tokens                            retries the gateway-wide budget allows now
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -24,6 +33,8 @@ from router.decision import DecisionRecord
 from router.saturation import Saturation
 
 PREFIX = "spillover_"
+HEALTH_LEVELS = {"green": 0, "yellow": 1, "red": 2, "black": 3}
+ResilienceView = Mapping[str, Any]
 
 
 class GatewayMetrics:
@@ -57,6 +68,15 @@ class GatewayMetrics:
         self.kv_usage = Gauge("spillover_replica_kv_cache_usage", "Engine KV usage", ["model", "replica"], registry=r)
         self.tokens = Counter("spillover_tokens", "Tokens by target", ["target", "kind"], registry=r)
         self.cost = Counter("spillover_cost_usd", "Cost by target (failed attempts included)", ["target"], registry=r)
+        self.attempts = Counter(
+            "spillover_attempts", "Attempts by target and outcome", ["target", "outcome"], registry=r
+        )
+        self.health = Gauge("spillover_target_health", "0 green, 1 yellow, 2 red, 3 black", ["target"], registry=r)
+        self.share = Gauge("spillover_target_share", "Share of new requests the target takes", ["target"], registry=r)
+        self.transitions = Counter("spillover_health_transitions", "Health transitions", ["target", "to"], registry=r)
+        self.breaker_open = Gauge("spillover_breaker_open", "1 while not closed", ["breaker"], registry=r)
+        self.retry_budget = Gauge("spillover_retry_budget_tokens", "Retries the budget allows now", registry=r)
+        self._transitions_seen: dict[str, int] = {}
 
     # DispatchObserver
     def waiting(self, model: str, count: int) -> None:
@@ -77,6 +97,21 @@ class GatewayMetrics:
             self.tokens.labels(attempt.target, "completion").inc(attempt.completion_tokens)
             if attempt.cost_usd:
                 self.cost.labels(attempt.target).inc(attempt.cost_usd)
+            self.attempts.labels(attempt.target, attempt.outcome).inc()
+
+    def resilience(self, view: ResilienceView) -> None:
+        """Health, breakers and budget from `Resilience.view()` (called on every telemetry refresh)."""
+        for target, health in view["health"].items():
+            self.health.labels(target).set(HEALTH_LEVELS.get(health["state"], 3))
+            self.share.labels(target).set(health["share"])
+            total = health["transitions_total"]
+            seen = min(self._transitions_seen.get(target, 0), total)  # a reset machine counts from 0
+            for transition in health["transitions"][-(total - seen) :] if total > seen else []:
+                self.transitions.labels(target, transition["to"]).inc()
+            self._transitions_seen[target] = total
+        for breaker, state in view["breakers"].items():
+            self.breaker_open.labels(breaker).set(0 if state == "closed" else 1)
+        self.retry_budget.set(view["retry_budget"])
 
     def replicas(self, snapshot: ClusterSnapshot, saturations: dict[str, tuple[str, Saturation]]) -> None:
         for replica in snapshot.replicas:

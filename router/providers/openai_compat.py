@@ -116,8 +116,29 @@ class OpenAICompatProvider:
         if key:
             headers["authorization"] = f"Bearer {key}"
         request = self._client.build_request("POST", "chat/completions", json=payload, headers=headers)
+        response = await self._send(request, redact)
         try:
-            response = await self._client.send(request, stream=True)
+            return await self._reply(response, stream, redact)
+        except BaseException:
+            await response.aclose()
+            raise
+
+    async def probe(self) -> None:
+        """Liveness (health L1): `GET models` with our key. Returns when the provider answers
+        2xx; raises what `chat` would (a 401 is `provider_auth_failed`, so a wrong key is found
+        without any traffic)."""
+        key = self._api_key()
+        redact = _redactor(key)
+        headers = {"authorization": f"Bearer {key}"} if key else {}
+        response = await self._send(self._client.build_request("GET", "models", headers=headers), redact)
+        content = await self._read(response)
+        if not 200 <= response.status_code < 300:
+            raise status_error(self.name, response.status_code, response.headers, content, redact)
+
+    async def _send(self, request: httpx.Request, redact: Callable[[str], str]) -> httpx.Response:
+        """Send and return once the status line arrived; transport failures become errors here."""
+        try:
+            return await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             message = f"cloud provider {self.name!r} did not answer within {self._provider.timeout_s:g} s"
             raise TargetUnavailable(f"{message} ({type(exc).__name__})", code="provider_timeout") from None
@@ -125,11 +146,6 @@ class OpenAICompatProvider:
             detail = redact(str(exc))[:_MAX_DETAIL]
             message = f"cloud provider {self.name!r} is unreachable ({type(exc).__name__}: {detail})"
             raise TargetUnavailable(message, code="provider_unreachable") from None
-        try:
-            return await self._reply(response, stream, redact)
-        except BaseException:
-            await response.aclose()
-            raise
 
     async def _reply(self, response: httpx.Response, stream: bool, redact: Callable[[str], str]) -> ProviderReply:
         status = response.status_code

@@ -1,0 +1,100 @@
+"""The `resilience:` and `spend:` sections of the deployment config (issue 6).
+
+Defaults follow the seeds: retries ≤ ~10% of requests (gRPC retry throttling), backoff with
+full jitter, breakers that need a minimum count before they judge, probes at 10 s / 30 s /
+5 min, yellow moving ~30% of new requests away, recovery after consecutive good probes and a
+cool-down, then a 20% → 50% → 100% ramp (seed 004 §2.3).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GoldenProbe(_Strict):
+    """Health L3 (correctness) for one local model: a prompt whose answer must match `expect`."""
+
+    prompt: str = Field(min_length=1)
+    expect: str = Field(min_length=1, description="case-insensitive regular expression the answer must match")
+    max_tokens: int = Field(16, ge=1, le=256)
+
+    @field_validator("expect")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
+
+class RetrySection(_Strict):
+    max_attempts: int = Field(3, ge=1, le=10, description="attempts per request, the first one included")
+    backoff_base_s: float = Field(0.1, gt=0, description="full jitter: uniform(0, min(cap, base * 2^n))")
+    backoff_cap_s: float = Field(2.0, gt=0)
+    budget_ratio: float = Field(0.1, ge=0, le=1, description="gateway-wide: retries per request (token bucket)")
+    budget_min_per_s: float = Field(1.0, ge=0, description="retries per second always allowed")
+    budget_window_s: float = Field(10.0, gt=0, description="deposits older than this expire")
+
+
+class BreakerSection(_Strict):
+    window_s: float = Field(30.0, gt=0, description="outcomes considered")
+    min_requests: int = Field(5, ge=1, description="outcomes needed in the window before it can open")
+    failure_ratio: float = Field(0.5, gt=0, le=1)
+    open_s: float = Field(10.0, gt=0, description="open this long, then half-open")
+    half_open_probes: int = Field(1, ge=1, description="trial requests let through when half-open")
+
+
+class HealthSection(_Strict):
+    liveness_probe_s: float = Field(10.0, gt=0, description="L1: is the target reachable at all")
+    latency_probe_s: float = Field(30.0, gt=0, description="L2: a tiny prompt within latency_slo_s")
+    correctness_probe_s: float = Field(300.0, gt=0, description="L3: a golden prompt with a known answer")
+    latency_slo_s: float = Field(5.0, gt=0, description="an L2 probe slower than this failed")
+    probe_timeout_s: float = Field(10.0, gt=0)
+    window_s: float = Field(120.0, gt=0, description="live outcomes considered")
+    min_requests: int = Field(5, ge=1)
+    yellow_error_ratio: float = Field(0.2, gt=0, le=1)
+    yellow_share: float = Field(0.7, ge=0, le=1, description="share of new requests a yellow target keeps")
+    red_after_s: float = Field(120.0, gt=0, description="yellow this long becomes red")
+    red_probe_failures: int = Field(3, ge=1, description="consecutive failed liveness probes: red at once")
+    recovery_probes: int = Field(5, ge=1, description="consecutive good probes needed to leave red")
+    cooldown_s: float = Field(60.0, ge=0, description="minimum time in red")
+    ramp: tuple[float, ...] = Field((0.2, 0.5, 1.0), min_length=1, description="shares while ramping back")
+    ramp_step_s: float = Field(30.0, ge=0, description="each ramp share held this long without failures")
+    black_retry_s: float = Field(600.0, ge=0, description="after a credential failure, probes believed after this")
+    yellow_clear_s: float = Field(30.0, ge=0, description="yellow with a clean window this long: green")
+
+    @model_validator(mode="after")
+    def _ramp_rises_to_one(self) -> HealthSection:
+        ramp = self.ramp
+        if any(not 0 < share <= 1 for share in ramp) or list(ramp) != sorted(ramp) or ramp[-1] != 1.0:
+            raise ValueError("ramp must be rising shares in (0, 1] ending with 1.0")
+        return self
+
+
+class IdempotencySection(_Strict):
+    ttl_s: float = Field(600.0, gt=0, description="how long a completed answer is replayed for its key")
+    max_entries: int = Field(10_000, ge=1, description="per gateway replica")
+    wait_s: float = Field(300.0, gt=0, description="a repeat of an in-flight key waits this long for it")
+
+
+class ResilienceSection(_Strict):
+    retry: RetrySection = RetrySection()
+    breaker: BreakerSection = BreakerSection()
+    health: HealthSection = HealthSection()
+    idempotency: IdempotencySection = IdempotencySection()
+    probes: bool = Field(True, description="run the health probes (live outcomes feed health either way)")
+
+
+class SpendSection(_Strict):
+    ledger: str | None = Field(
+        None, description="SQLite file of every attempt's cost; None: <cache>/spend.sqlite (SPILLOVER_CACHE)"
+    )
+    monthly_budget_usd: float | None = Field(None, gt=0, description="soft: past half of it, cost weighs more")
+    max_cost_factor: float = Field(4.0, ge=1, description="cost weight multiplier at and above the budget")

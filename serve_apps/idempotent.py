@@ -1,0 +1,66 @@
+"""`Idempotency-Key` at the HTTP edge: a repeated non-streamed request returns the stored answer.
+
+A client that lost a response (a timeout, a dropped connection) can send the same request with
+the same key within `resilience.idempotency.ttl_s` and get the first answer back — marked
+`x-spillover-idempotent-replay: true` — instead of running (and paying for) it again. A repeat
+that arrives while the first is still running waits for it. Only successful answers are kept, so
+a failed request may be retried with its key. Keys are scoped by tenant; the same key with a
+different body is 400 `idempotency_key_reused`. Streams cannot be replayed from a store of
+complete answers, so a streamed request with a key is 400 `idempotency_not_supported`.
+
+Keys live in the gateway replica that saw them (see README: several gateway replicas).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+
+from starlette.responses import JSONResponse, Response
+
+from router.errors import InvalidRequest
+from router.idempotency import Fresh, IdempotencyStore, StoredResponse, fingerprint, validate_key
+
+KEY_HEADER = "idempotency-key"
+REPLAY_HEADER = "x-spillover-idempotent-replay"
+_KEPT_HEADER_PREFIX = "x-spillover-"
+
+
+class IdempotentReplies:
+    def __init__(self, store: IdempotencyStore, *, wait_s: float) -> None:
+        self._store = store
+        self._wait_s = wait_s
+
+    async def answer(
+        self, key: str, tenant: str, raw: bytes, produce: Callable[[], Awaitable[Response]]
+    ) -> tuple[Response, bool]:
+        """The response for a request carrying `key`, and whether it was replayed. Raises
+        `InvalidRequest` for a bad key, a reused key or a stream."""
+        validate_key(key)
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return await produce(), False  # the request itself will be answered 400
+        if not isinstance(body, dict):
+            return await produce(), False
+        if body.get("stream") is True:
+            raise InvalidRequest(
+                "Idempotency-Key works with non-streamed requests only (a stream cannot be replayed)",
+                param=KEY_HEADER,
+                code="idempotency_not_supported",
+            )
+        begun = await self._store.begin(tenant, key, fingerprint(body), wait_s=self._wait_s)
+        if not isinstance(begun, Fresh):
+            stored = begun.stored
+            return JSONResponse(stored.body, stored.status, headers={**stored.headers, REPLAY_HEADER: "true"}), True
+        try:
+            response = await produce()
+        except BaseException:
+            self._store.abandon(tenant, key)
+            raise
+        if isinstance(response, JSONResponse) and 200 <= response.status_code < 300:
+            headers = {k: v for k, v in response.headers.items() if k.lower().startswith(_KEPT_HEADER_PREFIX)}
+            self._store.complete(tenant, key, StoredResponse(response.status_code, json.loads(response.body), headers))
+        else:
+            self._store.abandon(tenant, key)
+        return response, False

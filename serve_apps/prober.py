@@ -1,0 +1,187 @@
+"""Health probes (seed 004 §2.2): the evidence that moves a target's health when traffic is thin.
+
+Three levels, each on its own period (`resilience.health`):
+
+    liveness     ~10 s   local: a replica of the model pushed fresh stats (no request sent);
+                         cloud: `GET /models` with our key (a 401 is found without traffic)
+    latency      ~30 s   a one-token chat through the same path as traffic, within latency_slo_s
+    correctness  ~5 min  local models with `golden:` only: the answer must match `expect`
+
+A probe error whose rule marks credentials bad (401/403, key variable unset) makes the target
+black; any other failure is a failed probe. Probes never go through the dispatcher: they are
+not traffic, they cost no retry budget and appear in no decision record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from cluster.config import ModelSpec, SpilloverConfig
+from cluster.telemetry import ClusterSnapshot
+from router.errors import RequestError
+from router.failure import rule_for
+from router.health import HealthBoard
+from serve_apps.backend import ModelBackend
+
+log = logging.getLogger("spillover.prober")
+
+Level = Literal["liveness", "latency", "correctness"]
+TINY_PROMPT = "Say OK."
+
+
+class ProbedProvider(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def probe(self) -> None: ...
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ProbeCheck:
+    target: str  # health key: local:<alias> | cloud:<provider>
+    level: Level
+    every_s: float
+    run: Callable[[], Awaitable[bool]]  # True: passed; raises RequestError: failed with a reason
+
+
+def _tiny_chat(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+
+
+def _answer_text(body: Mapping[str, Any] | None) -> str:
+    choices = (body or {}).get("choices") or [{}]
+    message = choices[0].get("message") or {}
+    return str(message.get("content") or "")
+
+
+def local_checks(
+    spec: ModelSpec,
+    config: SpilloverConfig,
+    backend: ModelBackend,
+    snapshot: Callable[[], ClusterSnapshot],
+    clock: Callable[[], float],
+) -> list[ProbeCheck]:
+    health, alias, key = config.resilience.health, spec.alias, f"local:{spec.alias}"
+
+    async def alive() -> bool:
+        snap, now = snapshot(), clock()
+        return any(not snap.is_stale(r, now) for r in snap.for_model(alias))
+
+    async def answers(prompt: str, max_tokens: int, expect: str | None) -> bool:
+        body = _tiny_chat(alias, prompt, max_tokens)
+        reply = await backend.call(alias, "chat", body, f"probe-{key}-{int(clock() * 1000)}")
+        if reply.chunks is not None:  # never asked for; drain to be safe
+            async for _ in reply.chunks:
+                pass
+            return expect is None
+        return expect is None or re.search(expect, _answer_text(reply.body), re.IGNORECASE) is not None
+
+    checks = [
+        ProbeCheck(key, "liveness", health.liveness_probe_s, alive),
+        ProbeCheck(key, "latency", health.latency_probe_s, lambda: answers(TINY_PROMPT, 1, None)),
+    ]
+    if spec.golden is not None:
+        golden = spec.golden
+        checks.append(
+            ProbeCheck(
+                key,
+                "correctness",
+                health.correctness_probe_s,
+                lambda: answers(golden.prompt, golden.max_tokens, golden.expect),
+            )
+        )
+    return checks
+
+
+def cloud_checks(provider: ProbedProvider, alias: str, config: SpilloverConfig) -> list[ProbeCheck]:
+    health, key = config.resilience.health, f"cloud:{provider.name}"
+
+    async def alive() -> bool:
+        await provider.probe()
+        return True
+
+    async def answers() -> bool:
+        reply = await provider.chat(alias, _tiny_chat(alias, TINY_PROMPT, 1), f"probe-{key}")
+        if getattr(reply, "chunks", None) is not None:
+            async for _ in reply.chunks:
+                pass
+        return True
+
+    return [
+        ProbeCheck(key, "liveness", health.liveness_probe_s, alive),
+        ProbeCheck(key, "latency", health.latency_probe_s, answers),
+    ]
+
+
+class Prober:
+    """Runs each check on its period and feeds the health board. `run_due(now)` is one pass
+    (tests call it with a fake clock); `run()` loops until cancelled."""
+
+    def __init__(
+        self,
+        checks: Sequence[ProbeCheck],
+        health: HealthBoard,
+        *,
+        latency_slo_s: float,
+        timeout_s: float,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        tick_s: float = 0.25,
+    ) -> None:
+        self._checks = list(checks)
+        self._health = health
+        self._slo_s = latency_slo_s
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._sleep = sleep
+        self._tick_s = tick_s
+        self._due: dict[int, float] = {}
+        self.results: dict[tuple[str, str], bool] = {}  # (target, level) -> last outcome
+
+    async def run(self) -> None:
+        while True:
+            await self.run_due(self._clock())
+            await self._sleep(self._tick_s)
+
+    async def run_due(self, now: float) -> None:
+        due = [i for i, c in enumerate(self._checks) if self._due.get(i, now) <= now]
+        for i in due:
+            self._due[i] = now + self._checks[i].every_s
+        await asyncio.gather(*(self._probe(self._checks[i]) for i in due))
+
+    async def _probe(self, check: ProbeCheck) -> None:
+        machine = self._health.get(check.target)
+        limit = self._slo_s if check.level == "latency" else self._timeout_s
+        began = time.perf_counter()
+        try:
+            ok = await asyncio.wait_for(check.run(), timeout=limit)
+        except RequestError as exc:
+            if rule_for(exc).marks_black:
+                machine.credential_failed()
+                self.results[(check.target, check.level)] = False
+                log.warning("probe %s %s: credentials refused (%s)", check.level, check.target, exc.code)
+                return
+            ok = False
+            log.info("probe %s %s failed: %s", check.level, check.target, exc.code)
+        except TimeoutError:
+            ok = False
+            log.info("probe %s %s took longer than %.1fs", check.level, check.target, limit)
+        except Exception as exc:  # noqa: BLE001 -- a probe must never kill the loop
+            ok = False
+            log.info("probe %s %s failed: %s", check.level, check.target, type(exc).__name__)
+        self.results[(check.target, check.level)] = ok
+        machine.probe(check.level, ok)
+        log.debug("probe %s %s ok=%s in %.3fs", check.level, check.target, ok, time.perf_counter() - began)

@@ -1,0 +1,204 @@
+"""The gateway's resilience state, and the one place an attempt's outcome updates all of it.
+
+A gateway replica holds one `Resilience`: circuit breakers per target and failure domain
+(`router.breaker`), a health machine per local model and cloud provider (`router.health`), the
+gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM windows
+(`router.quota`) and the spend ledger (`router.spend`). The dispatcher asks it three things:
+
+* `unavailable(targets)` at plan time: red/black health or an open breaker takes a target out
+  of the ranked tiers (the decision record says why);
+* `gate(target, ...)` just before an attempt: a half-open breaker's trial slot, the health share
+  (yellow keeps ~70%, a ramp 20/50/100%) when there is another candidate, the provider's quota;
+* `failed(target, error)` / `succeeded(target)` after it: `router.failure`'s table decides what
+  the error means for the breakers, the domain's cool-down and the health.
+
+Health keys are the `x-spillover-target` forms: `local:<alias>` and `cloud:<provider>`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from cluster.config import SpilloverConfig
+from cluster.telemetry import ClusterSnapshot
+from router.breaker import Breakers, BreakerSettings
+from router.capabilities import Target
+from router.errors import ProviderRateLimited, RequestError
+from router.failure import Rule, rule_for
+from router.health import Health, HealthBoard, HealthSettings
+from router.policy import Policy
+from router.quota import Quotas, Refusal, Reservation
+from router.retry import Backoff, RetryBudget
+from router.spend import SpendLedger, cost_weight
+
+DEFAULT_COOL_S = 1.0  # a 429 without Retry-After cools its domain this long
+POLICY_REFRESH_S = 10.0  # how often the month's spend is read back for the soft budget
+
+
+def health_key(target: Target) -> str:
+    return f"local:{target.alias}" if target.kind == "local" else f"cloud:{target.provider}"
+
+
+@dataclass(frozen=True)
+class Gate:
+    """`refused` is None when the attempt may go; `reservation` is its quota slot (cloud)."""
+
+    refused: str | None
+    reservation: Reservation | None = None
+
+
+class Resilience:
+    def __init__(
+        self,
+        config: SpilloverConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        spend: SpendLedger | None = None,
+    ) -> None:
+        r = config.resilience
+        self._config = config
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.breakers = Breakers(BreakerSettings(**r.breaker.model_dump()), clock)
+        health = r.health.model_dump(
+            include={f for f in HealthSettings.__dataclass_fields__ if f in type(r.health).model_fields}
+        )
+        self.health = HealthBoard(HealthSettings(**health), clock)
+        retry = r.retry
+        self.budget = RetryBudget(
+            ratio=retry.budget_ratio, min_per_s=retry.budget_min_per_s, window_s=retry.budget_window_s, clock=clock
+        )
+        self.backoff = Backoff(base_s=retry.backoff_base_s, cap_s=retry.backoff_cap_s, rng=self._rng)
+        self.max_attempts = retry.max_attempts
+        providers = config.cloud.providers
+        self.quotas = Quotas({p.name: (p.rpm, p.tpm) for p in providers}, clock=clock)
+        self._domains = {p.name: p.failure_domain for p in providers}
+        self.spend = spend
+        self._policy_cache: tuple[float, Policy] | None = None
+
+    # -- plan time ---------------------------------------------------------------------------------
+    def domain(self, target: Target) -> str:
+        if target.kind == "local":
+            return f"local:{target.alias}"
+        return self._domains.get(target.provider or "", target.provider or "")
+
+    def watch_local(self, alias: str, snapshot: ClusterSnapshot, now: float) -> None:
+        """Every replica of a model stale (or none left) is a local model down: red at once."""
+        replicas = snapshot.for_model(alias)
+        machine = self.health.get(f"local:{alias}")
+        if replicas and all(snapshot.is_stale(r, now) for r in replicas) and machine.state != Health.RED:
+            machine.mark_down(f"every replica of {alias} stopped reporting stats")
+
+    def unavailable(self, targets: Iterable[Target]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for target in targets:
+            machine = self.health.get(health_key(target))
+            if machine.state in (Health.RED, Health.BLACK):
+                out[target.id] = f"health {machine.state.value}: {machine.reason}"
+                continue
+            domain = self.breakers.domain(self.domain(target))
+            if not domain.can_allow():
+                out[target.id] = f"domain {self.domain(target)} {domain.state} ({domain.cause})"
+            elif not self.breakers.target(target.id).can_allow():
+                out[target.id] = f"breaker {self.breakers.target(target.id).state}"
+        return out
+
+    def policy(self, base: Policy) -> Policy:
+        """The policy with the soft monthly budget applied: past half the budget the cost weight
+        of every strategy rises (up to `spend.max_cost_factor` at the budget)."""
+        budget = self._config.spend.monthly_budget_usd
+        if self.spend is None or budget is None:
+            return base
+        now = self._clock()
+        if self._policy_cache is not None and now - self._policy_cache[0] < POLICY_REFRESH_S:
+            return self._policy_cache[1]
+        total = self.spend.month_total(now)
+        factor = self._config.spend.max_cost_factor
+        weights = {
+            strategy: {**row, "cost": cost_weight(total, budget, base_weight=row.get("cost", 0.0), max_factor=factor)}
+            for strategy, row in base.weights.items()
+        }
+        policy = base.model_copy(update={"weights": weights})
+        self._policy_cache = (now, policy)
+        return policy
+
+    # -- attempt time ------------------------------------------------------------------------------
+    def gate(self, target: Target, *, has_alternative: bool, tokens: int) -> Gate:
+        machine = self.health.get(health_key(target))
+        if machine.state in (Health.RED, Health.BLACK):
+            return Gate(f"{health_key(target)} is {machine.state.value}: {machine.reason}")
+        if has_alternative and not machine.admits(self._rng.random()):
+            share = machine.share()
+            return Gate(f"{health_key(target)} is {machine.state.value} and takes {share:.0%} of new requests")
+        allowed, why = self.breakers.allows(target.id, self.domain(target))
+        if not allowed:
+            return Gate(why)
+        if target.kind == "local":
+            return Gate(None)
+        quota = self.quotas.try_reserve(target.provider or "", tokens)
+        if isinstance(quota, Refusal):
+            return Gate(quota.reason)
+        return Gate(None, quota)
+
+    def failed(self, target: Target, error: RequestError) -> Rule:
+        rule = rule_for(error)
+        domain = self.domain(target)
+        if rule.breaker_failure:
+            self.breakers.record(target.id, domain, ok=False)
+            self.health.get(health_key(target)).outcome(False)
+        if rule.cools_domain:
+            after = error.retry_after_s if isinstance(error, ProviderRateLimited) else None
+            self.breakers.cool_domain(domain, after if after is not None else DEFAULT_COOL_S)
+        if rule.marks_black:
+            self.health.get(health_key(target)).credential_failed(error.code or "")
+        return rule
+
+    def succeeded(self, target: Target) -> None:
+        self.breakers.record(target.id, self.domain(target), ok=True)
+        self.health.get(health_key(target)).outcome(True)
+
+    def settle(self, reservation: Reservation | None, tokens: int) -> None:
+        if reservation is not None:
+            self.quotas.settle(reservation, tokens)
+
+    def charge(self, request_id: str, target: Target, outcome: str, cost_usd: float | None) -> None:
+        if self.spend is not None and target.kind == "cloud":
+            self.spend.add(request_id, target.id, target.provider or "", outcome, cost_usd or 0.0)
+
+    # -- views -------------------------------------------------------------------------------------
+    def states(self) -> dict[str, str]:
+        """Health and breaker states, for decision records."""
+        return {**self.health.states(), **{k: v for k, v in self.breakers.states().items() if v != "closed"}}
+
+    def view(self) -> dict[str, Any]:
+        """The whole picture for `/v1/spillover/cluster`."""
+        health: dict[str, Any] = {}
+        for key, state in self.health.states().items():
+            machine = self.health.get(key)
+            health[key] = {
+                "state": state,
+                "share": machine.share(),
+                "ramping": machine.ramping,
+                "reason": machine.reason,
+                "transitions_total": machine.transitions_total,
+                "transitions": [
+                    {"at": t.at, "from": t.from_state, "to": t.to_state, "share": t.share, "reason": t.reason}
+                    for t in machine.transitions[-10:]
+                ],
+            }
+        return {
+            "health": health,
+            "breakers": self.breakers.states(),
+            "retry_budget": self.budget.balance(),
+            "quotas": {name: {"requests": r, "tokens": t} for name, (r, t) in self.quotas.usage().items()},
+        }
+
+    def reset(self, target: str | None = None) -> list[str]:
+        """Operator reset (`POST /v1/spillover/resilience/reset`): forget health and breaker state,
+        of one health key or of everything. Returns what was reset."""
+        return self.health.reset(target) + self.breakers.reset(target)

@@ -1,0 +1,130 @@
+"""Idempotency-Key and the operator resilience routes, over the real Starlette app."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+
+from cluster.config import parse_config
+from router.auth import Authenticator, TenantPolicy
+from router.errors import TargetUnavailable
+from router.idempotency import IdempotencyStore
+from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.idempotent import IdempotentReplies
+from serve_apps.ops_routes import OpsRoutes
+from serve_apps.resilience import Resilience
+from tests.unit.test_gateway_http import CHAT, MODELS, FakeBackend
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def resilience(clock: Clock) -> Resilience:
+    config = parse_config(
+        {
+            "models": [{"alias": "small", "source": "prepared:x", "family": "llama"}],
+            "cloud": {"providers": [{"name": "sim", "base_url": "http://127.0.0.1:1/v1"}]},
+        },
+        "test",
+    )
+    return Resilience(config, clock=clock)
+
+
+def gateway(backend: FakeBackend, clock: Clock, res: Resilience, auth: Authenticator | None = None) -> GatewayHTTP:
+    store = IdempotencyStore(ttl_s=60, clock=clock)
+    return GatewayHTTP(
+        backend,
+        MODELS,
+        created=1,
+        idempotent=IdempotentReplies(store, wait_s=1),
+        ops=OpsRoutes(res),
+        authenticator=auth,
+    )
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[tuple[httpx.AsyncClient, FakeBackend, Clock, Resilience]]:
+    backend, clock = FakeBackend(), Clock()
+    res = resilience(clock)
+    transport = httpx.ASGITransport(app=gateway(backend, clock, res).app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        yield client, backend, clock, res
+
+
+async def test_a_repeated_key_replays_the_first_answer_without_running_again(setup: Any) -> None:
+    client, backend, clock, _ = setup
+    first = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "order-1"})
+    again = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "order-1"})
+    assert first.status_code == again.status_code == 200
+    assert again.json() == first.json()
+    assert again.headers["x-spillover-idempotent-replay"] == "true"
+    assert "x-spillover-idempotent-replay" not in first.headers
+    assert again.headers["x-spillover-route"] == first.headers["x-spillover-route"]
+    assert len(backend.calls) == 1
+    clock.now += 61  # past the TTL: runs again
+    await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "order-1"})
+    assert len(backend.calls) == 2
+
+
+async def test_the_same_key_with_another_body_is_a_clear_400(setup: Any) -> None:
+    client, _, _, _ = setup
+    await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "k"})
+    other = {**CHAT, "messages": [{"role": "user", "content": "something else"}]}
+    response = await client.post("/v1/chat/completions", json=other, headers={"idempotency-key": "k"})
+    assert response.status_code == 400 and response.json()["error"]["code"] == "idempotency_key_reused"
+
+
+async def test_failures_are_not_stored_so_the_key_can_be_retried(setup: Any) -> None:
+    client, backend, _, _ = setup
+    backend.fail_with = TargetUnavailable("down")
+    failed = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "k"})
+    assert failed.status_code == 503
+    backend.fail_with = None
+    ok = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "k"})
+    assert ok.status_code == 200 and "x-spillover-idempotent-replay" not in ok.headers
+
+
+async def test_streams_and_bad_keys_are_refused_with_a_reason(setup: Any) -> None:
+    client, backend, _, _ = setup
+    stream = await client.post("/v1/chat/completions", json={**CHAT, "stream": True}, headers={"idempotency-key": "k"})
+    assert stream.status_code == 400 and stream.json()["error"]["code"] == "idempotency_not_supported"
+    long_key = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "x" * 300})
+    assert long_key.status_code == 400 and long_key.json()["error"]["code"] == "invalid_idempotency_key"
+    assert backend.calls == []
+
+
+async def test_resilience_view_and_reset(setup: Any) -> None:
+    client, _, _, res = setup
+    res.health.get("cloud:sim").credential_failed("provider_auth_failed")
+    view = (await client.get("/v1/spillover/resilience")).json()
+    assert view["health"]["cloud:sim"]["state"] == "black" and view["health"]["cloud:sim"]["share"] == 0
+    assert view["health"]["cloud:sim"]["transitions"][-1]["to"] == "black"
+    bad = await client.post("/v1/spillover/resilience/reset", json={"target": "sim"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "target"
+    done = await client.post("/v1/spillover/resilience/reset", json={"target": "cloud:sim"})
+    assert done.status_code == 200 and "health:cloud:sim" in done.json()["reset"]
+    assert res.health.get("cloud:sim").state.value == "green"
+
+
+async def test_only_admin_tenants_may_reset() -> None:
+    backend, clock = FakeBackend(), Clock()
+    res = resilience(clock)
+    auth = Authenticator(
+        [TenantPolicy("ops", admin=True), TenantPolicy("app")], {"ops": "sk-ops-key", "app": "sk-app-key"}
+    )
+    transport = httpx.ASGITransport(app=gateway(backend, clock, res, auth).app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        anonymous = await client.post("/v1/spillover/resilience/reset")
+        app = await client.post("/v1/spillover/resilience/reset", headers={"authorization": "Bearer sk-app-key"})
+        ops = await client.post("/v1/spillover/resilience/reset", headers={"authorization": "Bearer sk-ops-key"})
+    assert anonymous.status_code == 401
+    assert app.status_code == 403 and app.json()["error"]["code"] == "forbidden"
+    assert ops.status_code == 200

@@ -1,0 +1,143 @@
+"""Health probes feed the health machines: liveness, latency (SLO), correctness, and black on a refused key."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from cluster.config import parse_config
+from cluster.telemetry import ClusterSnapshot, ReplicaStats
+from router.errors import TargetUnavailable, UpstreamError
+from router.health import Health, HealthBoard, HealthSettings
+from serve_apps.backend import BackendReply
+from serve_apps.prober import ProbeCheck, Prober, cloud_checks, local_checks
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def config(**golden: Any) -> Any:
+    model: dict[str, Any] = {"alias": "m", "source": "prepared:x", "family": "llama"}
+    if golden:
+        model["golden"] = golden
+    return parse_config(
+        {
+            "models": [model],
+            "resilience": {"health": {"liveness_probe_s": 1, "latency_probe_s": 5, "correctness_probe_s": 60}},
+        },
+        "test",
+    )
+
+
+class Backend:
+    def __init__(self, answer: str = "OK") -> None:
+        self.answer = answer
+        self.bodies: list[dict[str, Any]] = []
+
+    async def call(self, alias: str, kind: str, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.bodies.append(body)
+        return BackendReply(body={"choices": [{"message": {"content": self.answer}}]})
+
+    async def check_health(self, alias: str, timeout_s: float) -> str | None:
+        return None
+
+
+def board(clock: Clock, **settings: Any) -> HealthBoard:
+    return HealthBoard(HealthSettings(**settings), clock)
+
+
+async def test_liveness_follows_fresh_stats_and_three_misses_make_the_model_red() -> None:
+    clock = Clock()
+    stats = ReplicaStats("m", "r1", "n1", T0, 0.1, 0, 0, 0, 0, 364, 128)
+    snapshot = ClusterSnapshot(taken_at=T0, replicas=(stats,), max_age_s=1.0)
+    health = board(clock)
+    checks = local_checks(config().models[0], config(), Backend(), lambda: snapshot, clock)
+    assert [c.level for c in checks] == ["liveness", "latency"]  # no golden: no correctness probe
+    prober = Prober(checks, health, latency_slo_s=5, timeout_s=5, clock=clock)
+    await prober.run_due(clock.now)
+    assert prober.results[("local:m", "liveness")] is True
+    for _ in range(3):  # the replica stopped pushing stats (stale after max_age_s = 1 s)
+        clock.now += 1.5
+        await prober.run_due(clock.now)
+    assert health.get("local:m").state is Health.RED
+
+
+async def test_checks_run_on_their_own_periods() -> None:
+    clock, calls = Clock(), []
+
+    async def check() -> bool:
+        calls.append(clock.now)
+        return True
+
+    prober = Prober(
+        [ProbeCheck("cloud:x", "liveness", 10, check)], board(clock), latency_slo_s=1, timeout_s=1, clock=clock
+    )
+    for _ in range(25):
+        await prober.run_due(clock.now)
+        clock.now += 1
+    assert [t - T0 for t in calls] == [0, 10, 20]
+
+
+async def test_a_slow_latency_probe_fails_it() -> None:
+    clock = Clock()
+
+    async def slow() -> bool:
+        await asyncio.sleep(0.2)
+        return True
+
+    health = board(clock)
+    prober = Prober([ProbeCheck("cloud:x", "latency", 1, slow)], health, latency_slo_s=0.01, timeout_s=5, clock=clock)
+    await prober.run_due(clock.now)
+    assert prober.results[("cloud:x", "latency")] is False
+    assert health.get("cloud:x").state is Health.YELLOW
+
+
+async def test_the_golden_prompt_must_be_answered_right() -> None:
+    clock = Clock()
+    cfg = config(prompt="What is the capital of France?", expect="paris")
+    backend = Backend(answer="The capital is Lyon.")
+    checks = local_checks(cfg.models[0], cfg, backend, lambda: ClusterSnapshot(T0, (), 1.0), clock)
+    correctness = next(c for c in checks if c.level == "correctness")
+    assert await correctness.run() is False
+    backend.answer = "PARIS."
+    assert await correctness.run() is True
+    assert backend.bodies[-1]["messages"][0]["content"] == "What is the capital of France?"
+
+
+class Provider:
+    name = "sim"
+
+    def __init__(self, error: Exception | None) -> None:
+        self.error = error
+
+    async def probe(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any:
+        raise TargetUnavailable("not used")
+
+
+async def test_a_refused_key_found_by_the_liveness_probe_makes_the_provider_black() -> None:
+    clock = Clock()
+    health = board(clock)
+    refused = UpstreamError("cloud provider 'sim' refused our credentials (HTTP 401)", code="provider_auth_failed")
+    checks = [c for c in cloud_checks(Provider(refused), "m", config()) if c.level == "liveness"]
+    await Prober(checks, health, latency_slo_s=1, timeout_s=1, clock=clock).run_due(clock.now)
+    assert health.get("cloud:sim").state is Health.BLACK
+
+
+async def test_an_unreachable_provider_is_a_failed_probe_not_black() -> None:
+    clock = Clock()
+    health = board(clock)
+    down = TargetUnavailable("unreachable", code="provider_unreachable")
+    checks = [c for c in cloud_checks(Provider(down), "m", config()) if c.level == "liveness"]
+    await Prober(checks, health, latency_slo_s=1, timeout_s=1, clock=clock).run_due(clock.now)
+    assert health.get("cloud:sim").state is Health.YELLOW
