@@ -16,24 +16,38 @@
               [--request-timeout-s 300] [--ignore-eos] [--api-key-env NAME] [--out DIR] [--seed 0]
               [--no-progress]
 
+    faults    --url http://127.0.0.1:8000/v1 --model NAME --sim http://127.0.0.1:9100 [--sim URL ...]
+              [--faults error_5xx,rate_limit,timeout,reset,midstream_cut,malformed] [--requests 12]
+              [--streams 4] [--concurrency 4] [--hang-s 5] [--api-key-env NAME] [--out DIR] [--no-progress]
+
+    overhead  --url http://127.0.0.1:8000 --model NAME [--rounds 30] [--warmup 3] [--config PATH]
+              [--out DIR] [--seed 0] [--no-progress]      (on a node of the cluster: it joins Ray)
+
 Exit codes: 0 a knee was found and the overlay written (overload: the report written and something
-answered), 1 no knee / nothing answered / a URL unreachable / other failure, 2 bad input (flags,
-config, a model the URL does not serve). Errors are one line, no traceback.
+answered; faults: nothing lost or re-sent), 1 no knee / nothing answered / a request lost / a URL
+unreachable / other failure, 2 bad input (flags, config, a model the URL does not serve). Errors are
+one line, no traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from bench.calibrate import CalibrateOptions, calibrate, summary_lines
+from bench.faults import FAULTS, FaultOptions, FaultRun, run_faults
+from bench.faults import summary_lines as faults_summary_lines
 from bench.knee import DEFAULT_MAX_ERROR_RATE
+from bench.overhead import OverheadOptions, run_overhead
+from bench.overhead import summary_lines as overhead_summary
 from bench.overload import DEFAULT_MULTIPLES, OverloadOptions, run_overload
 from bench.overload import summary_lines as overload_summary_lines
 from bench.overload_metrics import MODES
-from bench.target import BenchError
+from bench.target import BenchError, api_key_from_env
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -230,6 +244,84 @@ def cmd_overload(args: argparse.Namespace) -> int:
     return _run(lambda: run_overload(overload_options_from_args(args)), overload_summary_lines)
 
 
+def _faults(text: str) -> tuple[str, ...]:
+    faults = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not faults or any(f not in FAULTS for f in faults) or len(set(faults)) != len(faults):
+        raise argparse.ArgumentTypeError(f"faults are some of {','.join(FAULTS)} without repeats: {text!r}")
+    return faults
+
+
+def add_faults_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--url", required=True, help="OpenAI-compatible base URL of the gateway, e.g. http://127.0.0.1:8000/v1")
+    add("--model", required=True, help="model name to request (tool requests: they go to the cloud targets)")
+    add("--sim", action="append", required=True, metavar="URL",
+        help="a cloud-sim the gateway uses; the first gets the faults and must rank first (repeatable)")  # fmt: skip
+    add("--faults", type=_faults, default=FAULTS, help=f"which faults (default {','.join(FAULTS)})")
+    add("--requests", type=_number(int, 0), default=12, help="non-streamed requests per fault (12)")
+    add("--streams", type=_number(int, 0), default=4, help="streamed requests per fault (4)")
+    add("--concurrency", type=_number(int, 1), default=4, help="requests in flight (4)")
+    add("--hang-s", type=_number(float, 0, exclusive=True), default=5.0,
+        help="the timeout fault's hang; longer than the provider's timeout_s (5)")  # fmt: skip
+    add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=60.0, help="per request (60)")
+    add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
+    add("--out", default=None, help="report directory (default bench/results/faults-<time>)")
+    add("--no-progress", action="store_true", help="no progress lines on stderr")
+
+
+def cmd_faults(args: argparse.Namespace) -> int:
+    """Handler of `faults`: runs the matrix, prints the table; errors are one line on stderr."""
+    out = Path(args.out) if args.out else Path("bench/results") / f"faults-{time.strftime('%Y%m%d-%H%M%S')}"
+
+    def command() -> FaultRun:
+        opts = FaultOptions(
+            url=args.url.rstrip("/"),
+            sims=tuple(args.sim),
+            model=args.model,
+            faults=args.faults,
+            requests=args.requests,
+            streams=args.streams,
+            concurrency=args.concurrency,
+            hang_s=args.hang_s,
+            request_timeout_s=args.request_timeout_s,
+            api_key=api_key_from_env(args.api_key_env),
+        )
+        return run_faults(opts, out, progress=not args.no_progress)
+
+    return _run(command, faults_summary_lines)
+
+
+def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
+    add = parser.add_argument
+    add("--url", default="http://127.0.0.1:8000", help="the Serve HTTP proxy (gateway at /v1); default :8000")
+    add("--model", required=True, help="model alias to call on every path")
+    add("--rounds", type=_number(int, 1), default=30, help="measured rounds, one request per path each (30)")
+    add("--warmup", type=_number(int, 0), default=3, help="warm-up rounds, not measured (3)")
+    add("--config", default=None, help="the running deployment's config (default configs/local.yaml)")
+    add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=60.0, help="per request (60)")
+    add("--out", default=None, help="report directory (default bench/results/overhead-<time>)")
+    add("--seed", type=int, default=0, help="order of the paths in each round (default 0)")
+    add("--no-progress", action="store_true", help="no progress lines on stderr")
+
+
+def cmd_overhead(args: argparse.Namespace) -> int:
+    """Handler of `overhead`: deploys Ray's ingress for the run, measures, prints the medians."""
+    if args.config is None:
+        from cluster.cli import default_config_path  # cluster.cli may import this module
+
+        args.config = default_config_path()
+    out = Path(args.out) if args.out else Path("bench/results") / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}"
+    opts = OverheadOptions(
+        base_url=args.url.rstrip("/").removesuffix("/v1"),
+        model=args.model,
+        rounds=args.rounds,
+        warmup=args.warmup,
+        seed=args.seed,
+        request_timeout_s=args.request_timeout_s,
+    )
+    return _run(lambda: run_overhead(opts, str(args.config), out, progress=not args.no_progress), overhead_summary)
+
+
 def add_bench_subcommands(subparsers: Any) -> None:
     """Add `calibrate` and `overload` to a subparsers object (of `python -m bench` or of `spillover bench`)."""
     calibrate_parser = subparsers.add_parser(
@@ -249,11 +341,30 @@ def add_bench_subcommands(subparsers: Any) -> None:
     )
     add_overload_arguments(overload_parser)
     overload_parser.set_defaults(func=cmd_overload)
+    faults_parser = subparsers.add_parser(
+        "faults",
+        help="the fault matrix: one cloud-sim fault at a time; lost requests, re-sent streams, clean errors",
+        description="Inject each cloud-sim fault into every request of the first --sim and count what the "
+        "gateway's clients saw: lost non-streamed requests, streams that ended cleanly or were re-sent.",
+    )
+    add_faults_arguments(faults_parser)
+    faults_parser.set_defaults(func=cmd_faults)
+    overhead_parser = subparsers.add_parser(
+        "overhead",
+        help="the same tiny requests direct to a replica, through Ray's OpenAiIngress and through the gateway",
+        description="Interleave tiny requests along three paths to the same model replica (a DeploymentHandle, "
+        "Ray's OpenAiIngress deployed for the run at /ray, spillover's gateway) and report medians and ratios.",
+    )
+    add_overhead_arguments(overhead_parser)
+    overhead_parser.set_defaults(func=cmd_overhead)
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register `bench` (`calibrate`, `overload`) on the spillover CLI's subparsers; the handler is `args.func`."""
-    parser = subparsers.add_parser("bench", help="load tests: calibrate the concurrency formulas, measure overload")
+    """Register `bench` (`calibrate`, `overload`, `faults`, `overhead`) on the spillover CLI's subparsers;
+    the handler is `args.func`."""
+    parser = subparsers.add_parser(
+        "bench", help="load tests: calibrate the formulas, measure overload, run the fault matrix"
+    )
     add_bench_subcommands(parser.add_subparsers(dest="bench_command", required=True))
     return parser
 

@@ -170,7 +170,7 @@ class Prober:
             ok = await asyncio.wait_for(check.run(), timeout=limit)
         except RequestError as exc:
             if rule_for(exc).marks_black:
-                machine.credential_failed()
+                machine.credential_failed(exc.code or "")
                 self.results[(check.target, check.level)] = False
                 log.warning("probe %s %s: credentials refused (%s)", check.level, check.target, exc.code)
                 return

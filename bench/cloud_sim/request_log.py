@@ -12,6 +12,7 @@ The Authorization header is never logged.
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -30,12 +31,22 @@ def logged_headers(headers: Mapping[str, str]) -> dict[str, str]:
 
 
 class RequestLog:
-    """Appends JSON lines to `path`; does nothing when `path` is None."""
+    """Appends JSON lines to `path` (none when it is None) and keeps the last `keep` records in
+    memory for `GET /control/log` (the fault bench reads it over HTTP, wherever the file is)."""
 
-    def __init__(self, path: str | Path | None) -> None:
+    def __init__(self, path: str | Path | None, *, keep: int = 10_000) -> None:
         self._path = Path(path) if path is not None else None
+        self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
+
+    def recent(self, gateway_request_id: str | None = None) -> list[dict[str, Any]]:
+        """Kept records, oldest first; only those whose forwarded `x-request-id` matches, if given."""
+        rows = list(self._recent)
+        if gateway_request_id is None:
+            return rows
+        return [r for r in rows if r.get("headers", {}).get("x-request-id") == gateway_request_id]
 
     def write(self, record: Mapping[str, Any]) -> None:
+        self._recent.append(dict(record))
         if self._path is None:
             return
         line = json.dumps(dict(record), separators=(",", ":"), default=str)

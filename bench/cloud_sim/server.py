@@ -8,6 +8,8 @@ Routes
     POST /control/faults        merge a JSON object into the settings (400 on a bad value)
     POST /control/reset         back to the settings the app was built with
     GET  /control/stats         in-flight and total request counts
+    GET  /control/log           the last 10,000 request records (`?x_request_id=` filters by the
+                                id the caller forwarded), as written to `--log`
 
 A chat request goes: API key check (401) → body check (400/404) → capacity check (429 with
 Retry-After when `max_concurrency` requests are in flight) → one fault draw → the answer.
@@ -84,6 +86,7 @@ class CloudSim:
                 Route("/control/faults", self._set_faults, methods=["POST"]),
                 Route("/control/reset", self._reset, methods=["POST"]),
                 Route("/control/stats", self._stats, methods=["GET"]),
+                Route("/control/log", self._log_rows, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_exception},
         )
@@ -205,6 +208,9 @@ class CloudSim:
     async def _reset(self, request: Request) -> Response:
         self.settings = self.initial_settings
         return JSONResponse(self.settings.public())
+
+    async def _log_rows(self, request: Request) -> Response:
+        return JSONResponse({"rows": self._log.recent(request.query_params.get("x_request_id"))})
 
     async def _stats(self, request: Request) -> Response:
         return JSONResponse({"inflight": self.inflight, "requests_total": self.requests_total})

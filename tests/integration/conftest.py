@@ -7,7 +7,12 @@ Two models are deployed from `configs/local.yaml` plus a second entry:
   requests saturate it on purpose: the burst tests use it.
 
 The cloud simulator runs as a real subprocess (`python -m bench.cloud_sim`) writing its
-request log, and the config's `cloud-sim` provider is enabled and pointed at it.
+request log, and the config's `cloud-sim` provider is enabled and pointed at it (timeout 2 s).
+A second simulator, `cloud-sim-b` (own failure domain, dearer, so ranked second, needs an API key),
+is the healthy spare of the fault matrix. A third provider, `cloud-sim-badkey`, points at the same
+second simulator with a wrong key: its health must go black and the key never show anywhere.
+Resilience timings are shortened (probes every 0.5 s, 3 s cool-down and ramp steps) so recovery
+fits in a test.
 """
 
 from __future__ import annotations
@@ -43,11 +48,33 @@ QWEN_TINY = {
 }
 
 
+SPARE_KEY = "sk-spare-sim-key-4f1c"
+BAD_KEY = "sk-wrong-key-must-never-be-printed-9d2e"
+RESILIENCE = {
+    "retry": {"max_attempts": 3},
+    "breaker": {"window_s": 10, "min_requests": 3, "open_s": 3},
+    "health": {
+        "liveness_probe_s": 0.5,
+        "latency_probe_s": 30,
+        "correctness_probe_s": 600,
+        "latency_slo_s": 10,
+        "window_s": 20,
+        "red_after_s": 30,
+        "recovery_probes": 3,
+        "cooldown_s": 3,
+        "ramp_step_s": 3,
+        "yellow_clear_s": 5,
+    },
+}
+
+
 @dataclass(frozen=True)
 class Stack:
     base_url: str
     config: SpilloverConfig
     cloud_log: Path
+    sim_url: str  # the first cloud-sim (faults are injected here)
+    spare_url: str  # cloud-sim-b
 
     @property
     def openai_base(self) -> str:
@@ -60,14 +87,26 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def integration_config(cloud_port: int) -> SpilloverConfig:
+def integration_config(cloud_port: int, spare_port: int, ledger: Path) -> SpilloverConfig:
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["models"].append(QWEN_TINY)
     raw["gateway"]["port"] = _free_port()
     (provider,) = raw["cloud"]["providers"]
-    provider.update(enabled=True, base_url=f"http://127.0.0.1:{cloud_port}/v1", api_key_env=None)
+    provider.update(enabled=True, base_url=f"http://127.0.0.1:{cloud_port}/v1", api_key_env=None, timeout_s=2)
     provider["models"]["qwen2-tiny-random"] = {**provider["models"]["smollm2-135m-instruct"], "name": "sim-qwen"}
-    return parse_config(raw, "tests/integration (configs/local.yaml + qwen2-tiny-random + cloud-sim)")
+    dear = {
+        alias: {**model, "price_in_per_mtok": 0.5, "price_out_per_mtok": 2.0}
+        for alias, model in provider["models"].items()
+    }
+    spare_url = f"http://127.0.0.1:{spare_port}/v1"
+    spare = {**provider, "name": "cloud-sim-b", "base_url": spare_url, "api_key_env": "SPILLOVER_TEST_SPARE_KEY"}
+    badkey = {**spare, "name": "cloud-sim-badkey", "api_key_env": "SPILLOVER_TEST_BAD_KEY"}
+    spare["models"] = dear
+    badkey["models"] = {a: {**m, "price_in_per_mtok": 1.0, "price_out_per_mtok": 4.0} for a, m in dear.items()}
+    raw["cloud"]["providers"] += [spare, badkey]
+    raw["resilience"] = RESILIENCE
+    raw["spend"] = {"ledger": str(ledger)}
+    return parse_config(raw, "tests/integration (configs/local.yaml + qwen2-tiny-random + 2 cloud-sims)")
 
 
 @pytest.fixture(scope="session")
@@ -75,16 +114,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     from serve_apps.runner import deploy
 
-    cloud_port = _free_port()
+    cloud_port, spare_port = _free_port(), _free_port()
     cloud_log = tmp_path_factory.mktemp("cloud-sim") / "requests.jsonl"
-    config = integration_config(cloud_port)
+    config = integration_config(cloud_port, spare_port, tmp_path_factory.mktemp("spend") / "spend.sqlite")
+    # the gateway's Ray workers inherit the driver's environment
+    os.environ["SPILLOVER_TEST_SPARE_KEY"] = SPARE_KEY
+    os.environ["SPILLOVER_TEST_BAD_KEY"] = BAD_KEY
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
-    with running_cloud_sim(cloud_port, ["sim-smollm2", "sim-qwen"], log=cloud_log, extra_args=["--ttft-s", "0.05"]):
+    models = ["sim-smollm2", "sim-qwen"]
+    spare_args = ["--ttft-s", "0.05", "--api-key-env", "SPILLOVER_TEST_SPARE_KEY"]
+    with (
+        running_cloud_sim(cloud_port, models, log=cloud_log, extra_args=["--ttft-s", "0.05"]) as sim_url,
+        running_cloud_sim(spare_port, models, extra_args=spare_args) as spare_url,
+    ):
         running = deploy(config, "integration", say)
         try:
-            yield Stack(base_url=running.base_url, config=config, cloud_log=cloud_log)
+            yield Stack(running.base_url, config, cloud_log, sim_url, spare_url)
         finally:
             running.stop()

@@ -56,7 +56,8 @@ def test_tools_with_no_capable_target_is_422(stack: Stack) -> None:
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["code"] == "no_capable_model"
-    assert {r["target"] for r in error["reasons"]} == {f"local:{SMOL}", f"cloud:cloud-sim/{SMOL}"}
+    clouds = {f"cloud:{p}/{SMOL}" for p in ("cloud-sim", "cloud-sim-b", "cloud-sim-badkey")}
+    assert {r["target"] for r in error["reasons"]} == {f"local:{SMOL}", *clouds}
     assert "127.0.0.1" not in response.text
 
 
@@ -81,8 +82,9 @@ def test_l1_json_schema_answer_validates_or_is_502(stack: Stack) -> None:
 
 
 def test_schema_invalid_cloud_answer_is_502_never_200(stack: Stack) -> None:
-    """Only cloud-sim can take this request (beyond SmolLM2's context); cloud-sim is told to
-    answer with JSON that ignores the schema: the L1 request ends as 502 contract_violation."""
+    """Only cloud-sim can take this request (beyond SmolLM2's context, and the providers header
+    leaves out the spare sims); cloud-sim is told to answer with JSON that ignores the schema:
+    the L1 request ends as 502 contract_violation."""
     control = str(stack.config.cloud.providers[0].base_url).removesuffix("/v1") + "/control"
     fmt = {"type": "json_schema", "json_schema": {"name": "capital", "schema": SCHEMA}}
     body = {
@@ -93,8 +95,8 @@ def test_schema_invalid_cloud_answer_is_502_never_200(stack: Stack) -> None:
     }
     httpx.post(f"{control}/faults", json={"schema_invalid_rate": 1.0}, timeout=10).raise_for_status()
     try:
-        bad = post(stack, body, x_spillover_level="L1")
-        warned = post(stack, body, x_spillover_level="L2")
+        bad = post(stack, body, x_spillover_level="L1", x_spillover_providers="cloud-sim")
+        warned = post(stack, body, x_spillover_level="L2", x_spillover_providers="cloud-sim")
     finally:
         httpx.post(f"{control}/reset", timeout=10).raise_for_status()
     assert bad.status_code == 502, bad.text

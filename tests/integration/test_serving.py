@@ -133,7 +133,8 @@ def test_prompt_beyond_every_context_is_400_with_limits(client: openai.OpenAI) -
     body = caught.value.body
     assert body["code"] == "context_length_exceeded"  # type: ignore[index]
     assert "4096" in body["message"]  # type: ignore[index]
-    assert {r["target"] for r in body["reasons"]} == {f"local:{SMOL}", f"cloud:cloud-sim/{SMOL}"}  # type: ignore[index]
+    clouds = {f"cloud:{p}/{SMOL}" for p in ("cloud-sim", "cloud-sim-b", "cloud-sim-badkey")}
+    assert {r["target"] for r in body["reasons"]} == {f"local:{SMOL}", *clouds}  # type: ignore[index]
 
 
 def test_max_tokens_beyond_context_is_400(client: openai.OpenAI) -> None:

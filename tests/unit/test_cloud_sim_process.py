@@ -138,6 +138,8 @@ async def test_real_server_reset_drops_the_connection_before_any_byte(real_sim: 
             await control.post("/control/reset")
             reply = await provider.chat("local", chat(model="local"), "req-after-reset")
             assert reply.body is not None and reply.status == 200  # the server itself is fine
+            rows = (await control.get("/control/log", params={"x_request_id": "req-reset"})).json()["rows"]
+            assert [(r["fault"], r["status"]) for r in rows] == [("reset", 0)]
         finally:
             await control.post("/control/reset")
     record = next(json.loads(line) for line in log_path.read_text().splitlines() if "req-reset" in line)

@@ -132,6 +132,7 @@ async def test_a_refused_key_found_by_the_liveness_probe_makes_the_provider_blac
     checks = [c for c in cloud_checks(Provider(refused), "m", config()) if c.level == "liveness"]
     await Prober(checks, health, latency_slo_s=1, timeout_s=1, clock=clock).run_due(clock.now)
     assert health.get("cloud:sim").state is Health.BLACK
+    assert "provider_auth_failed" in health.get("cloud:sim").reason
 
 
 async def test_an_unreachable_provider_is_a_failed_probe_not_black() -> None:

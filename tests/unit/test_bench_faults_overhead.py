@@ -1,0 +1,78 @@
+"""bench faults / overhead: what a client saw is classified right, the medians compared right."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from bench.faults import FaultOptions, FaultRow, _json_request, _stream_request, markdown_table
+from bench.overhead import OverheadOptions, PathStats, comparisons, measure
+
+OPTS = FaultOptions(url="http://gw/v1", sims=("http://sim",), model="m")
+
+
+def sse(*events: str) -> bytes:
+    return "".join(f"data: {e}\n\n" for e in events).encode()
+
+
+async def classify_stream(content: bytes, status: int = 200) -> str:
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, content=content))
+    async with httpx.AsyncClient(transport=transport) as client:
+        return await _stream_request(client, OPTS, "r1")
+
+
+async def test_stream_outcomes() -> None:
+    chunk = json.dumps({"choices": [{"delta": {"content": "he"}}]})
+    error = json.dumps({"error": {"message": "cut", "code": "provider_cut"}})
+    assert await classify_stream(sse(chunk, "[DONE]")) == "ok"
+    assert await classify_stream(sse(chunk, error, "[DONE]")) == "clean_error"
+    assert await classify_stream(sse(chunk)) == "broken"  # no [DONE]: the connection just ended
+    assert await classify_stream(sse(chunk, "[DONE]"), status=503) == "broken"
+
+
+async def test_json_outcomes_name_the_error_code() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        assert body["tools"] and body["stream"] is False  # tool requests: cloud targets only
+        if request.headers["x-request-id"] == "good":
+            return httpx.Response(200, json={"choices": [{"message": {}}]})
+        return httpx.Response(503, json={"error": {"code": "target_unavailable"}})
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        assert await _json_request(client, OPTS, "good") == "ok"
+        assert await _json_request(client, OPTS, "bad") == "target_unavailable"
+
+
+def test_a_row_passes_only_without_lost_resent_or_broken() -> None:
+    assert FaultRow("error_5xx", json_sent=4, json_ok=4).passed
+    assert not FaultRow("timeout", json_sent=4, json_ok=3, json_lost=1).passed
+    assert not FaultRow("midstream_cut", stream_resent=1).passed
+    table = markdown_table([FaultRow("reset", json_sent=2, json_ok=1, json_lost=1, lost_codes={"provider_timeout": 1})])
+    assert "| reset | 1/2 | 1 (provider_timeout×1) |" in table
+
+
+def test_comparisons_are_ratios_and_differences_of_medians() -> None:
+    stats = [PathStats("direct", [0.10, 0.10, 0.10]), PathStats("ray", [0.11] * 3), PathStats("gateway", [0.13] * 3)]
+    by = {(c["path"], c["baseline"]): c for c in comparisons(stats)}
+    assert round(by[("gateway", "ray")]["ratio_p50"], 3) == round(0.13 / 0.11, 3)
+    assert round(by[("gateway", "direct")]["extra_ms_p50"], 1) == 30.0
+
+
+async def test_measure_interleaves_every_path_each_round_and_counts_errors() -> None:
+    order: list[str] = []
+
+    def call(name: str, fail: bool = False) -> Any:
+        async def run(request_id: str) -> None:
+            order.append(name)
+            if fail:
+                raise RuntimeError("down")
+
+        return run
+
+    calls = {"direct": call("direct"), "ray": call("ray", fail=True), "gateway": call("gateway")}
+    stats = await measure(calls, OverheadOptions(base_url="http://x", model="m", rounds=5, warmup=1), lambda _: None)
+    assert len(order) == 18 and all(sorted(order[i : i + 3]) == ["direct", "gateway", "ray"] for i in range(0, 18, 3))
+    assert [len(s.latencies_s) for s in stats] == [5, 0, 5] and stats[1].errors == 5
+    assert len({tuple(order[i : i + 3]) for i in range(0, 18, 3)}) > 1  # the order is shuffled
