@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import time
+import uuid
 from typing import Any
 
 from ray import serve
@@ -26,6 +27,7 @@ from router.providers import OpenAICompatProvider
 from router.saturation import Saturation, replica_saturation
 from router.spend import SpendLedger
 from serve_apps.board_poller import BoardPoller
+from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.idempotent import IdempotentReplies
@@ -125,6 +127,14 @@ class Gateway:
         providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
         if self._config.resilience.probes:
             self._probe_task = loop.create_task(self._prober(backend, providers, resilience).run())
+        exchange = get_or_create_exchange()
+        sync = BreakerSync(
+            resilience.breakers,
+            ray_swap(exchange),
+            uuid.uuid4().hex,
+            period_s=self._config.resilience.share_period_s,
+        )
+        self._sync_task = loop.create_task(sync.run())
         gateway = self._config.gateway
         sink = JsonlAppender(gateway.decisions_log) if gateway.decisions_log else None
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink)
@@ -154,6 +164,6 @@ class Gateway:
             authenticator=authenticator_for(self._config, os.environ),
             request_timeout_s=gateway.request_timeout_s,
             idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
-            ops=OpsRoutes(resilience),
+            ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote()),
         )
         return http.app

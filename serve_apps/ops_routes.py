@@ -8,13 +8,15 @@
                                          `black_retry_s`; with gateway auth only an `admin` tenant
                                          may call it (403 otherwise)
 
-Both are per gateway replica: with several replicas, call each (README, "Several gateway replicas").
+The view is this replica's. A reset clears this replica and bumps the breaker exchange's epoch, so
+the other replicas drop their breakers at their next exchange (their health machines they keep:
+call each replica, or wait for their probes).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -30,8 +32,10 @@ HeadersFor = Callable[[Request], dict[str, str]]
 
 
 class OpsRoutes:
-    def __init__(self, resilience: Resilience) -> None:
+    def __init__(self, resilience: Resilience, on_reset: Callable[[], Awaitable[Any]] | None = None) -> None:
+        """`on_reset` tells the other gateway replicas (serve_apps.breaker_exchange)."""
         self._resilience = resilience
+        self._on_reset = on_reset
 
     def routes(self, authorize: Authorize, headers_for: HeadersFor) -> list[Route]:
         async def view(request: Request) -> Response:
@@ -49,7 +53,10 @@ class OpsRoutes:
                 target = _target(await request.body())
             except RequestError as exc:
                 return JSONResponse(exc.to_openai(), exc.status_code, headers=headers_for(request))
-            return JSONResponse({"reset": self._resilience.reset(target)}, headers=headers_for(request))
+            reset = self._resilience.reset(target)
+            if self._on_reset is not None:
+                await self._on_reset()
+            return JSONResponse({"reset": reset}, headers=headers_for(request))
 
         return [
             Route("/v1/spillover/resilience", view, methods=["GET"]),

@@ -2,9 +2,11 @@
 
 Three levels, each on its own period (`resilience.health`):
 
-    liveness     ~10 s   local: a replica of the model pushed fresh stats (no request sent);
+    liveness     ~10 s   local: a replica of the model pushed fresh stats (no request sent; no
+                         replica reported yet = no evidence, so start-up is not a failure);
                          cloud: `GET /models` with our key (a 401 is found without traffic)
     latency      ~30 s   a one-token chat through the same path as traffic, within latency_slo_s
+                         (local: only while a replica is alive)
     correctness  ~5 min  local models with `golden:` only: the answer must match `expect`
 
 A probe error whose rule marks credentials bad (401/403, key variable unset) makes the target
@@ -49,7 +51,7 @@ class ProbeCheck:
     target: str  # health key: local:<alias> | cloud:<provider>
     level: Level
     every_s: float
-    run: Callable[[], Awaitable[bool]]  # True: passed; raises RequestError: failed with a reason
+    run: Callable[[], Awaitable[bool | None]]  # True passed, False failed (or raises), None: no evidence
 
 
 def _tiny_chat(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
@@ -76,11 +78,16 @@ def local_checks(
 ) -> list[ProbeCheck]:
     health, alias, key = config.resilience.health, spec.alias, f"local:{spec.alias}"
 
-    async def alive() -> bool:
+    async def alive() -> bool | None:
         snap, now = snapshot(), clock()
-        return any(not snap.is_stale(r, now) for r in snap.for_model(alias))
+        replicas = snap.for_model(alias)
+        if not replicas:
+            return None  # not started yet (or every replica forgotten): readiness, not health
+        return any(not snap.is_stale(r, now) for r in replicas)
 
-    async def answers(prompt: str, max_tokens: int, expect: str | None) -> bool:
+    async def answers(prompt: str, max_tokens: int, expect: str | None) -> bool | None:
+        if not await alive():
+            return None  # the liveness probe speaks for a model that is down or not up yet
         body = _tiny_chat(alias, prompt, max_tokens)
         reply = await backend.call(alias, "chat", body, f"probe-{key}-{int(clock() * 1000)}")
         if reply.chunks is not None:  # never asked for; drain to be safe
@@ -149,7 +156,7 @@ class Prober:
         self._sleep = sleep
         self._tick_s = tick_s
         self._due: dict[int, float] = {}
-        self.results: dict[tuple[str, str], bool] = {}  # (target, level) -> last outcome
+        self.results: dict[tuple[str, str], bool | None] = {}  # (target, level) -> last outcome
 
     async def run(self) -> None:
         while True:
@@ -183,5 +190,6 @@ class Prober:
             ok = False
             log.info("probe %s %s failed: %s", check.level, check.target, type(exc).__name__)
         self.results[(check.target, check.level)] = ok
-        machine.probe(check.level, ok)
+        if ok is not None:
+            machine.probe(check.level, ok)
         log.debug("probe %s %s ok=%s in %.3fs", check.level, check.target, ok, time.perf_counter() - began)

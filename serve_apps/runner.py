@@ -20,6 +20,7 @@ from cluster.models import CATALOG, prepare
 from cluster.render import APP_NAME
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
+from serve_apps.breaker_exchange import kill_exchange
 from serve_apps.telemetry_board import kill_board
 
 Say = Callable[[str], None]
@@ -34,6 +35,7 @@ class Running:
         try:
             serve.shutdown()
             kill_board()
+            kill_exchange()
         finally:
             if self.started_ray:
                 ray.shutdown()

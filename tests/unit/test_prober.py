@@ -103,7 +103,8 @@ async def test_the_golden_prompt_must_be_answered_right() -> None:
     clock = Clock()
     cfg = config(prompt="What is the capital of France?", expect="paris")
     backend = Backend(answer="The capital is Lyon.")
-    checks = local_checks(cfg.models[0], cfg, backend, lambda: ClusterSnapshot(T0, (), 1.0), clock)
+    alive = ClusterSnapshot(T0, (ReplicaStats("m", "r1", "n1", T0, 0.1, 0, 0, 0, 0, 364, 128),), 1.0)
+    checks = local_checks(cfg.models[0], cfg, backend, lambda: alive, clock)
     correctness = next(c for c in checks if c.level == "correctness")
     assert await correctness.run() is False
     backend.answer = "PARIS."
@@ -142,3 +143,17 @@ async def test_an_unreachable_provider_is_a_failed_probe_not_black() -> None:
     checks = [c for c in cloud_checks(Provider(down), "m", config()) if c.level == "liveness"]
     await Prober(checks, health, latency_slo_s=1, timeout_s=1, clock=clock).run_due(clock.now)
     assert health.get("cloud:sim").state is Health.YELLOW
+
+
+async def test_a_model_not_up_yet_is_no_evidence_and_stays_green() -> None:
+    clock = Clock()
+    health = board(clock)
+    backend = Backend()
+    empty = ClusterSnapshot(taken_at=T0, replicas=(), max_age_s=1.0)
+    checks = local_checks(config().models[0], config(), backend, lambda: empty, clock)
+    prober = Prober(checks, health, latency_slo_s=5, timeout_s=5, clock=clock)
+    for _ in range(10):  # the replica takes a while to start: no stats at all yet
+        await prober.run_due(clock.now)
+        clock.now += 5
+    assert health.get("local:m").state is Health.GREEN
+    assert prober.results[("local:m", "liveness")] is None and backend.bodies == []  # no chat sent either

@@ -1,0 +1,98 @@
+"""Two gateway replicas share breakers through the exchange: the bound, resets, bad peers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.breaker import Breakers, BreakerSettings
+from serve_apps.breaker_exchange import BreakerExchange, BreakerSync
+
+PERIOD_S = 0.5
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def replica(name: str, exchange: BreakerExchange, clock: Clock) -> tuple[Breakers, BreakerSync]:
+    breakers = Breakers(BreakerSettings(min_requests=2, failure_ratio=0.5, open_s=10), clock)
+
+    async def swap(r: str, export: dict[str, Any], epoch: int) -> tuple[int, list[dict[str, Any]]]:
+        return exchange.swap(r, export, epoch)
+
+    return breakers, BreakerSync(breakers, swap, name, period_s=PERIOD_S)
+
+
+async def tick(clock: Clock, *syncs: BreakerSync) -> None:
+    """One sync period: every replica exchanges once, in order."""
+    for sync in syncs:
+        await sync.once()
+    clock.now += PERIOD_S
+
+
+async def test_a_breaker_opened_on_one_replica_is_honoured_by_the_other_within_two_periods() -> None:
+    clock = Clock()
+    exchange = BreakerExchange(clock)
+    a, sync_a = replica("a", exchange, clock)
+    b, sync_b = replica("b", exchange, clock)
+    await tick(clock, sync_b, sync_a)  # b pulls before a pushes: the worst order for the bound
+    opened_at = clock.now
+    a.record("cloud:sim/m", "sim", ok=False)
+    a.record("cloud:sim/m", "sim", ok=False)
+    assert not a.allows("cloud:sim/m", "sim")[0]
+    assert b.allows("cloud:sim/m", "sim")[0]
+    honoured_at = None
+    for _ in range(4):
+        await tick(clock, sync_b, sync_a)
+        if not b.allows("cloud:sim/m", "sim")[0]:
+            honoured_at = clock.now
+            break
+    assert honoured_at is not None and honoured_at - opened_at <= 2 * PERIOD_S
+
+
+async def test_a_429_cooling_travels_too() -> None:
+    clock = Clock()
+    exchange = BreakerExchange(clock)
+    a, sync_a = replica("a", exchange, clock)
+    b, sync_b = replica("b", exchange, clock)
+    a.cool_domain("sim", 5.0)
+    await tick(clock, sync_a, sync_b)
+    allowed, why = b.allows("cloud:sim/other-model", "sim")
+    assert not allowed and "cooling" in why
+    clock.now += 5.0
+    assert b.allows("cloud:sim/other-model", "sim")[0]  # expires on its own, no further sync needed
+
+
+async def test_an_operator_reset_is_not_undone_by_the_other_replicas_copies() -> None:
+    clock = Clock()
+    exchange = BreakerExchange(clock)
+    a, sync_a = replica("a", exchange, clock)
+    b, sync_b = replica("b", exchange, clock)
+    a.cool_domain("sim", 60.0)
+    await tick(clock, sync_a, sync_b)
+    assert not b.allows("cloud:sim/m", "sim")[0]
+    a.reset()
+    exchange.reset()  # what POST /v1/spillover/resilience/reset does
+    await tick(clock, sync_b, sync_a)  # b learns of the reset before a pulls b's stale copy
+    await tick(clock, sync_b, sync_a)
+    assert a.allows("cloud:sim/m", "sim")[0] and b.allows("cloud:sim/m", "sim")[0]
+
+
+async def test_a_peer_with_a_foreign_export_is_skipped() -> None:
+    clock = Clock()
+    exchange = BreakerExchange(clock)
+    _, sync_a = replica("a", exchange, clock)
+    exchange.swap("old-version", {"version": 99, "open": {}}, 0)
+    assert await sync_a.once() == 0  # logged and skipped, no exception
+
+
+def test_silent_replicas_are_forgotten() -> None:
+    clock = Clock()
+    exchange = BreakerExchange(clock, forget_after_s=60)
+    exchange.swap("gone", {"version": 1, "open": {}}, 0)
+    clock.now += 61
+    assert exchange.swap("here", {"version": 1, "open": {}}, 0) == (0, [])
