@@ -23,6 +23,10 @@
     overhead  --url http://127.0.0.1:8000 --model NAME [--rounds 30] [--warmup 3] [--config PATH]
               [--out DIR] [--seed 0] [--no-progress]      (on a node of the cluster: it joins Ray)
 
+    affinity  --url http://127.0.0.1:8000/v1 [--models qwen-affinity,qwen-pow2] [--prefixes 8]
+              [--prefix-words 600] [--requests 96] [--concurrency 2] [--out DIR] [--seed 0]
+              (against `spillover serve --config configs/bench-affinity.yaml`)
+
 Exit codes: 0 a knee was found and the overlay written (overload: the report written and something
 answered; faults: nothing lost or re-sent), 1 no knee / nothing answered / a request lost / a URL
 unreachable / other failure, 2 bad input (flags, config, a model the URL does not serve). Errors are
@@ -32,22 +36,24 @@ one line, no traceback.
 from __future__ import annotations
 
 import argparse
-import sys
-import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from bench.calibrate import CalibrateOptions, calibrate, summary_lines
-from bench.faults import FAULTS, FaultOptions, FaultRun, run_faults
-from bench.faults import summary_lines as faults_summary_lines
+from bench.cli_args import number as _number
+from bench.cli_args import run as _run
+from bench.cli_gateway import (
+    add_affinity_arguments,
+    add_faults_arguments,
+    add_overhead_arguments,
+    cmd_affinity,
+    cmd_faults,
+    cmd_overhead,
+)
 from bench.knee import DEFAULT_MAX_ERROR_RATE
-from bench.overhead import OverheadOptions, run_overhead
-from bench.overhead import summary_lines as overhead_summary
 from bench.overload import DEFAULT_MULTIPLES, OverloadOptions, run_overload
 from bench.overload import summary_lines as overload_summary_lines
 from bench.overload_metrics import MODES
-from bench.target import BenchError, api_key_from_env
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -60,20 +66,6 @@ def _levels(text: str) -> tuple[int, ...]:
     if list(levels) != sorted(set(levels)):
         raise argparse.ArgumentTypeError(f"concurrency levels must be increasing without repeats: {text!r}")
     return levels
-
-
-def _number(kind: type, minimum: float, *, exclusive: bool = False, maximum: float | None = None) -> Callable:
-    def parse(text: str) -> Any:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a {'whole ' if kind is int else ''}number: {text!r}") from None
-        if value < minimum or (exclusive and value == minimum) or (maximum is not None and value > maximum):
-            upper = f" and <= {maximum:g}" if maximum is not None else ""
-            raise argparse.ArgumentTypeError(f"must be {'>' if exclusive else '>='} {minimum:g}{upper}, got {text}")
-        return value
-
-    return parse
 
 
 def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
@@ -225,101 +217,9 @@ def overload_options_from_args(args: argparse.Namespace) -> OverloadOptions:
     )
 
 
-def _run(command: Callable[[], Any], summary: Callable[[Any], list[str]]) -> int:
-    """Run a bench command: its summary on stdout, or its error as one line on stderr."""
-    try:
-        outcome = command()
-    except BenchError as exc:
-        print(f"error: {exc.message}", file=sys.stderr, flush=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr, flush=True)
-        return 130
-    print("\n".join(summary(outcome)), flush=True)
-    return int(outcome.exit_code)
-
-
 def cmd_overload(args: argparse.Namespace) -> int:
     """Handler of `overload`: runs it, prints the summary; errors are one line on stderr."""
     return _run(lambda: run_overload(overload_options_from_args(args)), overload_summary_lines)
-
-
-def _faults(text: str) -> tuple[str, ...]:
-    faults = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not faults or any(f not in FAULTS for f in faults) or len(set(faults)) != len(faults):
-        raise argparse.ArgumentTypeError(f"faults are some of {','.join(FAULTS)} without repeats: {text!r}")
-    return faults
-
-
-def add_faults_arguments(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--url", required=True, help="OpenAI-compatible base URL of the gateway, e.g. http://127.0.0.1:8000/v1")
-    add("--model", required=True, help="model name to request (tool requests: they go to the cloud targets)")
-    add("--sim", action="append", required=True, metavar="URL",
-        help="a cloud-sim the gateway uses; the first gets the faults and must rank first (repeatable)")  # fmt: skip
-    add("--faults", type=_faults, default=FAULTS, help=f"which faults (default {','.join(FAULTS)})")
-    add("--requests", type=_number(int, 0), default=12, help="non-streamed requests per fault (12)")
-    add("--streams", type=_number(int, 0), default=4, help="streamed requests per fault (4)")
-    add("--concurrency", type=_number(int, 1), default=4, help="requests in flight (4)")
-    add("--hang-s", type=_number(float, 0, exclusive=True), default=5.0,
-        help="the timeout fault's hang; longer than the provider's timeout_s (5)")  # fmt: skip
-    add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=60.0, help="per request (60)")
-    add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
-    add("--out", default=None, help="report directory (default bench/results/faults-<time>)")
-    add("--no-progress", action="store_true", help="no progress lines on stderr")
-
-
-def cmd_faults(args: argparse.Namespace) -> int:
-    """Handler of `faults`: runs the matrix, prints the table; errors are one line on stderr."""
-    out = Path(args.out) if args.out else Path("bench/results") / f"faults-{time.strftime('%Y%m%d-%H%M%S')}"
-
-    def command() -> FaultRun:
-        opts = FaultOptions(
-            url=args.url.rstrip("/"),
-            sims=tuple(args.sim),
-            model=args.model,
-            faults=args.faults,
-            requests=args.requests,
-            streams=args.streams,
-            concurrency=args.concurrency,
-            hang_s=args.hang_s,
-            request_timeout_s=args.request_timeout_s,
-            api_key=api_key_from_env(args.api_key_env),
-        )
-        return run_faults(opts, out, progress=not args.no_progress)
-
-    return _run(command, faults_summary_lines)
-
-
-def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
-    add = parser.add_argument
-    add("--url", default="http://127.0.0.1:8000", help="the Serve HTTP proxy (gateway at /v1); default :8000")
-    add("--model", required=True, help="model alias to call on every path")
-    add("--rounds", type=_number(int, 1), default=30, help="measured rounds, one request per path each (30)")
-    add("--warmup", type=_number(int, 0), default=3, help="warm-up rounds, not measured (3)")
-    add("--config", default=None, help="the running deployment's config (default configs/local.yaml)")
-    add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=60.0, help="per request (60)")
-    add("--out", default=None, help="report directory (default bench/results/overhead-<time>)")
-    add("--seed", type=int, default=0, help="order of the paths in each round (default 0)")
-    add("--no-progress", action="store_true", help="no progress lines on stderr")
-
-
-def cmd_overhead(args: argparse.Namespace) -> int:
-    """Handler of `overhead`: deploys Ray's ingress for the run, measures, prints the medians."""
-    if args.config is None:
-        from cluster.cli import default_config_path  # cluster.cli may import this module
-
-        args.config = default_config_path()
-    out = Path(args.out) if args.out else Path("bench/results") / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}"
-    opts = OverheadOptions(
-        base_url=args.url.rstrip("/").removesuffix("/v1"),
-        model=args.model,
-        rounds=args.rounds,
-        warmup=args.warmup,
-        seed=args.seed,
-        request_timeout_s=args.request_timeout_s,
-    )
-    return _run(lambda: run_overhead(opts, str(args.config), out, progress=not args.no_progress), overhead_summary)
 
 
 def add_bench_subcommands(subparsers: Any) -> None:
@@ -357,10 +257,18 @@ def add_bench_subcommands(subparsers: Any) -> None:
     )
     add_overhead_arguments(overhead_parser)
     overhead_parser.set_defaults(func=cmd_overhead)
+    affinity_parser = subparsers.add_parser(
+        "affinity",
+        help="prefix-affinity replica choice vs Ray's power-of-two: prefix-cache hit rate and TTFT, side by side",
+        description="Send the same shared-prefix workload to two aliases of one model that differ only in "
+        "replica_router, interleaved, and report hit rate, TTFT p50/p95 and per-replica prefix counters.",
+    )
+    add_affinity_arguments(affinity_parser)
+    affinity_parser.set_defaults(func=cmd_affinity)
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register `bench` (`calibrate`, `overload`, `faults`, `overhead`) on the spillover CLI's subparsers;
+    """Register `bench` (`calibrate`, `overload`, `faults`, `overhead`, `affinity`) on the spillover CLI's subparsers;
     the handler is `args.func`."""
     parser = subparsers.add_parser(
         "bench", help="load tests: calibrate the formulas, measure overload, run the fault matrix"

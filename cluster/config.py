@@ -99,6 +99,13 @@ class ModelSpec(_Strict):
         None, ge=1, description="concurrent requests per replica; None: computed from the engine's KV blocks"
     )
     golden: GoldenProbe | None = Field(None, description="health L3: a prompt with a known answer; None: no L3")
+    replica_router: Literal["power_of_two", "prefix_affinity"] = Field(
+        "prefix_affinity",
+        description="which replica takes a request: Ray's default, or prefix affinity minus saturated",
+    )
+    imbalanced_threshold: float = Field(
+        4, ge=0, description="prefix_affinity: queue-length spread above which power-of-two decides instead"
+    )
 
     @field_validator("engine_args")
     @classmethod

@@ -32,7 +32,8 @@ def build_app(config: SpilloverConfig, config_path: str = "(config)") -> Applica
     handles = {}
     for index, spec in enumerate(config.models):
         source = resolve_source(spec, config_path, index)
-        handles[spec.alias] = build_llm_deployment(llm_config_for(spec, source), deployment_cls=SpilloverLLMServer)
+        llm_config = llm_config_for(spec, source, config.watermarks_for(spec.alias))
+        handles[spec.alias] = build_llm_deployment(llm_config, deployment_cls=SpilloverLLMServer)
     gateway = Gateway.options(
         num_replicas=config.gateway.replicas,
         ray_actor_options={"num_cpus": config.gateway.num_cpus},

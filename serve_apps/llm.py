@@ -13,9 +13,10 @@ from typing import Any
 
 from ray.serve.llm import LLMConfig
 
-from cluster.config import ModelSpec, SpilloverConfig
+from cluster.config import ModelSpec, SpilloverConfig, Watermarks
 from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
+from serve_apps.replica_router import ROUTER_PATH, ROUTING_STATS_PERIOD_S
 
 
 def resolve_source(spec: ModelSpec, config_path: str = "(config)", index: int = 0) -> str:
@@ -54,7 +55,28 @@ def check_engine_args(config: SpilloverConfig, config_path: str) -> None:
         raise ConfigError(config_path, problems)
 
 
-def llm_config_for(spec: ModelSpec, source: str) -> LLMConfig:
+def replica_router_config(spec: ModelSpec, watermarks: Watermarks) -> dict[str, Any]:
+    """Serve's request router for the model's replicas: Ray's default (power of two) or ours
+    (only with more than one replica: with one there is nothing to choose)."""
+    if spec.replica_router == "power_of_two" or spec.replicas < 2:
+        return {}
+    return {
+        "request_router_config": {
+            "request_router_class": ROUTER_PATH,
+            "request_router_kwargs": {
+                "kv_cache": watermarks.kv_cache,
+                "gpu_memory": watermarks.gpu_memory,
+                "queue": watermarks.queue,
+                "imbalanced_threshold": spec.imbalanced_threshold,
+            },
+            "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
+        }
+    }
+
+
+def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None = None) -> LLMConfig:
+    """`watermarks`: the model's (from the config); the replica router judges saturation with them."""
+    watermarks = watermarks or spec.watermarks or Watermarks()
     env: dict[str, str] = {}
     extra: dict[str, Any] = {}
     if spec.accelerator == "cpu":
@@ -72,6 +94,7 @@ def llm_config_for(spec: ModelSpec, source: str) -> LLMConfig:
             "num_replicas": spec.replicas,
             "health_check_period_s": 5,
             "health_check_timeout_s": 10,
+            **replica_router_config(spec, watermarks),
         },
         log_engine_metrics=True,
         **extra,

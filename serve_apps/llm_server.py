@@ -21,12 +21,11 @@ from ray.serve.llm import LLMServer
 
 from cluster.nvml import PynvmlReader
 from cluster.stats_tap import StatsTap
-from cluster.telemetry import GpuMemory, ReplicaStats
+from cluster.telemetry import ReplicaStats
+from serve_apps.stats_pusher import gpu_memory, push_forever
 from serve_apps.telemetry_board import get_or_create_board
 
 log = logging.getLogger("spillover.replica")
-
-PUSH_PERIOD_S = 0.2
 
 
 class SpilloverLLMServer(LLMServer):
@@ -45,22 +44,14 @@ class SpilloverLLMServer(LLMServer):
         else:
             log.warning("engine stats logging is off: KV usage will not reach the router")
         self._board = get_or_create_board()
-        self._pusher = asyncio.get_running_loop().create_task(self._push_loop())
+        self._pusher = asyncio.get_running_loop().create_task(push_forever(self._read, self._board))
 
     def _read(self) -> ReplicaStats:
         processor = getattr(self._client, "output_processor", None)
         idle = processor is not None and not processor.has_unfinished_requests()
         reading = self._tap.reading(engine_idle=idle)
         cache = getattr(getattr(self._client, "vllm_config", None), "cache_config", None)
-        gpus: tuple[GpuMemory, ...] = ()
-        if self._gpu_ids:
-            inventory = self._nvml.read()
-            gpus = tuple(
-                GpuMemory(g.index, g.uuid, g.memory_used, g.memory_total)
-                for g in inventory.gpus
-                if g.index in self._gpu_ids
-            )
-        return ReplicaStats(
+        stats = ReplicaStats(
             model=self._llm_config.model_id,
             replica_id=self._replica_id,
             node_id=self._node_id,
@@ -73,17 +64,23 @@ class SpilloverLLMServer(LLMServer):
             num_gpu_blocks=getattr(cache, "num_gpu_blocks", None),
             block_size=getattr(cache, "block_size", None),
             last_step_at=reading.last_step_at,
-            gpus=gpus,
+            gpus=gpu_memory(self._nvml, self._gpu_ids),
         )
+        self._last = stats
+        return stats
 
-    async def _push_loop(self) -> None:
-        while True:
-            try:
-                await self._board.push.remote(self._read().to_dict())
-            except Exception:
-                log.exception("pushing engine stats failed; retrying")
-                await asyncio.sleep(1.0)
-            await asyncio.sleep(PUSH_PERIOD_S)
+    def record_routing_stats(self) -> dict[str, Any]:
+        """Serve's hook for request routers (serve_apps/replica_router.py): this replica's latest
+        engine pressure, as the TelemetryBoard has it."""
+        last = getattr(self, "_last", None)
+        if last is None:
+            return {}
+        return {
+            "kv_cache_usage": last.kv_cache_usage,
+            "num_waiting": last.num_waiting,
+            "gpu_memory_fraction": last.gpu_memory_fraction,
+            "read_at": last.read_at,
+        }
 
     async def engine_stats(self) -> dict[str, Any]:
         return self._read().to_dict()

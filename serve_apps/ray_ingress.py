@@ -53,9 +53,8 @@ def deploy_ray_ingress(config: SpilloverConfig, *, config_path: str = "(config)"
     handles = model_handles(config)
     cards: dict[str, Any] = {}
     for index, spec in enumerate(config.models):
-        cards[spec.alias] = to_model_metadata(
-            spec.alias, llm_config_for(spec, resolve_source(spec, config_path, index))
-        )
+        llm_config = llm_config_for(spec, resolve_source(spec, config_path, index), config.watermarks_for(spec.alias))
+        cards[spec.alias] = to_model_metadata(spec.alias, llm_config)
     ingress = serve.deployment(make_fastapi_ingress(OpenAiIngress), name="RayOpenAiIngress").options(
         num_replicas=1, ray_actor_options={"num_cpus": config.gateway.num_cpus}
     )

@@ -1,0 +1,115 @@
+"""Several Ray nodes on one machine (`ray.cluster_utils.Cluster`): placement, per-node NVML, node loss.
+
+Two nodes, each declaring one GPU (`num_gpus=1`, no real device): a model with two replicas that
+need a GPU each lands one replica per node. Each replica's fake NVML reports its own node's memory,
+and both readings reach the gateway's `ClusterSnapshot` through the real TelemetryBoard and poller.
+Removing a node mid-run is handled like a failed replica: its stats go stale, it counts as
+saturated, the admission limit shrinks to the replicas left, and the model is not marked down
+while one replica still reports.
+
+A session of its own (not tests/integration's): one process can hold one Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import ray
+from ray import serve
+from ray.cluster_utils import Cluster
+
+from cluster.config import SpilloverConfig, parse_config
+from cluster.nvml_fake import GIB
+from cluster.telemetry import ClusterSnapshot
+from router.health import Health
+from router.saturation import replica_saturation
+from serve_apps.board_poller import BoardPoller
+from serve_apps.dispatch import Dispatcher
+from serve_apps.resilience import Resilience
+from serve_apps.telemetry_board import get_or_create_board, kill_board
+from tests.multinode.stats_replica import StatsReplica
+
+pytestmark = pytest.mark.integration
+MODEL = "mn-model"
+MAX_AGE_S = 1.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1})
+    c.add_node(num_cpus=1, num_gpus=1)
+    c.wait_for_nodes()
+    ray.init(address=c.address)
+    try:
+        yield c
+    finally:
+        serve.shutdown()
+        kill_board()
+        ray.shutdown()
+        c.shutdown()
+
+
+def config() -> SpilloverConfig:
+    return parse_config(
+        {"models": [{"alias": MODEL, "source": "prepared:x", "family": "qwen", "replicas": 2, "admission_limit": 4}]},
+        "multinode",
+    )
+
+
+async def wait_for(
+    poller: BoardPoller, check: Callable[[ClusterSnapshot], bool], timeout_s: float = 30.0
+) -> ClusterSnapshot:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        snapshot = await poller.refresh()
+        if check(snapshot):
+            return snapshot
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"timed out; last snapshot: {poller.latest().to_dict(time.time())}")
+
+
+def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss(cluster: Cluster) -> None:
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    assert len(nodes) == 2
+    used = {nodes[0]: 10.0, nodes[1]: 30.0}
+    serve.run(StatsReplica.bind(MODEL, used), name="multinode", route_prefix=None)
+    poller = BoardPoller(get_or_create_board(), period_s=0.2, max_age_s=MAX_AGE_S)
+
+    async def scenario() -> None:
+        snapshot = await wait_for(poller, lambda s: len({r.node_id for r in s.for_model(MODEL)}) == 2)
+        replicas = snapshot.for_model(MODEL)
+        print(f"\nplacement: {[(r.replica_id[:8], r.node_id[:8]) for r in replicas]}")
+        assert {r.node_id for r in replicas} == set(nodes)  # one replica per node
+        for replica in replicas:
+            (gpu,) = replica.gpus
+            assert gpu.used_bytes == int(used[replica.node_id] * GIB), "a replica reported another node's GPU"
+            assert gpu.uuid == f"GPU-{replica.node_id[:8]}"
+
+        cfg = config()
+        dispatcher = Dispatcher(cfg, local=None, providers={}, snapshot=poller.latest)  # type: ignore[arg-type]
+        resilience = Resilience(cfg)
+        now = time.time()
+        assert dispatcher.admission_limit(MODEL, snapshot, now) == 8  # 4 per fresh replica
+
+        worker = next(n for n in cluster.worker_nodes)
+        lost_node = worker.node_id
+        cluster.remove_node(worker)
+        removed_at = time.monotonic()
+        snapshot = await wait_for(
+            poller, lambda s: any(s.is_stale(r, time.time()) for r in s.for_model(MODEL) if r.node_id == lost_node)
+        )
+        print(f"node loss: its replica stale {time.monotonic() - removed_at:.2f}s after the node went away")
+        now = time.time()
+        lost = next(r for r in snapshot.for_model(MODEL) if r.node_id == lost_node)
+        kept = next(r for r in snapshot.for_model(MODEL) if r.node_id != lost_node)
+        marks = cfg.watermarks_for(MODEL)
+        assert replica_saturation(lost, marks, snapshot=snapshot, now=now).value == float("inf")
+        assert replica_saturation(kept, marks, snapshot=snapshot, now=now).value < 1
+        assert dispatcher.admission_limit(MODEL, snapshot, now) == 4  # only the replica left counts
+        resilience.watch_local(MODEL, snapshot, now)
+        assert resilience.health.get(f"local:{MODEL}").state is Health.GREEN  # one replica still reports
+
+    asyncio.run(scenario())
