@@ -72,6 +72,20 @@ class AdmissionSection(_Strict):
     queue_timeout_s: float = Field(30, gt=0, description="longest wait without x-spillover-deadline-ms")
 
 
+class GatewayAutoscaling(_Strict):
+    """Serve autoscaling of the gateway deployment (replaces `gateway.replicas` when set)."""
+
+    min_replicas: int = Field(1, ge=1)
+    max_replicas: int = Field(4, ge=1)
+    target_ongoing_requests: float = Field(64, gt=0, description="per gateway replica")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> GatewayAutoscaling:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("max_replicas must be >= min_replicas")
+        return self
+
+
 class GatewaySection(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
@@ -82,6 +96,7 @@ class GatewaySection(_Strict):
     decisions_kept: int = Field(1000, ge=1, description="decision records kept in memory per gateway replica")
     decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
     auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
+    autoscaling: GatewayAutoscaling | None = None
 
 
 class ModelSpec(_Strict):
@@ -106,6 +121,7 @@ class ModelSpec(_Strict):
     imbalanced_threshold: float = Field(
         4, ge=0, description="prefix_affinity: queue-length spread above which power-of-two decides instead"
     )
+    prefix_chars: int = Field(2000, ge=1, description="prefix_affinity: prompt characters that key a request")
 
     @field_validator("engine_args")
     @classmethod

@@ -90,6 +90,9 @@ class ResilienceSection(_Strict):
     health: HealthSection = HealthSection()
     idempotency: IdempotencySection = IdempotencySection()
     probes: bool = Field(True, description="run the health probes (live outcomes feed health either way)")
+    share_period_s: float = Field(
+        0.5, gt=0, description="gateway replicas exchange open breakers this often (honoured within 2x)"
+    )
 
 
 class SpendSection(_Strict):

@@ -34,10 +34,11 @@ def build_app(config: SpilloverConfig, config_path: str = "(config)") -> Applica
         source = resolve_source(spec, config_path, index)
         llm_config = llm_config_for(spec, source, config.watermarks_for(spec.alias))
         handles[spec.alias] = build_llm_deployment(llm_config, deployment_cls=SpilloverLLMServer)
-    gateway = Gateway.options(
-        num_replicas=config.gateway.replicas,
-        ray_actor_options={"num_cpus": config.gateway.num_cpus},
+    scaling = config.gateway.autoscaling
+    replicas: dict[str, Any] = (
+        {"autoscaling_config": scaling.model_dump()} if scaling else {"num_replicas": config.gateway.replicas}
     )
+    gateway = Gateway.options(ray_actor_options={"num_cpus": config.gateway.num_cpus}, **replicas)
     return gateway.bind(dump_config(config), handles)
 
 

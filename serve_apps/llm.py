@@ -68,6 +68,7 @@ def replica_router_config(spec: ModelSpec, watermarks: Watermarks) -> dict[str, 
                 "gpu_memory": watermarks.gpu_memory,
                 "queue": watermarks.queue,
                 "imbalanced_threshold": spec.imbalanced_threshold,
+                "prefix_chars": spec.prefix_chars,
             },
             "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
         }

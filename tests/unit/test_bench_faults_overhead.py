@@ -76,3 +76,20 @@ async def test_measure_interleaves_every_path_each_round_and_counts_errors() -> 
     assert len(order) == 18 and all(sorted(order[i : i + 3]) == ["direct", "gateway", "ray"] for i in range(0, 18, 3))
     assert [len(s.latencies_s) for s in stats] == [5, 0, 5] and stats[1].errors == 5
     assert len({tuple(order[i : i + 3]) for i in range(0, 18, 3)}) > 1  # the order is shuffled
+
+
+def test_affinity_workload_is_seeded_and_reuses_its_prefixes() -> None:
+    import random
+
+    from bench.affinity import AffinityOptions, ModelResult, markdown_table, prompts
+
+    opts = AffinityOptions(url="http://gw/v1", prefixes=3, prefix_words=50, requests=30)
+    first, again = prompts(opts, random.Random(1)), prompts(opts, random.Random(1))
+    assert first == again and len(first) == 30
+    systems = {text.split("\n\n")[0] for _, text in first}
+    assert len(systems) == 3 and all(len(s.split()) == 50 for s in systems)
+    assert len({text for _, text in first}) == 30  # every request unique after its prefix
+    result = ModelResult("qwen-affinity", [0.01, 0.02], prompt_tokens=200, cached_tokens=150)
+    result.replicas = {"r1": {"queries": 200, "hits": 150}}
+    assert result.hit_rate == 0.75
+    assert "| qwen-affinity | 2 | 0 | 75.0% |" in markdown_table([result])

@@ -109,3 +109,20 @@ def test_overlay_merges_sections(tmp_path: Path) -> None:
     overlay.write_text("gateway:\n  port: 9000\n")
     config = load_config(REPO / "configs/local.yaml", [overlay])
     assert (config.gateway.port, config.gateway.host) == (9000, "127.0.0.1")
+
+
+def test_gateway_autoscaling_and_resilience_sections_validate() -> None:
+    ok = parse_config({**MINIMAL, "gateway": {"autoscaling": {"min_replicas": 2, "max_replicas": 6}}}, "t")
+    assert ok.gateway.autoscaling is not None and ok.gateway.autoscaling.max_replicas == 6
+    with pytest.raises(ConfigError) as bad:
+        parse_config({**MINIMAL, "gateway": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, "t")
+    assert "max_replicas must be >= min_replicas" in str(bad.value)
+    with pytest.raises(ConfigError) as ramp:
+        parse_config({**MINIMAL, "resilience": {"health": {"ramp": [0.5, 0.2]}}}, "t")
+    assert "resilience.health" in str(ramp.value) and "ramp" in str(ramp.value)
+    with pytest.raises(ConfigError) as golden:
+        parse_config({**MINIMAL, "models": [{**MINIMAL["models"][0], "golden": {"prompt": "x", "expect": "("}}]}, "t")
+    assert "models[0].golden.expect" in str(golden.value)
+    provider = {"name": "p", "base_url": "http://x/v1", "rpm": 60, "domain": "acct-1"}
+    cfg = parse_config({**MINIMAL, "cloud": {"providers": [provider]}}, "t")
+    assert cfg.cloud.providers[0].failure_domain == "acct-1"

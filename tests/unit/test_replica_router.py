@@ -7,7 +7,7 @@ from typing import Any
 
 from cluster.config import Watermarks, parse_config
 from serve_apps.llm import llm_config_for
-from serve_apps.replica_router import ROUTER_PATH, saturated, unsaturated
+from serve_apps.replica_router import ROUTER_PATH, prefix_key, rendezvous, saturated, unsaturated
 
 MARKS = {"kv_cache": 0.85, "gpu_memory": 0.85, "queue": 8}
 
@@ -46,9 +46,86 @@ def test_several_replicas_get_our_router_with_the_models_watermarks() -> None:
         "gpu_memory": 0.85,
         "queue": 4,
         "imbalanced_threshold": 3,
+        "prefix_chars": 2000,
     }
 
 
 def test_one_replica_or_power_of_two_keeps_rays_default() -> None:
     for spec in (config().models[0], config(replicas=2, replica_router="power_of_two").models[0]):
         assert "request_router_config" not in llm_config_for(spec, "/models/m").deployment_config
+
+
+@dataclass
+class Message:
+    content: Any
+    role: str = "user"
+
+
+@dataclass
+class ChatRequest:
+    messages: list[Any]
+
+
+def test_the_prefix_key_is_the_start_of_the_prompt() -> None:
+    system = "You are a careful assistant. " * 100
+    a = ChatRequest([Message(system, "system"), Message("question one")])
+    b = ChatRequest([{"role": "system", "content": system}, {"role": "user", "content": "question two"}])
+    assert prefix_key([a], 2000) == prefix_key([b], 2000)  # same system prompt: same key
+    assert prefix_key([a], 10_000) != prefix_key([b], 10_000)  # the whole prompt differs
+    parts = ChatRequest([Message([{"type": "text", "text": "hello"}, {"type": "text", "text": " world"}])])
+    assert prefix_key([parts], 100) == "hello world"
+    assert prefix_key([object()], 100) is None
+
+
+def test_rendezvous_is_stable_spreads_keys_and_moves_only_a_leaving_replicas_keys() -> None:
+    replicas = ["r1", "r2", "r3"]
+    keys = [f"system prompt {i}" for i in range(300)]
+    first = {k: rendezvous(k, replicas)[0] for k in keys}
+    assert first == {k: rendezvous(k, list(reversed(replicas)))[0] for k in keys}  # order-independent
+    counts = {r: list(first.values()).count(r) for r in replicas}
+    assert min(counts.values()) > 60  # roughly even (100 each expected)
+    after = {k: rendezvous(k, ["r1", "r3"])[0] for k in keys}
+    assert all(after[k] == first[k] for k in keys if first[k] != "r2")  # only r2's keys moved
+
+
+@dataclass(frozen=True)
+class Rid:
+    unique_id: str
+
+
+@dataclass
+class Running:
+    replica_id: Rid
+    routing_stats: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Pending:
+    args: tuple[Any, ...]
+
+
+class Lens(dict):  # the router's queue-length cache answers .get(replica_id)
+    pass
+
+
+async def test_choose_replicas_prefers_the_prefix_owner_unless_saturated_or_imbalanced() -> None:
+    from serve_apps.replica_router import PrefixAffinityRouter
+
+    router = PrefixAffinityRouter.__new__(PrefixAffinityRouter)  # no Serve controller needed
+    router.initialize_state(imbalanced_threshold=2)
+    replicas = [Running(Rid(f"r{i}")) for i in range(3)]
+    router._replica_queue_len_cache = Lens()  # type: ignore[attr-defined]
+    request = Pending((ChatRequest([Message("shared system prompt " * 50), Message("q")]),))
+    owner_id = rendezvous(prefix_key(request.args, 2000) or "", [r.replica_id.unique_id for r in replicas])[0]
+    ranks = await router.choose_replicas(replicas, request)
+    assert ranks[0][0].replica_id.unique_id == owner_id and len(ranks[1]) == 2  # owner first, the rest as fallback
+
+    owner = next(r for r in replicas if r.replica_id.unique_id == owner_id)
+    owner.routing_stats = {"kv_cache_usage": 0.99}  # saturated: left out
+    ranks = await router.choose_replicas(replicas, request)
+    assert owner not in [r for rank in ranks for r in rank]
+
+    owner.routing_stats = {}
+    router._replica_queue_len_cache = Lens({r.replica_id: (9 if r is owner else 1) for r in replicas})  # type: ignore[attr-defined]
+    ranks = await router.choose_replicas(replicas, request)
+    assert len(ranks) == 1 and ranks[0][0] is not owner  # imbalanced: power of two, shorter queue first
