@@ -32,6 +32,7 @@ import ray
 from ray.actor import ActorHandle
 
 from router.breaker import Breakers
+from serve_apps.telemetry_board import HEAD_NODE
 
 log = logging.getLogger("spillover.breaker_exchange")
 
@@ -67,7 +68,7 @@ class BreakerExchange:
 def get_or_create_exchange() -> ActorHandle:
     actor = ray.remote(num_cpus=0, max_concurrency=16)(BreakerExchange)
     return actor.options(  # type: ignore[attr-defined]
-        name=EXCHANGE_NAME, namespace=EXCHANGE_NAMESPACE, get_if_exists=True, lifetime="detached"
+        name=EXCHANGE_NAME, namespace=EXCHANGE_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
     ).remote()
 
 

@@ -33,9 +33,13 @@ class TelemetryBoard:
         return list(self._latest.values())
 
 
+HEAD_NODE = {"node:__internal_head__": 0.001}  # Ray's marker resource of the head node
+
+
 def get_or_create_board() -> ActorHandle:
+    """On the head node: a worker node can leave (scale-in, failure) and would take the board with it."""
     return TelemetryBoard.options(  # type: ignore[attr-defined]
-        name=BOARD_NAME, namespace=BOARD_NAMESPACE, get_if_exists=True, lifetime="detached"
+        name=BOARD_NAME, namespace=BOARD_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
     ).remote()
 
 

@@ -113,3 +113,40 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
         assert resilience.health.get(f"local:{MODEL}").state is Health.GREEN  # one replica still reports
 
     asyncio.run(scenario())
+
+
+def test_two_gateway_replicas_share_an_open_breaker_through_the_exchange_actor(cluster: Cluster) -> None:
+    """What two gateway replicas run (serve_apps/breaker_exchange.py), over the real named actor."""
+    from router.breaker import Breakers, BreakerSettings
+    from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, kill_exchange, ray_swap
+
+    period_s = 0.5
+    exchange = get_or_create_exchange()
+    settings = BreakerSettings(min_requests=2, open_s=30)
+    first, second = Breakers(settings, time.time), Breakers(settings, time.time)
+    syncs = [
+        BreakerSync(b, ray_swap(exchange), name, period_s=period_s) for b, name in ((first, "gw-1"), (second, "gw-2"))
+    ]
+
+    async def scenario() -> float:
+        tasks = [asyncio.ensure_future(s.run()) for s in syncs]
+        try:
+            await asyncio.sleep(2 * period_s)
+            first.record("cloud:sim/m", "sim", ok=False)
+            first.record("cloud:sim/m", "sim", ok=False)
+            opened = time.monotonic()
+            while second.allows("cloud:sim/m", "sim")[0]:
+                assert time.monotonic() - opened < 10, "the other gateway replica never saw the open breaker"
+                await asyncio.sleep(0.05)
+            return time.monotonic() - opened
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        seen_after = asyncio.run(scenario())
+    finally:
+        kill_exchange()
+    print(f"\nbreaker opened on gw-1 honoured by gw-2 after {seen_after:.2f}s (bound {2 * period_s:g}s)")
+    assert seen_after <= 2 * period_s + 0.5  # the bound, plus scheduling slack on a loaded 2-core machine
