@@ -12,9 +12,7 @@ prompt tokens, from `usage.prompt_tokens_details`), the time to the one output t
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -178,21 +176,16 @@ def render_markdown(run: AffinityRun) -> str:
 
 
 def run_affinity_command(opts: AffinityOptions, out_dir: Path | None, *, progress: bool = True) -> AffinityRun:
-    from bench.report import environment
+    from bench.report import environment, progress_printer, write_results
 
-    say: Callable[[str], None] = (
-        (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: None)
-    )
     started = datetime.now(UTC).isoformat(timespec="seconds")
     try:
-        results = asyncio.run(run_affinity(opts, say))
+        results = asyncio.run(run_affinity(opts, progress_printer(progress)))
     except httpx.HTTPError as exc:
         raise BenchError(f"{opts.url}: {exc}") from None
     run = AffinityRun(opts, results, started, environment())
     if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "results.json").write_text(json.dumps(run.to_dict(), indent=2) + "\n")
-        (out_dir / "report.md").write_text(render_markdown(run))
+        write_results(out_dir, run.to_dict(), render_markdown(run))
     return run
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -297,22 +296,17 @@ def render_markdown(run: FaultRun) -> str:
 
 
 def write_fault_report(run: FaultRun, out_dir: Path) -> dict[str, Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"results.json": out_dir / "results.json", "report.md": out_dir / "report.md"}
-    paths["results.json"].write_text(json.dumps(run.to_dict(), indent=2) + "\n")
-    paths["report.md"].write_text(render_markdown(run))
-    return paths
+    from bench.report import write_results
+
+    return write_results(out_dir, run.to_dict(), render_markdown(run))
 
 
 def run_faults(opts: FaultOptions, out_dir: Path | None, *, progress: bool = True) -> FaultRun:
     """The whole command: run the matrix, write the report (when `out_dir`), return the run."""
-    from bench.report import environment
+    from bench.report import environment, progress_printer
 
-    say: Callable[[str], None] = (
-        (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: None)
-    )
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    rows = asyncio.run(run_matrix(opts, say))
+    rows = asyncio.run(run_matrix(opts, progress_printer(progress)))
     run = FaultRun(opts, rows, started, environment())
     if out_dir is not None:
         write_fault_report(run, out_dir)

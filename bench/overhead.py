@@ -17,9 +17,7 @@ happen on a node of the cluster (it joins Ray to get the handles).
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -154,9 +152,9 @@ def render_markdown(run: OverheadRun) -> str:
 
 
 def write_overhead_report(run: OverheadRun, out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps(run.to_dict(), indent=2) + "\n")
-    (out_dir / "report.md").write_text(render_markdown(run))
+    from bench.report import write_results
+
+    write_results(out_dir, run.to_dict(), render_markdown(run))
 
 
 def run_overhead(
@@ -165,15 +163,13 @@ def run_overhead(
     """Join the Ray cluster, deploy Ray's ingress over the running replicas, measure, clean up."""
     import ray
 
-    from bench.report import environment
+    from bench.report import environment, progress_printer
     from cluster.config import load_config
     from router.errors import SpilloverError
     from serve_apps.local_backend import ServeHandleBackend
     from serve_apps.ray_ingress import deploy_ray_ingress, model_handles, remove_ray_ingress
 
-    say: Callable[[str], None] = (
-        (lambda text: print(text, file=sys.stderr, flush=True)) if progress else (lambda _: None)
-    )
+    say = progress_printer(progress)
     config = load_config(config_path)
     if config.model(opts.model) is None:
         raise BenchError(f"model {opts.model!r} is not in {config_path}", exit_code=2)

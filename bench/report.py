@@ -18,7 +18,7 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -116,6 +116,22 @@ def write_report(run: CalibrationRun, out_dir: Path) -> dict[str, Path]:
     plots = [name for name in paths if name.endswith(".png")]
     paths["report.md"].write_text(render_markdown(run, plots))
     return paths
+
+
+def write_results(out_dir: Path, results: dict[str, Any], markdown: str) -> dict[str, Path]:
+    """`results.json` and `report.md` of a bench run (the commands without plots)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"results.json": out_dir / "results.json", "report.md": out_dir / "report.md"}
+    paths["results.json"].write_text(json.dumps(results, indent=2) + "\n")
+    paths["report.md"].write_text(markdown)
+    return paths
+
+
+def progress_printer(enabled: bool) -> Callable[[str], None]:
+    """Progress lines on stderr (stdout keeps the summary), or nothing."""
+    if not enabled:
+        return lambda _: None
+    return lambda text: print(text, file=sys.stderr, flush=True)
 
 
 def environment_and_plots(env: dict[str, Any], plots: Iterable[str]) -> list[str]:

@@ -256,6 +256,7 @@ class Dispatcher:
             if gate.refused is not None:
                 trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
                 refusals.append(gate.refused)
+                reason = f"{header_target(target)} skipped: {gate.refused}"[:300]
                 index, same_retries, delay = index + 1, 0, 0.0
                 continue
             if delay > 0:

@@ -299,6 +299,7 @@ async def test_a_provider_quota_sends_the_overflow_elsewhere() -> None:
     assert done.target == "cloud:b"
     skipped = [a for a in s.record("r2").attempts if a.outcome == "skipped"]
     assert skipped and "1/1 requests" in (skipped[0].error or "")
+    assert done.reason.startswith("cloud:a skipped: ")  # the header says why it did not run there
 
 
 async def test_local_only_with_the_local_model_down_is_503_not_a_wait() -> None:
