@@ -26,8 +26,8 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from dataclasses import replace
+from typing import Any
 
 from cluster.capacity import admission_limit, max_concurrent_sequences
 from cluster.config import SpilloverConfig
@@ -42,58 +42,10 @@ from router.output_contract import CONTRACT_HEADER, check_output, contract_viola
 from router.plan import Plan, PlanInputs, plan_request
 from router.retry import AttemptBudget
 from serve_apps.backend import BackendReply, ModelBackend
+from serve_apps.dispatch_types import CloudBackend, Dispatched, DispatchObserver, NoObserver, header_target
 from serve_apps.resilience import Resilience
 
 MAX_SAME_TARGET_RETRIES = 1  # a second failure of the same target moves on (or gives up)
-
-
-class CloudBackend(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any:
-        """Returns an object with `body` (dict | None) and `chunks` (async iterator | None)."""
-        ...
-
-
-@dataclass(frozen=True)
-class Dispatched:
-    reply: BackendReply
-    route: Route
-    target: str  # header form: local:<alias> | cloud:<provider>
-    reason: str
-    waited_s: float
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-
-class DispatchObserver(Protocol):
-    """What the dispatcher reports (serve_apps.metrics.GatewayMetrics implements it)."""
-
-    def waiting(self, model: str, count: int) -> None: ...
-
-    def waited(self, model: str, seconds: float, outcome: str) -> None: ...
-
-    def decided(self, seconds: float) -> None: ...
-
-    def recorded(self, record: DecisionRecord) -> None: ...
-
-
-class _NoObserver:
-    def waiting(self, model: str, count: int) -> None:
-        return None
-
-    def waited(self, model: str, seconds: float, outcome: str) -> None:
-        return None
-
-    def decided(self, seconds: float) -> None:
-        return None
-
-    def recorded(self, record: DecisionRecord) -> None:
-        return None
-
-
-def header_target(target: Target) -> str:
-    return f"local:{target.alias}" if target.kind == "local" else f"cloud:{target.provider}"
 
 
 def _usage(reply: BackendReply) -> tuple[int, int]:
@@ -126,7 +78,7 @@ class Dispatcher:
         self._clock = clock
         self._sleep = sleep
         self._poll_s = poll_s
-        self._observer = observer or _NoObserver()
+        self._observer = observer or NoObserver()
         self.decisions = decisions or DecisionStore()
         self._resilience = resilience or Resilience(config, clock=clock)
         self._inflight: dict[str, int] = defaultdict(int)

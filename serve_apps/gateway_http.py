@@ -57,7 +57,7 @@ from router.errors import InvalidRequest, RequestError, RequestTimeout
 from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
 from router.policy import Policy
 from serve_apps.backend import ModelBackend
-from serve_apps.dispatch import Dispatched
+from serve_apps.dispatch_types import Dispatched
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.openapi import openapi_document

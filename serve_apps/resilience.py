@@ -34,13 +34,13 @@ from router.policy import Policy
 from router.quota import Quotas, Refusal, Reservation
 from router.retry import Backoff, RetryBudget
 from router.spend import SpendLedger, cost_weight
+from serve_apps.dispatch_types import header_target
 
 DEFAULT_COOL_S = 1.0  # a 429 without Retry-After cools its domain this long
 POLICY_REFRESH_S = 10.0  # how often the month's spend is read back for the soft budget
 
 
-def health_key(target: Target) -> str:
-    return f"local:{target.alias}" if target.kind == "local" else f"cloud:{target.provider}"
+health_key = header_target  # health is kept per local model and per cloud provider
 
 
 @dataclass(frozen=True)

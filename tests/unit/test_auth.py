@@ -14,7 +14,7 @@ from router.errors import ConfigError, Unauthorized
 from router.openai_request import Kind
 from router.policy import Policy
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch import Dispatched
+from serve_apps.dispatch_types import Dispatched
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 
 TENANTS = [TenantPolicy("acme"), TenantPolicy("bank", residency="local_only")]

@@ -28,7 +28,8 @@ from router.health import Health
 from router.policy import Policy
 from router.spend import SpendLedger
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch import Dispatched, Dispatcher
+from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_types import Dispatched
 from serve_apps.resilience import Resilience
 
 T0 = 1_800_000_000.0

@@ -22,7 +22,7 @@ from router.errors import (
 )
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch import Dispatched
+from serve_apps.dispatch_types import Dispatched
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 
 MODELS = [

@@ -1,0 +1,62 @@
+"""The dispatcher's interfaces: what it calls (`CloudBackend`), what it returns (`Dispatched`),
+whom it tells (`DispatchObserver`), and the `x-spillover-target` form of a target."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from router.burst import Route
+from router.capabilities import Target
+from router.decision import DecisionRecord
+from serve_apps.backend import BackendReply
+
+
+class CloudBackend(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any:
+        """Returns an object with `body` (dict | None) and `chunks` (async iterator | None)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    reply: BackendReply
+    route: Route
+    target: str  # header form: local:<alias> | cloud:<provider>
+    reason: str
+    waited_s: float
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class DispatchObserver(Protocol):
+    """What the dispatcher reports (serve_apps.metrics.GatewayMetrics implements it)."""
+
+    def waiting(self, model: str, count: int) -> None: ...
+
+    def waited(self, model: str, seconds: float, outcome: str) -> None: ...
+
+    def decided(self, seconds: float) -> None: ...
+
+    def recorded(self, record: DecisionRecord) -> None: ...
+
+
+class NoObserver:
+    def waiting(self, model: str, count: int) -> None:
+        return None
+
+    def waited(self, model: str, seconds: float, outcome: str) -> None:
+        return None
+
+    def decided(self, seconds: float) -> None:
+        return None
+
+    def recorded(self, record: DecisionRecord) -> None:
+        return None
+
+
+def header_target(target: Target) -> str:
+    return f"local:{target.alias}" if target.kind == "local" else f"cloud:{target.provider}"
