@@ -142,9 +142,10 @@ async def _stream_request(client: httpx.AsyncClient, opts: FaultOptions, request
 
 def _is_error(data: str) -> bool:
     try:
-        return isinstance(json.loads(data), dict) and "error" in json.loads(data)
+        event = json.loads(data)
     except ValueError:
         return False
+    return isinstance(event, dict) and "error" in event
 
 
 async def _sim_rows(client: httpx.AsyncClient, sim: str, request_id: str) -> list[dict[str, Any]]:

@@ -18,10 +18,8 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC
-from email.utils import parsedate_to_datetime
 
 # Exponents above this only matter for absurd base values; clamping keeps `2**n` finite.
 _MAX_EXPONENT = 1000
@@ -155,54 +153,3 @@ class AttemptBudget:
     def next_allowed(self, attempts_made: int, now: float, delay_s: float) -> bool:
         """True when another attempt is left and starting it after `delay_s` is before the deadline."""
         return attempts_made < self.max_attempts and now + delay_s < self.deadline
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive header lookup: plain dicts from tests and httpx headers both work."""
-    value = headers.get(name)
-    if value is not None:
-        return value
-    for key, raw in headers.items():
-        if key.lower() == name:
-            return raw
-    return None
-
-
-def _seconds(raw: str, scale: float) -> float | None:
-    try:
-        value = float(raw.strip()) / scale
-    except ValueError:
-        return None
-    return max(value, 0.0) if math.isfinite(value) else None
-
-
-def _http_date_seconds(raw: str, now_epoch: float) -> float | None:
-    try:
-        when = parsedate_to_datetime(raw.strip())
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    if when.tzinfo is None:  # "-0000" or no zone: RFC 9110 dates are GMT
-        when = when.replace(tzinfo=UTC)
-    return max(when.timestamp() - now_epoch, 0.0)
-
-
-def parse_retry_after(headers: Mapping[str, str], now_epoch: float) -> float | None:
-    """Seconds the provider asked us to wait, or None when it did not say (or said garbage).
-
-    `retry-after-ms` (OpenAI, Azure) is read first because it is more precise; then
-    `retry-after` as delta-seconds or an HTTP date (RFC 9110 §10.2.3), measured from
-    `now_epoch` (wall-clock seconds, injected). A value in the past or negative gives 0.
-    A garbage `retry-after-ms` falls through to `retry-after`.
-    """
-    raw_ms = _header(headers, "retry-after-ms")
-    if raw_ms is not None:
-        value = _seconds(raw_ms, 1000.0)
-        if value is not None:
-            return value
-    raw = _header(headers, "retry-after")
-    if raw is None:
-        return None
-    value = _seconds(raw, 1.0)
-    if value is not None:
-        return value
-    return _http_date_seconds(raw, now_epoch)

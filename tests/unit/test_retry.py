@@ -6,12 +6,10 @@ Fake clock and seeded Random throughout: no sleeps, no timing assertions.
 from __future__ import annotations
 
 import random
-from datetime import UTC, datetime
-from email.utils import format_datetime
 
 import pytest
 
-from router.retry import AttemptBudget, Backoff, RetryBudget, parse_retry_after
+from router.retry import AttemptBudget, Backoff, RetryBudget
 
 
 class FakeClock:
@@ -213,47 +211,3 @@ def test_single_attempt_budget_never_retries() -> None:
 def test_attempt_budget_rejects_zero_attempts() -> None:
     with pytest.raises(ValueError):
         AttemptBudget(max_attempts=0, deadline=10.0)
-
-
-# --- parse_retry_after -----------------------------------------------------------------------
-
-NOW_EPOCH = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
-
-
-def http_date(offset_s: float) -> str:
-    return format_datetime(datetime.fromtimestamp(NOW_EPOCH + offset_s, tz=UTC), usegmt=True)
-
-
-@pytest.mark.parametrize(
-    ("headers", "expected"),
-    [
-        ({}, None),
-        ({"retry-after": "5"}, 5.0),
-        ({"retry-after": "1.5"}, 1.5),
-        ({"retry-after": " 7 "}, 7.0),
-        ({"Retry-After": "3"}, 3.0),
-        ({"retry-after": "0"}, 0.0),
-        ({"retry-after": "-4"}, 0.0),
-        ({"retry-after-ms": "250"}, 0.25),
-        ({"Retry-After-Ms": "1500"}, 1.5),
-        ({"retry-after-ms": "-20"}, 0.0),
-        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),  # ms first
-        ({"retry-after-ms": "soon", "retry-after": "9"}, 9.0),  # garbage ms falls through
-        ({"retry-after-ms": "nan", "retry-after": "2"}, 2.0),
-        ({"retry-after": "soon"}, None),
-        ({"retry-after": ""}, None),
-        ({"retry-after": "inf"}, None),
-        ({"retry-after-ms": "garbage"}, None),
-        ({"retry-after": http_date(30)}, 30.0),
-        ({"retry-after": http_date(-30)}, 0.0),  # a date in the past
-        ({"retry-after": "Wed, 01 Jan 2025 12:01:00 GMT"}, 60.0),
-        ({"retry-after": "Wed, 01 Jan 2025 12:01:00 -0000"}, 60.0),  # naive date read as GMT
-        ({"retry-after": "Wed, 99 Foo 2025 12:01:00 GMT"}, None),
-    ],
-)
-def test_parse_retry_after(headers: dict[str, str], expected: float | None) -> None:
-    value = parse_retry_after(headers, NOW_EPOCH)
-    if expected is None:
-        assert value is None
-    else:
-        assert value == pytest.approx(expected)
