@@ -8,6 +8,7 @@ to a default.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -97,6 +98,26 @@ class GatewaySection(_Strict):
     decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
     auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
     autoscaling: GatewayAutoscaling | None = None
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger: 413")
+
+    @model_validator(mode="after")
+    def _no_open_listener_without_auth(self) -> GatewaySection:
+        if not self.auth and not _is_loopback(self.host):
+            raise ValueError(
+                f"gateway.host {self.host!r} is not a loopback address and gateway.auth is off: anyone who "
+                "reaches the port could use the models and the operator endpoints. Fix: set gateway.auth: true "
+                "with tenants (keys from tenants[].api_key_env), or gateway.host: 127.0.0.1"
+            )
+        return self
+
+
+def _is_loopback(host: str) -> bool:
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name other than localhost: it may resolve anywhere
+        return False
 
 
 class ModelSpec(_Strict):
