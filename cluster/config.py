@@ -21,8 +21,6 @@ from router.capabilities import ProviderModelEntry
 from router.errors import ConfigError
 from router.policy import Policy
 
-PREPARED_PREFIX = "prepared:"
-
 
 def _no_duplicates(names: list[str], what: str) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -34,11 +32,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+PREPARED_PREFIX = "prepared:"
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default `gpu_memory_utilization`
+
+
 class Watermarks(_Strict):
     """Pressure thresholds (fractions 0..1 except `queue`, a count of waiting requests)."""
 
     kv_cache: float = Field(0.85, gt=0, le=1)
-    gpu_memory: float = Field(0.85, gt=0, le=1)
+    gpu_memory: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="GPU memory pressure reaches 1.0 when free memory falls to (1 - this) of the device, "
+        "with the engine holding its reservation; must exceed the engine's gpu_memory_utilization",
+    )
     queue: int = Field(8, ge=1)
     low: float = Field(0.75, gt=0, le=1, description="hysteresis: take work again below this")
 
@@ -52,6 +60,9 @@ class Watermarks(_Strict):
 class ClusterSection(_Strict):
     num_cpus: int | None = Field(
         8, ge=1, description="logical CPUs of a local Ray started by `spillover serve` (None: Ray's count)"
+    )
+    num_gpus: int | None = Field(
+        None, ge=0, description="GPUs a local Ray declares (simulated: configs/gpu-sim.yaml); None: Ray's count"
     )
     address: str | None = Field(None, description="Ray address to connect to instead of starting one")
 
@@ -124,11 +135,15 @@ class ModelSpec(_Strict):
     alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
     source: str = Field(description="prepared:<catalog name>, a local folder, or a hub id")
     family: Literal["qwen", "llama"]
-    accelerator: Literal["cpu", "gpu"] = "cpu"
+    accelerator: Literal["cpu", "gpu", "gpu-sim"] = Field(
+        "cpu",
+        description="gpu-sim: a vLLM-CPU engine placed on simulated GPUs (SPILLOVER_FAKE_NVML), for GPU routing "
+        "without a GPU",
+    )
     replicas: int = Field(1, ge=1)
     num_cpus: float = Field(1, gt=0, description="Ray logical CPUs per replica")
-    num_gpus: int = Field(1, ge=0, description="GPUs per replica (gpu accelerator)")
-    kv_cache_space_gib: int = Field(2, ge=1, description="CPU only: VLLM_CPU_KVCACHE_SPACE in whole GiB")
+    num_gpus: int = Field(1, ge=0, description="GPUs per replica (gpu and gpu-sim accelerators)")
+    kv_cache_space_gib: int = Field(2, ge=1, description="vLLM-CPU (cpu, gpu-sim): VLLM_CPU_KVCACHE_SPACE in whole GiB")
     engine_args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     watermarks: Watermarks | None = None
     admission_limit: int | None = Field(
@@ -153,7 +168,26 @@ class ModelSpec(_Strict):
         max_len = value.get("max_model_len")
         if max_len is not None and (not isinstance(max_len, int) or max_len < 16):
             raise ValueError("max_model_len must be an integer >= 16")
+        util = value.get("gpu_memory_utilization")
+        if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
+            raise ValueError("gpu_memory_utilization must be a number in (0, 1]")
         return value
+
+    @property
+    def runs_vllm_cpu(self) -> bool:
+        """The engine is vLLM-CPU (also for gpu-sim, whose GPUs are simulated)."""
+        return self.accelerator != "gpu"
+
+    @property
+    def uses_gpus(self) -> bool:
+        return self.accelerator != "cpu" and self.num_gpus > 0
+
+    @property
+    def gpu_reserved_fraction(self) -> float | None:
+        """What the engine reserves of each of its GPUs at start (None: it has no GPU)."""
+        if not self.uses_gpus:
+            return None
+        return float(self.engine_args.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
 
     @property
     def is_prepared_source(self) -> bool:
@@ -247,6 +281,28 @@ class SpilloverConfig(_Strict):
                 raise ValueError(
                     f"cloud provider {provider.name!r} maps unknown model aliases {unknown}; "
                     f"configured: {sorted(aliases)}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _idle_engine_below_gpu_watermark(self) -> SpilloverConfig:
+        """An engine reserves gpu_memory_utilization of each GPU at start: a watermark at or below
+        that reads an idle replica as saturated, so every request would leave (or wait)."""
+        for i, spec in enumerate(self.models):
+            reserved = spec.gpu_reserved_fraction
+            if reserved is None:
+                continue
+            marks, where = (
+                (spec.watermarks, f"models[{i}].watermarks.gpu_memory")
+                if spec.watermarks
+                else (self.watermarks, "watermarks.gpu_memory")
+            )
+            if reserved >= marks.gpu_memory:
+                raise ValueError(
+                    f"models[{i}].engine_args.gpu_memory_utilization {reserved:g} >= {where} {marks.gpu_memory:g}: "
+                    f"vLLM reserves that much of each GPU when the engine starts, so an idle replica would read "
+                    f"as saturated; set {where} above it (e.g. {min(1.0, reserved + 0.05):g}: the free-memory floor "
+                    f"is 1 - {where}) or lower gpu_memory_utilization"
                 )
         return self
 

@@ -10,13 +10,21 @@ A read never raises for the usual GPU-less cases. `GpuInventory.state` says what
     "no_gpus"  no NVML library, no driver loaded, or NVML counts zero devices; `reason` says which
     "error"    NVML failed some other way (a lost GPU, no permission, ...); `reason` quotes it
 
+Each device also lists its compute processes (`nvmlDeviceGetComputeRunningProcesses`: pid and bytes),
+which is how memory is attributed to an engine (cluster/gpu_memory.py). `processes` is None where
+NVML cannot list them (no permission, some vGPU/MIG setups); a process's bytes are None where NVML
+reports them as not available.
+
+`SPILLOVER_FAKE_NVML=<file.json>` swaps the real library for a simulated one
+(cluster/nvml_sim.py); `reader_from_env()` is the one place that reads that variable.
+
 Times come from an injected clock (`time.time` by default), never read directly.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -27,6 +35,15 @@ NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
 NVML_ERROR_NOT_SUPPORTED = 3
 _NO_GPU_CODES = frozenset({NVML_ERROR_DRIVER_NOT_LOADED, NVML_ERROR_LIBRARY_NOT_FOUND})
+FAKE_NVML_ENV = "SPILLOVER_FAKE_NVML"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """One compute process on a device: its host PID and the device memory it holds."""
+
+    pid: int
+    used_bytes: int | None
 
 
 @dataclass(frozen=True)
@@ -42,6 +59,7 @@ class GpuInfo:
     memory_free: int
     utilization_gpu: int | None
     read_at: float
+    processes: tuple[GpuProcess, ...] | None = ()
 
     @property
     def memory_used_fraction(self) -> float:
@@ -80,6 +98,9 @@ class GpuInventory:
                     "memory_free": g.memory_free,
                     "utilization_gpu": g.utilization_gpu,
                     "read_at": g.read_at,
+                    "processes": None
+                    if g.processes is None
+                    else [{"pid": p.pid, "used_bytes": p.used_bytes} for p in g.processes],
                 }
                 for g in self.gpus
             ],
@@ -105,6 +126,24 @@ def _describe(err: BaseException) -> str:
         text = ""
     text = text or type(err).__name__
     return f"{text} (NVML error {code})" if code is not None else text
+
+
+_NOT_AVAILABLE = 2**64 - 1  # NVML_VALUE_NOT_AVAILABLE for unsigned long long
+
+
+def _processes(nvml: Any, handle: Any, error_class: type[BaseException]) -> tuple[GpuProcess, ...] | None:
+    """The device's compute processes, or None where NVML cannot list them (a listing that
+    fails must not make the whole read fail: memory and utilisation are still worth having)."""
+    try:
+        infos = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except (error_class, AttributeError):
+        return None
+    processes = []
+    for info in infos:
+        used = getattr(info, "usedGpuMemory", None)
+        # pynvml maps NVML_VALUE_NOT_AVAILABLE to None; older bindings pass the raw sentinel through.
+        processes.append(GpuProcess(int(info.pid), None if used is None or used >= _NOT_AVAILABLE else int(used)))
+    return tuple(processes)
 
 
 class PynvmlReader:
@@ -167,6 +206,7 @@ class PynvmlReader:
             memory_free=int(memory.free),
             utilization_gpu=utilization,
             read_at=self._clock(),
+            processes=_processes(nvml, handle, error_class),
         )
 
     def _empty(self, state: InventoryState, reason: str) -> GpuInventory:
@@ -189,4 +229,22 @@ class PynvmlReader:
         self.close()
 
 
-__all__ = ["GpuInfo", "GpuInventory", "GpuReader", "InventoryState", "PynvmlReader"]
+def reader_from_env(environ: Mapping[str, str], clock: Callable[[], float] = time.time) -> PynvmlReader:
+    """The node's GPU reader: the real NVML, or the simulated one named by SPILLOVER_FAKE_NVML."""
+    path = environ.get(FAKE_NVML_ENV)
+    if not path:
+        return PynvmlReader(clock=clock)
+    from cluster.nvml_sim import SimulatedNvml
+
+    return PynvmlReader(clock=clock, nvml_module=SimulatedNvml(path))
+
+__all__ = [
+    "FAKE_NVML_ENV",
+    "GpuInfo",
+    "GpuInventory",
+    "GpuProcess",
+    "GpuReader",
+    "InventoryState",
+    "PynvmlReader",
+    "reader_from_env",
+]

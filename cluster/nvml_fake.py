@@ -2,7 +2,8 @@
 
 `FakeNvml` has the function names `cluster.nvml.PynvmlReader` calls on the real `pynvml`
 (nvmlInit, nvmlShutdown, nvmlDeviceGetCount, nvmlDeviceGetHandleByIndex, nvmlDeviceGetUUID,
-nvmlDeviceGetName, nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates) and the same error
+nvmlDeviceGetName, nvmlDeviceGetMemoryInfo, nvmlDeviceGetUtilizationRates,
+nvmlDeviceGetComputeRunningProcesses) and the same error
 hierarchy shape (`NVMLError` with an integer `.value`, and subclasses such as
 `NVMLError_LibraryNotFound` with value 12), so a test injects it and runs the real reader:
 
@@ -14,12 +15,18 @@ GPU-less machine; `fail={"nvmlDeviceGetMemoryInfo": NVML_ERROR_GPU_IS_LOST}` mak
 raise (for every device, or only for `fail_index`). Devices are mutable through
 `set_memory_used` so multi-node tests can move memory between reads. Like real NVML, every
 device call before `nvmlInit` raises `NVMLError_Uninitialized`.
+
+Processes behave as on a real device: a device's used memory is what its processes hold plus
+`driver_bytes` (memory NVML counts as used that no process owns: the driver's own reservation),
+unless `memory_used` is set explicitly, in which case it is taken as is (a device whose process
+list NVML does not show). `processes=None` makes the listing raise NotSupported, as on some vGPU
+and MIG set-ups.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 GIB = 1024**3
@@ -112,14 +119,32 @@ _MESSAGES: dict[int, str] = {
 
 
 @dataclass
+class FakeProcess:
+    """A compute process on a fake device: `used_bytes=None` is NVML's "not available"."""
+
+    pid: int
+    used_bytes: int | None
+
+
+@dataclass
 class FakeGpu:
-    """One fake device. `utilization=None` makes nvmlDeviceGetUtilizationRates raise NotSupported."""
+    """One fake device. `utilization=None` makes nvmlDeviceGetUtilizationRates raise NotSupported.
+
+    `memory_used=None`: the sum of the processes' bytes plus `driver_bytes` (see the module doc)."""
 
     uuid: str
     name: str
     memory_total: int
-    memory_used: int = 0
+    memory_used: int | None = 0
     utilization: int | None = 0
+    processes: list[FakeProcess] | None = field(default_factory=list)
+    driver_bytes: int = 0
+
+    def used(self) -> int:
+        if self.memory_used is not None:
+            return self.memory_used
+        held = sum(p.used_bytes or 0 for p in self.processes or ())
+        return min(self.memory_total, held + self.driver_bytes)
 
 
 @dataclass(frozen=True)
@@ -206,10 +231,17 @@ class FakeNvml:
 
     def nvmlDeviceGetMemoryInfo(self, handle: FakeHandle) -> SimpleNamespace:
         gpu = self._gpu(handle, "nvmlDeviceGetMemoryInfo")
-        return SimpleNamespace(total=gpu.memory_total, used=gpu.memory_used, free=gpu.memory_total - gpu.memory_used)
+        used = gpu.used()
+        return SimpleNamespace(total=gpu.memory_total, used=used, free=gpu.memory_total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: FakeHandle) -> SimpleNamespace:
         gpu = self._gpu(handle, "nvmlDeviceGetUtilizationRates")
         if gpu.utilization is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return SimpleNamespace(gpu=gpu.utilization, memory=0)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[SimpleNamespace]:
+        gpu = self._gpu(handle, "nvmlDeviceGetComputeRunningProcesses")
+        if gpu.processes is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return [SimpleNamespace(pid=p.pid, usedGpuMemory=p.used_bytes) for p in gpu.processes]

@@ -18,15 +18,50 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class GpuProcessMemory:
+    """One process on a replica's GPU: `engine` when it is the replica's own engine."""
+
+    pid: int
+    used_bytes: int | None
+    engine: bool
+
+
+@dataclass(frozen=True)
 class GpuMemory:
+    """One of a replica's GPUs, its memory split by owner (cluster/gpu_memory.py does the split).
+
+    `engine_bytes`: what the replica's own engine holds; `reserved_bytes`: what it reserves at start
+    (`gpu_memory_utilization × total`); `attribution` says how `engine_bytes` was found: "pid" (NVML
+    listed the engine's processes), "reservation" (NVML listed none of them, e.g. PIDs of another PID
+    namespace: the engine is assumed to hold its reservation) or "none" (no engine on this device).
+    """
+
     index: int
     uuid: str
     used_bytes: int
     total_bytes: int
+    engine_bytes: int = 0
+    reserved_bytes: int = 0
+    attribution: str = "none"
+    utilization_gpu: int | None = None  # SM utilisation, percent
+    processes: tuple[GpuProcessMemory, ...] = ()
 
     @property
     def used_fraction(self) -> float:
         return self.used_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def other_bytes(self) -> int:
+        """Memory held by anything but the replica's engine (other processes, the driver)."""
+        return max(0, self.used_bytes - self.engine_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuMemory:
+        processes = tuple(GpuProcessMemory(**p) for p in data.get("processes", ()))
+        return cls(**{**data, "processes": processes})
 
 
 @dataclass(frozen=True)
@@ -46,6 +81,7 @@ class ReplicaStats:
     block_size: int | None
     last_step_at: float | None = None  # when the engine last reported a scheduler step
     gpus: tuple[GpuMemory, ...] = ()
+    gpu_error: str | None = None  # the replica has GPUs but NVML failed: the reading counts as stale
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -57,21 +93,17 @@ class ReplicaStats:
             return None
         return self.num_gpu_blocks * self.block_size
 
-    @property
-    def gpu_memory_fraction(self) -> float:
-        return max((g.used_fraction for g in self.gpus), default=0.0)
-
     def age(self, now: float) -> float:
         return max(0.0, now - self.read_at)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["gpus"] = [asdict(g) for g in self.gpus]
+        data["gpus"] = [g.to_dict() for g in self.gpus]
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReplicaStats:
-        gpus = tuple(GpuMemory(**g) for g in data.get("gpus", ()))
+        gpus = tuple(GpuMemory.from_dict(g) for g in data.get("gpus", ()))
         return cls(**{**data, "gpus": gpus})
 
 

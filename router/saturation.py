@@ -1,12 +1,28 @@
-"""Saturation: one number per local replica from its fresh stats (DESIGN.md §3).
+"""Saturation: one number per local replica from its fresh stats.
 
     saturation = max(kv_usage / kv_watermark,
-                     gpu_mem_used / mem_watermark,
+                     gpu_memory_pressure,              (max over the replica's GPUs)
                      waiting / queue_threshold,
                      inflight / admission_limit)
 
-`>= 1.0` means saturated. Stale stats count as saturated (`math.inf`). Pure: the caller
-passes `now`; nothing here reads a clock or does I/O.
+`>= 1.0` means saturated. Stale stats count as saturated (`math.inf`), and so does a replica
+whose GPUs could not be read (NVML failed).
+
+GPU memory pressure, per device (the split comes from cluster/gpu_memory.py):
+
+    room     = gpu_memory_watermark × total − max(engine_bytes, reserved_bytes)
+    pressure = other_bytes / room            (math.inf when room <= 0)
+
+vLLM reserves `gpu_memory_utilization × total` (`reserved_bytes`) when its engine starts, so
+whole-device used/total of an idle replica is already ~0.9. The pressure instead measures what
+the engine cannot control: other processes (a co-tenant, a leak, the driver) eating the headroom
+the engine needs. It is ~0 on an idle replica, and reaches 1.0 exactly when the device's free
+memory falls to the floor `(1 − gpu_memory_watermark) × total` with the engine holding (at least)
+its reservation. `room <= 0` means the engine's own reservation already passes the watermark: the
+config check refuses such settings. A device without an engine (`reserved_bytes` 0) reads
+used / (watermark × total), the plain whole-device fraction against the watermark.
+
+Pure: the caller passes `now`; nothing here reads a clock or does I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +31,9 @@ import math
 from dataclasses import dataclass
 
 from cluster.config import Watermarks
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
+from cluster.telemetry import ClusterSnapshot, GpuMemory, ReplicaStats
+
+GIB = 1024**3
 
 
 @dataclass(frozen=True)
@@ -27,6 +45,29 @@ class Saturation:
     @property
     def saturated(self) -> bool:
         return self.value >= 1.0
+
+
+def gpu_memory_pressure(gpu: GpuMemory, watermark: float) -> float:
+    """The pressure term of one device (see the module docstring)."""
+    room = watermark * gpu.total_bytes - max(gpu.engine_bytes, gpu.reserved_bytes)
+    if room <= 0:
+        return math.inf
+    return gpu.other_bytes / room
+
+
+def gpu_term(gpus: tuple[GpuMemory, ...], watermark: float) -> tuple[float, str]:
+    """The most pressed device's pressure and a line saying why (0.0 and "" without GPUs)."""
+    if not gpus:
+        return 0.0, ""
+    gpu = max(gpus, key=lambda g: gpu_memory_pressure(g, watermark))
+    pressure = gpu_memory_pressure(gpu, watermark)
+    room = watermark * gpu.total_bytes - max(gpu.engine_bytes, gpu.reserved_bytes)
+    engine = f"engine {gpu.engine_bytes / GIB:.1f} GiB own ({gpu.attribution})" if gpu.attribution != "none" else ""
+    what = (
+        f"gpu{gpu.index} others {gpu.other_bytes / GIB:.1f} of {max(room, 0) / GIB:.1f} GiB room"
+        + (f", {engine}" if engine else "")
+    )
+    return pressure, f"gpu_memory pressure {pressure:.2f} ({what})"
 
 
 def replica_saturation(
@@ -41,23 +82,19 @@ def replica_saturation(
     if snapshot.is_stale(stats, now):
         age = stats.age(now)
         return Saturation(math.inf, "stale", f"stats {age:.1f}s old > {snapshot.max_age_s:g}s")
+    if stats.gpu_error:
+        return Saturation(math.inf, "stale", f"GPU reading failed: {stats.gpu_error}")
     terms = [
-        (
-            stats.kv_cache_usage / watermarks.kv_cache,
-            "kv_cache",
-            f"kv_usage {stats.kv_cache_usage:.2f}",
-            watermarks.kv_cache,
-        ),
-        (
-            stats.gpu_memory_fraction / watermarks.gpu_memory,
-            "gpu_memory",
-            f"gpu_mem {stats.gpu_memory_fraction:.2f}",
-            watermarks.gpu_memory,
-        ),
-        (stats.num_waiting / watermarks.queue, "queue", f"waiting {stats.num_waiting}", watermarks.queue),
+        (stats.kv_cache_usage / watermarks.kv_cache, "kv_cache", f"kv_usage {stats.kv_cache_usage:.2f}"),
+        (stats.num_waiting / watermarks.queue, "queue", f"waiting {stats.num_waiting}"),
     ]
+    limits = {"kv_cache": f"{watermarks.kv_cache:g}", "queue": f"{watermarks.queue:g}"}
     if admission_limit:
-        terms.append((inflight / admission_limit, "inflight", f"inflight {inflight}", admission_limit))
-    value, term, what, limit = max(terms, key=lambda t: t[0])
+        terms.append((inflight / admission_limit, "inflight", f"inflight {inflight}"))
+        limits["inflight"] = f"{admission_limit:g}"
+    if stats.gpus:
+        pressure, why = gpu_term(stats.gpus, watermarks.gpu_memory)
+        terms.append((pressure, "gpu_memory", why))
+    value, term, what = max(terms, key=lambda t: t[0])
     relation = ">=" if value >= 1.0 else "<"
-    return Saturation(value, term, f"{what} {relation} {limit:g}")
+    return Saturation(value, term, f"{what} {relation} {limits.get(term, '1')}")

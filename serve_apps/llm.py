@@ -1,9 +1,10 @@
 """One ray.serve.llm `LLMConfig` per configured model.
 
-CPU models get the vLLM-CPU settings measured in DESIGN.md §4: a KV cache space in whole
-GiB, `VLLM_HOST_IP=127.0.0.1`, and a placement bundle of only the CPUs the config asks
-for (ray.serve.llm's default bundle of 2 CPUs per replica would not fit two models on a
-2-core machine's logical CPUs).
+CPU models (and gpu-sim ones: vLLM-CPU on simulated GPUs) get the vLLM-CPU settings measured
+on the CPU machines: a KV cache space in whole GiB, `VLLM_HOST_IP=127.0.0.1`, and a placement
+bundle of only the CPUs the config asks for (ray.serve.llm's default bundle of 2 CPUs per replica
+would not fit two models on a 2-core machine's logical CPUs); gpu-sim bundles also ask Ray for
+the model's `num_gpus`, so Serve places replicas on the GPUs the nodes declare.
 """
 
 from __future__ import annotations
@@ -80,11 +81,14 @@ def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None =
     watermarks = watermarks or spec.watermarks or Watermarks()
     env: dict[str, str] = {}
     extra: dict[str, Any] = {}
-    if spec.accelerator == "cpu":
+    if spec.runs_vllm_cpu:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_space_gib)
         env["VLLM_HOST_IP"] = "127.0.0.1"
         extra["accelerator_config"] = {"kind": "cpu"}
-        extra["placement_group_config"] = {"bundles": [{"CPU": spec.num_cpus}]}
+        bundle: dict[str, float] = {"CPU": spec.num_cpus}
+        if spec.uses_gpus:  # gpu-sim: Ray places the replica on (simulated) GPUs it declares
+            bundle["GPU"] = spec.num_gpus
+        extra["placement_group_config"] = {"bundles": [bundle]}
     else:
         extra["placement_group_config"] = {"bundle_per_worker": {"CPU": spec.num_cpus, "GPU": spec.num_gpus}}
     return LLMConfig(

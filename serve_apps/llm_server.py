@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from typing import Any
 
@@ -19,10 +20,11 @@ import ray
 from ray import serve
 from ray.serve.llm import LLMServer
 
-from cluster.nvml import PynvmlReader
+from cluster.config import DEFAULT_GPU_MEMORY_UTILIZATION
+from cluster.nvml import reader_from_env
 from cluster.stats_tap import StatsTap
 from cluster.telemetry import ReplicaStats
-from serve_apps.stats_pusher import gpu_memory, push_forever
+from serve_apps.stats_pusher import ReplicaGpus, push_forever
 from serve_apps.telemetry_board import get_or_create_board
 
 log = logging.getLogger("spillover.replica")
@@ -32,8 +34,11 @@ class SpilloverLLMServer(LLMServer):
     async def start(self) -> None:
         await super().start()
         self._tap = StatsTap()
-        self._nvml = PynvmlReader()
-        self._gpu_ids = [int(i) for i in ray.get_gpu_ids()]
+        gpu_ids = [int(i) for i in ray.get_gpu_ids()]
+        engine_kwargs = self._llm_config.engine_kwargs or {}
+        fraction = float(engine_kwargs.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
+        self._gpus = ReplicaGpus(reader_from_env(os.environ), gpu_ids, fraction if gpu_ids else None)
+        self._gpus.engine_started(os.environ)
         self._node_id = ray.get_runtime_context().get_node_id()
         context = serve.get_replica_context()
         self._replica_id = context.replica_id.unique_id if context else "local"
@@ -51,6 +56,7 @@ class SpilloverLLMServer(LLMServer):
         idle = processor is not None and not processor.has_unfinished_requests()
         reading = self._tap.reading(engine_idle=idle)
         cache = getattr(getattr(self._client, "vllm_config", None), "cache_config", None)
+        gpus, gpu_error = self._gpus.read()
         stats = ReplicaStats(
             model=self._llm_config.model_id,
             replica_id=self._replica_id,
@@ -64,7 +70,8 @@ class SpilloverLLMServer(LLMServer):
             num_gpu_blocks=getattr(cache, "num_gpu_blocks", None),
             block_size=getattr(cache, "block_size", None),
             last_step_at=reading.last_step_at,
-            gpus=gpu_memory(self._nvml, self._gpu_ids),
+            gpus=gpus,
+            gpu_error=gpu_error,
         )
         self._last = stats
         return stats
@@ -78,7 +85,8 @@ class SpilloverLLMServer(LLMServer):
         return {
             "kv_cache_usage": last.kv_cache_usage,
             "num_waiting": last.num_waiting,
-            "gpu_memory_fraction": last.gpu_memory_fraction,
+            "gpus": [g.to_dict() for g in last.gpus],
+            "gpu_error": last.gpu_error,
             "read_at": last.read_at,
         }
 

@@ -1,4 +1,4 @@
-"""Which replica of a local model takes a request (issue 9): prefix affinity, minus saturated replicas.
+"""Which replica of a local model takes a request: prefix affinity, minus saturated replicas.
 
 With several replicas of one model the prefix cache only pays off when requests that share a long
 prefix land on the replica that already holds it. `PrefixAffinityRouter` (a Ray Serve
@@ -9,8 +9,8 @@ same prefix to the same model replica, and when a replica leaves only its keys m
 
 Balanced against load and saturation:
 * replicas whose own engine says they are saturated (`record_routing_stats` of
-  `SpilloverLLMServer`: KV usage, waiting requests, GPU memory, against the model's watermarks,
-  the same terms as router/saturation.py) are left out, unless every one is;
+  `SpilloverLLMServer`: KV usage, waiting requests, GPU memory pressure, against the model's
+  watermarks, with the functions of router/saturation.py) are left out, unless every one is;
 * when the preferred replica's queue is longer than the shortest by more than
   `imbalanced_threshold`, the two shortest-queued of two random picks win (power of two);
 * the ranking is returned whole, so Serve falls back to the next replica if the first is full.
@@ -31,6 +31,9 @@ from typing import Any
 
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 
+from cluster.telemetry import GpuMemory
+from router.saturation import gpu_term
+
 ROUTER_PATH = "serve_apps.replica_router:PrefixAffinityRouter"
 ROUTING_STATS_PERIOD_S = 1.0
 DEFAULT_PREFIX_CHARS = 2000
@@ -40,9 +43,12 @@ def saturated(stats: Mapping[str, Any], *, kv_cache: float, gpu_memory: float, q
     """The replica's own last reading, against its model's watermarks (empty stats: not saturated)."""
     if not stats:
         return False
+    if stats.get("gpu_error"):
+        return True
+    gpus = tuple(GpuMemory.from_dict(g) for g in stats.get("gpus", ()))
     return (
         float(stats.get("kv_cache_usage", 0.0)) >= kv_cache
-        or float(stats.get("gpu_memory_fraction", 0.0)) >= gpu_memory
+        or gpu_term(gpus, gpu_memory)[0] >= 1.0
         or int(stats.get("num_waiting", 0)) >= queue
     )
 

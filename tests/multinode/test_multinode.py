@@ -1,8 +1,11 @@
 """Several Ray nodes on one machine (`ray.cluster_utils.Cluster`): placement, per-node NVML, node loss.
 
-Two nodes, each declaring one GPU (`num_gpus=1`, no real device): a model with two replicas that
-need a GPU each lands one replica per node. Each replica's fake NVML reports its own node's memory,
-and both readings reach the gateway's `ClusterSnapshot` through the real TelemetryBoard and poller.
+Two nodes, each declaring one GPU (`num_gpus=1`, no real device) and started with its own
+SPILLOVER_FAKE_NVML file (the simulated GPUs of that "host"): a model with two replicas that need a
+GPU each lands one replica per node. Each replica's engine reservation (90% of its GPU, as vLLM
+pre-allocates) shows as its own process, so idle replicas read ~0 GPU memory pressure although NVML
+says 90% used; a co-tenant written into one node's file raises only that replica's pressure. Both
+readings reach the gateway's `ClusterSnapshot` through the real TelemetryBoard and poller.
 Removing a node mid-run is handled like a failed replica: its stats go stale, it counts as
 saturated, the admission limit shrinks to the replicas left, and the model is not marked down
 while one replica still reports.
@@ -13,8 +16,10 @@ A session of its own (not tests/integration's): one process can hold one Ray.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import ray
@@ -22,10 +27,12 @@ from ray import serve
 from ray.cluster_utils import Cluster
 
 from cluster.config import SpilloverConfig, parse_config
+from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_fake import GIB
+from cluster.nvml_sim import write_default_file
 from cluster.telemetry import ClusterSnapshot
 from router.health import Health
-from router.saturation import replica_saturation
+from router.saturation import gpu_memory_pressure, replica_saturation
 from serve_apps.board_poller import BoardPoller
 from serve_apps.dispatch import Dispatcher
 from serve_apps.resilience import Resilience
@@ -35,12 +42,20 @@ from tests.multinode.stats_replica import StatsReplica
 pytestmark = pytest.mark.integration
 MODEL = "mn-model"
 MAX_AGE_S = 1.0
+UTILIZATION = 0.9
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "num_gpus": 1})
-    c.add_node(num_cpus=1, num_gpus=1)
+def gpu_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    folder = tmp_path_factory.mktemp("gpus")
+    return [write_default_file(folder / f"node-{i}.json", num_gpus=1, total_gib=80) for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def cluster(gpu_files: list[Path]) -> Iterator[Cluster]:
+    head_args = {"num_cpus": 2, "num_gpus": 1, "env_vars": {FAKE_NVML_ENV: str(gpu_files[0])}}
+    c = Cluster(initialize_head=True, head_node_args=head_args)
+    c.add_node(num_cpus=1, num_gpus=1, env_vars={FAKE_NVML_ENV: str(gpu_files[1])})
     c.wait_for_nodes()
     ray.init(address=c.address)
     try:
@@ -53,10 +68,25 @@ def cluster() -> Iterator[Cluster]:
 
 
 def config() -> SpilloverConfig:
-    return parse_config(
-        {"models": [{"alias": MODEL, "source": "prepared:x", "family": "qwen", "replicas": 2, "admission_limit": 4}]},
-        "multinode",
-    )
+    model = {
+        "alias": MODEL,
+        "source": "prepared:x",
+        "family": "qwen",
+        "accelerator": "gpu-sim",
+        "replicas": 2,
+        "admission_limit": 4,
+        "engine_args": {"gpu_memory_utilization": UTILIZATION},
+    }
+    return parse_config({"watermarks": {"gpu_memory": 0.95}, "models": [model]}, "multinode")
+
+
+def add_cotenant(file: Path, gib: float) -> None:
+    """Another process takes `gib` on the node's GPU (the file is replaced atomically, as a person should)."""
+    data = json.loads(file.read_text())
+    data["gpus"][0]["processes"] = [{"pid": 999_999, "used_gib": gib}] if gib else []
+    tmp = file.with_name(file.name + ".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(file)
 
 
 async def wait_for(
@@ -71,24 +101,49 @@ async def wait_for(
     raise AssertionError(f"timed out; last snapshot: {poller.latest().to_dict(time.time())}")
 
 
-def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss(cluster: Cluster) -> None:
+def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss(
+    cluster: Cluster, gpu_files: list[Path]
+) -> None:
     nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
     assert len(nodes) == 2
-    used = {nodes[0]: 10.0, nodes[1]: 30.0}
-    serve.run(StatsReplica.bind(MODEL, used), name="multinode", route_prefix=None)
+    head_node = cluster.head_node.node_id
+    serve.run(StatsReplica.bind(MODEL, UTILIZATION), name="multinode", route_prefix=None)
     poller = BoardPoller(get_or_create_board(), period_s=0.2, max_age_s=MAX_AGE_S)
+    cfg = config()
+    watermark = cfg.watermarks_for(MODEL).gpu_memory
 
     async def scenario() -> None:
-        snapshot = await wait_for(poller, lambda s: len({r.node_id for r in s.for_model(MODEL)}) == 2)
+        snapshot = await wait_for(
+            poller, lambda s: len({r.node_id for r in s.for_model(MODEL) if r.gpus and r.gpus[0].engine_bytes}) == 2
+        )
         replicas = snapshot.for_model(MODEL)
         print(f"\nplacement: {[(r.replica_id[:8], r.node_id[:8]) for r in replicas]}")
         assert {r.node_id for r in replicas} == set(nodes)  # one replica per node
         for replica in replicas:
             (gpu,) = replica.gpus
-            assert gpu.used_bytes == int(used[replica.node_id] * GIB), "a replica reported another node's GPU"
-            assert gpu.uuid == f"GPU-{replica.node_id[:8]}"
+            assert gpu.used_fraction == pytest.approx(UTILIZATION, abs=0.01)  # NVML: 90% used, at idle
+            assert gpu.attribution == "pid" and gpu.engine_bytes == gpu.used_bytes  # ... all of it the engine's
+            assert gpu_memory_pressure(gpu, watermark) == 0.0
+            print(f"idle {replica.node_id[:8]}: used {gpu.used_fraction:.0%}, engine's own, pressure 0")
 
-        cfg = config()
+        # a co-tenant takes 5 GiB on the worker's GPU only (room above the 5% floor is 4 GiB)
+        worker_file = gpu_files[1]
+        add_cotenant(worker_file, 5.0)
+        def cotenant_seen(s: ClusterSnapshot) -> bool:
+            return any(r.gpus and r.gpus[0].other_bytes for r in s.for_model(MODEL) if r.node_id != head_node)
+
+        snapshot = await wait_for(poller, cotenant_seen)
+        now = time.time()
+        for replica in snapshot.for_model(MODEL):
+            sat = replica_saturation(replica, cfg.watermarks_for(MODEL), snapshot=snapshot, now=now)
+            if replica.node_id == head_node:
+                assert sat.value < 1, sat
+            else:
+                assert (sat.term, replica.gpus[0].other_bytes) == ("gpu_memory", 5 * GIB)
+                assert sat.value == pytest.approx(5 / 4, rel=0.02), sat
+                print(f"co-tenant on {replica.node_id[:8]}: {sat.detail}")
+        add_cotenant(worker_file, 0)
+
         dispatcher = Dispatcher(cfg, local=None, providers={}, snapshot=poller.latest)  # type: ignore[arg-type]
         resilience = Resilience(cfg)
         now = time.time()

@@ -11,7 +11,7 @@ from cluster.telemetry import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.burst import BurstInputs, decide, release_ratio
 from router.saturation import replica_saturation
 
-WM = Watermarks()  # kv 0.85, gpu 0.85, queue 8, low 0.75
+WM = Watermarks()  # kv 0.85, gpu 0.95, queue 8, low 0.75
 NOW = 1000.0
 
 
@@ -43,7 +43,7 @@ def snap(*replicas: ReplicaStats) -> ClusterSnapshot:
         (replica(kv=0.425), 0, None, 0.5, "kv_cache"),
         (replica(kv=0.935), 0, None, 1.1, "kv_cache"),
         (replica(kv=0.1, waiting=12), 0, None, 1.5, "queue"),
-        (replica(kv=0.1, gpu=0.9), 0, None, 0.9 / 0.85, "gpu_memory"),
+        (replica(kv=0.1, gpu=0.99), 0, None, 0.99 / 0.95, "gpu_memory"),  # no engine on it: used / (wm x total)
         (replica(kv=0.1), 6, 4, 1.5, "inflight"),
         (replica(kv=0.1, age=3.0), 0, None, math.inf, "stale"),
     ],

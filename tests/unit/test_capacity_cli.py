@@ -15,6 +15,7 @@ from cluster.model_shape import QWEN2_5_7B, SMOLLM2_135M
 from cluster.models import MARKER
 from cluster.nvml import GpuReader, PynvmlReader
 from cluster.nvml_fake import GIB, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from router.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = str(REPO / "configs" / "local.yaml")
@@ -229,9 +230,10 @@ def test_invalid_engine_numbers_are_reported_per_model(tmp_path: Path) -> None:
             }
         ],
     )
-    (model,) = run_json("--config", config, "--gpu-mem", "80GiB")["models"]
-    assert model["status"] == "invalid"
-    assert "gpu_memory_utilization must be in (0, 1]" in model["notes"][0]
+    with pytest.raises(
+        ConfigError, match=r"models\[0\]\.engine_args.*gpu_memory_utilization must be a number in \(0, 1\]"
+    ):
+        run("--config", config, "--gpu-mem", "80GiB")  # the config itself is refused, before any prediction
     (model,) = run_json("--config", LOCAL, "--prompt-tokens", "0", "--output-tokens", "0")["models"]
     assert model["status"] in ("invalid", "unknown_shape")  # unknown_shape where SmolLM2 is not prepared
 

@@ -6,10 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.config import Watermarks, parse_config
+from cluster.telemetry import GpuMemory
 from serve_apps.llm import llm_config_for
 from serve_apps.replica_router import ROUTER_PATH, prefix_key, rendezvous, saturated, unsaturated
 
-MARKS = {"kv_cache": 0.85, "gpu_memory": 0.85, "queue": 8}
+MARKS = {"kv_cache": 0.85, "gpu_memory": 0.95, "queue": 8}
+GIB = 1024**3
 
 
 @dataclass
@@ -20,10 +22,13 @@ class Replica:
 
 def test_a_replica_is_saturated_by_any_one_term() -> None:
     assert not saturated({}, **MARKS)  # no reading yet: not held against it
-    assert not saturated({"kv_cache_usage": 0.5, "num_waiting": 2, "gpu_memory_fraction": 0.3}, **MARKS)
+    idle_engine = GpuMemory(0, "GPU-0", 72 * GIB, 80 * GIB, engine_bytes=72 * GIB, reserved_bytes=72 * GIB)
+    crowded = GpuMemory(0, "GPU-0", 77 * GIB, 80 * GIB, engine_bytes=72 * GIB, reserved_bytes=72 * GIB)
+    assert not saturated({"kv_cache_usage": 0.5, "num_waiting": 2, "gpus": [idle_engine.to_dict()]}, **MARKS)
     assert saturated({"kv_cache_usage": 0.9}, **MARKS)
     assert saturated({"num_waiting": 8}, **MARKS)
-    assert saturated({"gpu_memory_fraction": 0.95}, **MARKS)
+    assert saturated({"gpus": [crowded.to_dict()]}, **MARKS)  # others 5 GiB > the 4 GiB room above the floor
+    assert saturated({"gpu_error": "NVML failed: GPU is lost"}, **MARKS)
 
 
 def test_saturated_replicas_are_left_out_unless_all_are() -> None:
@@ -43,7 +48,7 @@ def test_several_replicas_get_our_router_with_the_models_watermarks() -> None:
     assert router["request_router_class"] == ROUTER_PATH
     assert router["request_router_kwargs"] == {
         "kv_cache": 0.5,
-        "gpu_memory": 0.85,
+        "gpu_memory": 0.95,
         "queue": 4,
         "imbalanced_threshold": 3,
         "prefix_chars": 2000,
