@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +194,19 @@ def write_default_file(path: str | os.PathLike[str], num_gpus: int, total_gib: f
     tmp.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")
     tmp.replace(file)
     return file
+
+
+def default_sim_path() -> Path:
+    return Path(tempfile.gettempdir()) / "spillover-gpus.json"
+
+
+def prepare_simulated_gpus(environ: MutableMapping[str, str], num_gpus: int) -> tuple[Path, bool]:
+    """Before a local Ray starts for a config with gpu-sim models: point SPILLOVER_FAKE_NVML at a
+    file (the one already named, else `default_sim_path()`) that Ray's processes inherit, and
+    write `num_gpus` idle devices into it when it does not exist. Returns the file and whether
+    it was written now."""
+    file = Path(environ.get(FAKE_NVML_ENV) or default_sim_path())
+    environ[FAKE_NVML_ENV] = str(file)
+    if file.exists():
+        return file, False
+    return write_default_file(file, max(1, num_gpus)), True

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
 import httpx
 
 from cluster.config import load_config
-from cluster.nvml import PynvmlReader
+from cluster.nvml import reader_from_env
 from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.errors import ClusterError
-from router.saturation import replica_saturation
+from router.saturation import gpu_memory_pressure, replica_saturation
+
+GIB = 1024**3
 
 
 def add_status_parser(subparsers: Any) -> None:
@@ -45,7 +48,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
     url = (args.url or f"http://{host}:{config.gateway.port}").rstrip("/")
-    gpus = PynvmlReader().read()
+    gpus = reader_from_env(os.environ).read()
     if not args.json:
         print(f"this node: {len(gpus.gpus)} GPU(s)" if gpus.ok else f"this node: no GPUs ({gpus.reason})")
     data = fetch_cluster(url)
@@ -56,10 +59,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     snapshot = ClusterSnapshot(taken_at=data["taken_at"], replicas=replicas, max_age_s=data["max_age_s"])
     rows = []
     for stats in replicas:
-        sat = replica_saturation(stats, config.watermarks_for(stats.model), snapshot=snapshot, now=now)
+        marks = config.watermarks_for(stats.model)
+        sat = replica_saturation(stats, marks, snapshot=snapshot, now=now)
+        data = stats.to_dict()
+        for gpu, row in zip(stats.gpus, data["gpus"], strict=True):
+            row["other_bytes"] = gpu.other_bytes
+            row["pressure"] = gpu_memory_pressure(gpu, marks.gpu_memory)
         rows.append(
             {
-                **stats.to_dict(),
+                **data,
                 "age_s": round(stats.age(now), 2),
                 "saturation": sat.value,
                 "saturation_term": sat.term,
@@ -107,6 +115,17 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{r['num_waiting']:>4} {r['prefix_cache_hit_rate']:>5.0%} {budget:>10} {sat:>10}  "
             f"{r['saturation_detail'][:28]:<28} {r['age_s']:>5.2f}s"
         )
+    for r in rows:
+        for g in r["gpus"]:
+            util = "-" if g["utilization_gpu"] is None else f"{g['utilization_gpu']}%"
+            used, total = g["used_bytes"] / GIB, g["total_bytes"] / GIB
+            print(
+                f"  {r['replica_id'][:10]} gpu{g['index']}: {used:.1f}/{total:.1f} GiB used = "
+                f"engine {g['engine_bytes'] / GIB:.1f} (by {g['attribution']}) + others {g['other_bytes'] / GIB:.1f}; "
+                f"SM {util}; pressure {g['pressure']:.2f}"
+            )
+        if r.get("gpu_error"):
+            print(f"  {r['replica_id'][:10]} GPUs unreadable: {r['gpu_error']}")
     if not rows:
         print("(no replica has reported engine stats yet)")
     for error in data["errors"]:

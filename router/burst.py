@@ -24,7 +24,7 @@ from typing import Literal
 
 from cluster.config import Watermarks
 from cluster.telemetry import ClusterSnapshot
-from router.saturation import Saturation, replica_saturation
+from router.saturation import Saturation, gpu_term, replica_saturation
 
 Route = Literal["local", "cloud", "wait"]
 
@@ -83,7 +83,11 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
         reason = f"inflight {inputs.inflight} >= admission limit {inputs.admission_limit}"
     else:
         free = len(sats) - len(latched)
-        return RouteDecision("local", f"local:{inputs.model}", f"local capacity ({free}/{len(sats)} replicas)", latched)
+        reason = f"local capacity ({free}/{len(sats)} replicas)"
+        roomiest = min((r for r in replicas if r.replica_id not in latched), key=lambda r: sats[r.replica_id].value)
+        if roomiest.gpus:  # say what the GPUs hold: the engine's reservation is its own, not pressure
+            reason += f"; {gpu_term(roomiest.gpus, inputs.watermarks.gpu_memory)[1]}"
+        return RouteDecision("local", f"local:{inputs.model}", reason, latched)
 
     if inputs.local_only:
         return RouteDecision("wait", "", f"{reason}; local_only: waiting for local capacity", latched)

@@ -62,10 +62,12 @@ def gpu_term(gpus: tuple[GpuMemory, ...], watermark: float) -> tuple[float, str]
     gpu = max(gpus, key=lambda g: gpu_memory_pressure(g, watermark))
     pressure = gpu_memory_pressure(gpu, watermark)
     room = watermark * gpu.total_bytes - max(gpu.engine_bytes, gpu.reserved_bytes)
-    engine = f"engine {gpu.engine_bytes / GIB:.1f} GiB own ({gpu.attribution})" if gpu.attribution != "none" else ""
-    what = (
-        f"gpu{gpu.index} others {gpu.other_bytes / GIB:.1f} of {max(room, 0) / GIB:.1f} GiB room"
-        + (f", {engine}" if engine else "")
+    engine = ""
+    if gpu.attribution != "none":
+        share = gpu.engine_bytes / gpu.total_bytes if gpu.total_bytes else 0.0
+        engine = f"engine's own {gpu.engine_bytes / GIB:.1f} GiB ({share:.0%}, by {gpu.attribution})"
+    what = f"gpu{gpu.index} others {gpu.other_bytes / GIB:.1f} of {max(room, 0) / GIB:.1f} GiB room" + (
+        f", {engine}" if engine else ""
     )
     return pressure, f"gpu_memory pressure {pressure:.2f} ({what})"
 

@@ -112,7 +112,8 @@ class Gateway:
         resilience = Resilience(self._config, spend=self._spend_ledger())
 
         def refreshed(snapshot: ClusterSnapshot, now: float) -> None:
-            metrics.replicas(snapshot, self._saturations(snapshot, now))
+            marks = self._config.watermarks_for
+            metrics.replicas(snapshot, self._saturations(snapshot, now), lambda model: marks(model).gpu_memory)
             metrics.resilience(resilience.view())
 
         self._poller = BoardPoller(

@@ -10,6 +10,9 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_admission_wait_seconds{model,outcome}          time waited (outcome: local|cloud|timeout|rejected)
     spillover_replica_saturation{model,replica}              router/saturation.py value (stale = +Inf)
     spillover_replica_kv_cache_usage{model,replica}          engine KV usage 0..1
+    spillover_replica_gpu_memory_pressure{model,replica,gpu} router/saturation.py GPU memory pressure term
+    spillover_replica_gpu_memory_bytes{model,replica,gpu,owner}  NVML used memory, owner engine | others
+    spillover_replica_gpu_utilization{model,replica,gpu}     SM utilisation, percent (NVML)
     spillover_tokens_total{target,kind}                      prompt / completion tokens by target
     spillover_cost_usd_total{target}                         cost by target, failed attempts included
     spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation)
@@ -22,7 +25,7 @@ replica exports its own series; Prometheus sums them (label `instance`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -30,7 +33,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from cluster.telemetry import ClusterSnapshot
 from router.decision import DecisionRecord
-from router.saturation import Saturation
+from router.saturation import Saturation, gpu_memory_pressure
 
 PREFIX = "spillover_"
 HEALTH_LEVELS = {"green": 0, "yellow": 1, "red": 2, "black": 3}
@@ -66,6 +69,19 @@ class GatewayMetrics:
             "spillover_replica_saturation", "Replica saturation (>= 1 saturated)", ["model", "replica"], registry=r
         )
         self.kv_usage = Gauge("spillover_replica_kv_cache_usage", "Engine KV usage", ["model", "replica"], registry=r)
+        gpu_labels = ["model", "replica", "gpu"]
+        self.gpu_pressure = Gauge(
+            "spillover_replica_gpu_memory_pressure",
+            "GPU memory pressure (1 = free at the floor)",
+            gpu_labels,
+            registry=r,
+        )
+        self.gpu_bytes = Gauge(
+            "spillover_replica_gpu_memory_bytes", "GPU memory by owner", [*gpu_labels, "owner"], registry=r
+        )
+        self.gpu_utilization = Gauge(
+            "spillover_replica_gpu_utilization", "GPU SM utilisation, percent", gpu_labels, registry=r
+        )
         self.tokens = Counter("spillover_tokens", "Tokens by target", ["target", "kind"], registry=r)
         self.cost = Counter("spillover_cost_usd", "Cost by target (failed attempts included)", ["target"], registry=r)
         self.attempts = Counter(
@@ -113,9 +129,22 @@ class GatewayMetrics:
             self.breaker_open.labels(breaker).set(0 if state == "closed" else 1)
         self.retry_budget.set(view["retry_budget"])
 
-    def replicas(self, snapshot: ClusterSnapshot, saturations: dict[str, tuple[str, Saturation]]) -> None:
+    def replicas(
+        self,
+        snapshot: ClusterSnapshot,
+        saturations: dict[str, tuple[str, Saturation]],
+        gpu_watermark: Callable[[str], float],
+    ) -> None:
+        """`gpu_watermark(model)`: the model's watermarks.gpu_memory, for the pressure gauge."""
         for replica in snapshot.replicas:
             self.kv_usage.labels(replica.model, replica.replica_id).set(replica.kv_cache_usage)
+            for gpu in replica.gpus:
+                labels = (replica.model, replica.replica_id, str(gpu.index))
+                self.gpu_pressure.labels(*labels).set(gpu_memory_pressure(gpu, gpu_watermark(replica.model)))
+                self.gpu_bytes.labels(*labels, "engine").set(gpu.engine_bytes)
+                self.gpu_bytes.labels(*labels, "others").set(gpu.other_bytes)
+                if gpu.utilization_gpu is not None:
+                    self.gpu_utilization.labels(*labels).set(gpu.utilization_gpu)
         for replica_id, (model, sat) in saturations.items():
             self.saturation.labels(model, replica_id).set(sat.value)
 

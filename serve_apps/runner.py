@@ -5,6 +5,7 @@ Used by `spillover serve` and by the integration tests (one deployment per test 
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -17,6 +18,8 @@ from ray import serve
 
 from cluster.config import SpilloverConfig
 from cluster.models import CATALOG, prepare
+from cluster.nvml import FAKE_NVML_ENV
+from cluster.nvml_sim import prepare_simulated_gpus
 from cluster.render import APP_NAME
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
@@ -62,8 +65,19 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
         except ConnectionError as exc:
             raise ClusterError(f"no Ray cluster reachable at {address!r}: {exc}") from None
         return False
-    say(f"starting a local Ray ({config.cluster.num_cpus or 'all'} logical CPUs)")
-    ray.init(num_cpus=config.cluster.num_cpus, runtime_env=env, log_to_driver=False, include_dashboard=False)
+    gpus = f", {config.cluster.num_gpus} GPUs" if config.cluster.num_gpus is not None else ""
+    say(f"starting a local Ray ({config.cluster.num_cpus or 'all'} logical CPUs{gpus})")
+    if any(m.accelerator == "gpu-sim" for m in config.models):
+        file, written = prepare_simulated_gpus(os.environ, config.cluster.num_gpus or 1)
+        say(f"simulated GPUs: {FAKE_NVML_ENV}={file}" + (" (written: idle devices)" if written else ""))
+        say("  edit that file (replace it atomically) to make another process take GPU memory")
+    ray.init(
+        num_cpus=config.cluster.num_cpus,
+        num_gpus=config.cluster.num_gpus,
+        runtime_env=env,
+        log_to_driver=False,
+        include_dashboard=False,
+    )
     return True
 
 

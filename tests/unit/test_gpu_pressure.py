@@ -85,7 +85,7 @@ def test_cotenant_growth_saturates_and_names_gpu_memory() -> None:
     assert [round(s.value, 2) for s in values[1:]] == [0.25, 0.5, 0.75, 1.0, 1.25]  # 4 GiB of room above the floor
     assert values[-1].saturated and values[-1].term == "gpu_memory"
     assert "gpu0 others 5.0 of 4.0 GiB room" in values[-1].detail
-    assert "engine 72.0 GiB own (pid)" in values[-1].detail
+    assert "engine's own 72.0 GiB (90%, by pid)" in values[-1].detail
 
 
 def test_tensor_parallel_replica_is_as_pressed_as_its_worst_gpu() -> None:

@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
+from cluster.telemetry import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.decision import Attempt, DecisionRecord
 from router.saturation import Saturation
 from serve_apps.metrics import GatewayMetrics, metric_names
@@ -29,8 +29,11 @@ def test_observations_show_up_in_a_scrape() -> None:
     metrics.waiting("m", 2)
     metrics.waited("m", 0.3, "local")
     metrics.decided(0.0004)
-    replica = ReplicaStats("m", "r1", "n", 10.0, 0.42, 1, 0, 0, 0, 10, 16)
-    metrics.replicas(ClusterSnapshot(10.0, (replica,)), {"r1": ("m", Saturation(0.5, "kv_cache", "kv"))})
+    gib = 1024**3
+    gpu = GpuMemory(0, "GPU-0", 74 * gib, 80 * gib, 72 * gib, 72 * gib, "pid", utilization_gpu=35)
+    replica = ReplicaStats("m", "r1", "n", 10.0, 0.42, 1, 0, 0, 0, 10, 16, gpus=(gpu,))
+    saturation = {"r1": ("m", Saturation(0.5, "kv_cache", "kv"))}
+    metrics.replicas(ClusterSnapshot(10.0, (replica,)), saturation, lambda model: 0.95)
     record = DecisionRecord("x", "1", {}, (), ((), ()), started_at=0.0)
     metrics.recorded(record.with_attempt(Attempt("cloud:sim/m", "ok", 0.1, 10, 5, 0.002)))
     text = metrics.render().decode()
@@ -38,6 +41,9 @@ def test_observations_show_up_in_a_scrape() -> None:
     assert 'spillover_admission_queue_length{model="m"} 2.0' in text
     assert 'spillover_replica_kv_cache_usage{model="m",replica="r1"} 0.42' in text
     assert 'spillover_replica_saturation{model="m",replica="r1"} 0.5' in text
+    assert 'spillover_replica_gpu_memory_pressure{gpu="0",model="m",replica="r1"} 0.5' in text  # 2 of 4 GiB room
+    assert 'spillover_replica_gpu_memory_bytes{gpu="0",model="m",owner="engine",replica="r1"} 7.7309411328e+10' in text
+    assert 'spillover_replica_gpu_utilization{gpu="0",model="m",replica="r1"} 35.0' in text
     assert 'spillover_tokens_total{kind="completion",target="cloud:sim/m"} 5.0' in text
     assert 'spillover_cost_usd_total{target="cloud:sim/m"} 0.002' in text
     assert "spillover_routing_decision_seconds_count 1.0" in text
