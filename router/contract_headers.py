@@ -119,9 +119,10 @@ def parse_providers(raw: str | None) -> frozenset[str] | None:
 def _positive(header_name: str, raw: str, kind: type[int] | type[float]) -> float:
     try:
         value = kind(raw.strip())
-    except ValueError:
-        value = -1
-    if not math.isfinite(value) or value <= 0:
+        finite = math.isfinite(value)
+    except (ValueError, OverflowError):  # not a number, or an integer too large for a float
+        value, finite = -1, False
+    if not finite or value <= 0:
         what = "a positive integer (milliseconds)" if kind is int else "a positive number (USD)"
         raise InvalidRequest(f"header {header_name} must be {what}, not {raw!r}", param=header_name)
     return value

@@ -7,12 +7,20 @@ and `finished` return new ones. Timestamps come from the clock the caller inject
 
 `DecisionStore` keeps the last `max_records` records by request id (oldest evicted) and writes
 each stored record as one JSON line to an optional sink (a callable the caller wires to a file).
-A sink that raises propagates to the caller of `put`, after the record is stored.
+A sink that raises is logged and counted (`sink_failures`): the record stays stored and the
+request it describes is never failed by its log.
+
+Records have an owner (the tenant whose request made them; "" without auth). The gateway
+`claim`s a request id for its owner before dispatching and `release`s it after; a claim is
+refused while another owner holds that id (a stored record or a request in flight), so an id a
+client chooses can never overwrite another tenant's record, and `get(id, owner)` answers only the
+owner's own records.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -22,6 +30,8 @@ from router.capabilities import Target, estimate_cost_usd
 from router.contract import RequestContract
 from router.pipeline import PipelineResult
 from router.policy import Policy
+
+log = logging.getLogger("spillover.decisions")
 
 Outcome = Literal["ok", "error", "contract_violation", "timeout", "cancelled", "skipped"]
 CandidateStatus = Literal["removed", "unavailable", "ranked"]
@@ -158,30 +168,88 @@ class DecisionRecord:
         return cls.from_dict(json.loads(line))
 
 
+class JsonlFile:
+    """A decision-log sink: appends one line per call to the file at `path`."""
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+
+    def __call__(self, line: str) -> None:
+        with open(self._path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+
+
 class DecisionStore:
-    """The last `max_records` decision records by request id; `put` of a known id replaces it."""
+    """The last `max_records` decision records by request id; `put` of a known id replaces it
+    when the owner is the same (see the module docstring for owners and claims)."""
 
     def __init__(self, max_records: int = 1000, sink: Callable[[str], None] | None = None) -> None:
         if max_records < 1:
             raise ValueError("max_records must be >= 1")
         self._max = max_records
         self._sink = sink
-        self._records: OrderedDict[str, DecisionRecord] = OrderedDict()
+        self._records: OrderedDict[str, tuple[str, DecisionRecord]] = OrderedDict()
+        self._claims: dict[str, tuple[str, int]] = {}  # request id -> (owner, requests in flight)
+        self.sink_failures = 0
+
+    @property
+    def max_records(self) -> int:
+        return self._max
+
+    def _owner_of(self, request_id: str) -> str | None:
+        claim = self._claims.get(request_id)
+        if claim is not None:
+            return claim[0]
+        stored = self._records.get(request_id)
+        return None if stored is None else stored[0]
+
+    def claim(self, request_id: str, owner: str) -> bool:
+        """Hold `request_id` for `owner` until `release`; False when another owner holds it."""
+        held = self._owner_of(request_id)
+        if held is not None and held != owner:
+            return False
+        count = self._claims.get(request_id, (owner, 0))[1]
+        self._claims[request_id] = (owner, count + 1)
+        return True
+
+    def release(self, request_id: str, owner: str) -> None:
+        claim = self._claims.get(request_id)
+        if claim is None or claim[0] != owner:
+            return
+        if claim[1] <= 1:
+            del self._claims[request_id]
+        else:
+            self._claims[request_id] = (owner, claim[1] - 1)
 
     def put(self, record: DecisionRecord) -> None:
-        self._records.pop(record.request_id, None)
-        self._records[record.request_id] = record
+        """Store under the id's claimed owner ("" unclaimed); never over another owner's record."""
+        claim = self._claims.get(record.request_id)
+        owner = claim[0] if claim is not None else ""
+        stored = self._records.pop(record.request_id, None)
+        if stored is not None and stored[0] != owner:
+            self._records[record.request_id] = stored
+            log.warning("decision record %s not stored: the id belongs to another owner", record.request_id)
+            return
+        self._records[record.request_id] = (owner, record)
         while len(self._records) > self._max:
             self._records.popitem(last=False)
         if self._sink is not None:
-            self._sink(record.to_json())
+            try:
+                self._sink(record.to_json())
+            except Exception as exc:  # noqa: BLE001 - a full disk or a bad path must not fail the request
+                self.sink_failures += 1
+                log.warning("decision log write failed (%s): %s", type(exc).__name__, exc)
 
-    def get(self, request_id: str) -> DecisionRecord | None:
-        return self._records.get(request_id)
+    def get(self, request_id: str, owner: str | None = None) -> DecisionRecord | None:
+        """The record for `request_id`; with `owner`, only when that owner's request made it."""
+        stored = self._records.get(request_id)
+        if stored is None or (owner is not None and stored[0] != owner):
+            return None
+        return stored[1]
 
     def recent(self, n: int | None = None) -> list[DecisionRecord]:
         """Newest last."""
-        records = list(self._records.values())
+        records = [record for _, record in self._records.values()]
         return records if n is None else records[-n:]
 
     def __len__(self) -> int:

@@ -4,18 +4,26 @@ Pure functions: bytes in, a `ParsedRequest` or an `InvalidRequest`/`ModelNotFoun
 `ContextLengthExceeded` out. The checks here are the ones the gateway can make without
 a tokenizer; the engine still checks the prompt length exactly and its answer is
 translated into the same error classes.
+
+Hostile bodies are a 400, never a 500 further on: non-finite numbers (`NaN`, `Infinity`),
+integers beyond Python's digit limit and nesting deeper than `MAX_DEPTH` are refused while
+decoding, and the fields the gateway or a provider adapter reads must have their OpenAI types
+(`messages[i].tool_calls` a list of objects, `temperature` a number, ...).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from router.errors import InvalidRequest, ModelNotFound
 
 Kind = Literal["chat", "completions"]
+
+MAX_DEPTH = 64  # JSON nesting a request may have (a deep JSON Schema in response_format needs ~20)
 
 
 @dataclass(frozen=True)
@@ -37,10 +45,7 @@ class ParsedRequest:
 
 def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     """Decode JSON and check the fields every request of `kind` must have."""
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest(f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    body = decode_json(raw)
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object", code="invalid_json")
 
@@ -60,7 +65,78 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
         raise InvalidRequest("`stream` must be true or false", param="stream")
 
     max_tokens = max_tokens_of(body)
+    _check_types(body)
     return ParsedRequest(kind=kind, model=model, body=body, stream=stream, max_tokens=max_tokens)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def decode_json(raw: bytes) -> Any:
+    """JSON with finite numbers only, nested at most `MAX_DEPTH` deep; else 400 invalid_json."""
+    try:
+        value = json.loads(raw, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json") from None
+    except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, NaN, an integer past the digit limit
+        raise InvalidRequest(f"request body is not valid JSON: {str(exc)[:200]}", code="invalid_json") from None
+    if _depth_exceeds(value, MAX_DEPTH):
+        raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json")
+    return value
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_str_or_str_list(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
+
+
+# Optional top-level fields and the type each must have when present (OpenAI's API reference).
+_FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "temperature": (_is_number, "a number"),
+    "top_p": (_is_number, "a number"),
+    "presence_penalty": (_is_number, "a number"),
+    "frequency_penalty": (_is_number, "a number"),
+    "n": (_is_int, "an integer"),
+    "seed": (_is_int, "an integer"),
+    "top_logprobs": (_is_int, "an integer"),
+    "logprobs": (lambda v: isinstance(v, bool) or _is_int(v), "a boolean (an integer for completions)"),
+    "parallel_tool_calls": (lambda v: isinstance(v, bool), "true or false"),
+    "stop": (_is_str_or_str_list, "a string or a list of strings"),
+    "user": (lambda v: isinstance(v, str), "a string"),
+    "tools": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v), "a list of objects"),
+    "tool_choice": (lambda v: isinstance(v, str | dict), "a string or an object"),
+    "response_format": (lambda v: isinstance(v, dict), "an object"),
+    "stream_options": (lambda v: isinstance(v, dict), "an object"),
+    "logit_bias": (lambda v: isinstance(v, dict) and all(_is_number(b) for b in v.values()), "an object of numbers"),
+}
+
+
+def _check_types(body: Mapping[str, Any]) -> None:
+    for key, (ok, what) in _FIELD_TYPES.items():
+        value = body.get(key)
+        if value is not None and not ok(value):
+            raise InvalidRequest(f"`{key}` must be {what}", param=key)
 
 
 def _check_messages(messages: Any) -> None:
@@ -71,6 +147,21 @@ def _check_messages(messages: Any) -> None:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise InvalidRequest(f"`messages[{i}]` must be an object with a string `role`", param=f"messages[{i}]")
+        _check_message(message, f"messages[{i}]")
+
+
+def _check_message(message: Mapping[str, Any], where: str) -> None:
+    content = message.get("content")
+    if content is not None and not (
+        isinstance(content, str) or (isinstance(content, list) and all(isinstance(p, dict) for p in content))
+    ):
+        raise InvalidRequest(f"`{where}.content` must be a string or a list of content parts", param=f"{where}.content")
+    calls = message.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+        raise InvalidRequest(f"`{where}.tool_calls` must be a list of objects", param=f"{where}.tool_calls")
+    for key in ("name", "tool_call_id"):
+        if message.get(key) is not None and not isinstance(message[key], str):
+            raise InvalidRequest(f"`{where}.{key}` must be a string", param=f"{where}.{key}")
 
 
 def max_tokens_of(body: Mapping[str, Any]) -> int | None:

@@ -79,7 +79,7 @@ class Dispatcher:
         self._sleep = sleep
         self._poll_s = poll_s
         self._observer = observer or NoObserver()
-        self.decisions = decisions or DecisionStore()
+        self.decisions = decisions if decisions is not None else DecisionStore()  # an empty store is falsy
         self._resilience = resilience or Resilience(config, clock=clock)
         self._inflight: dict[str, int] = defaultdict(int)
         self._waiting: dict[str, int] = defaultdict(int)

@@ -20,7 +20,7 @@ from cluster.config import parse_config
 from cluster.models import CATALOG, cache_dir
 from cluster.telemetry import ClusterSnapshot
 from router.auth import authenticator_for
-from router.decision import DecisionStore
+from router.decision import DecisionStore, JsonlFile
 from router.errors import SpilloverError
 from router.idempotency import IdempotencyStore
 from router.providers import OpenAICompatProvider
@@ -30,6 +30,7 @@ from serve_apps.board_poller import BoardPoller
 from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.http_guards import client_redactions
 from serve_apps.idempotent import IdempotentReplies
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.logs import configure_json_logs
@@ -40,17 +41,6 @@ from serve_apps.resilience import Resilience
 from serve_apps.telemetry_board import get_or_create_board
 
 log = logging.getLogger("spillover.gateway")
-
-
-class JsonlAppender:
-    """Appends one line per call to a file (the decision log)."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-
-    def __call__(self, line: str) -> None:
-        with open(self._path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
 
 
 @serve.deployment(name="SpilloverGateway", max_ongoing_requests=1000)
@@ -137,7 +127,7 @@ class Gateway:
         )
         self._sync_task = loop.create_task(sync.run())
         gateway = self._config.gateway
-        sink = JsonlAppender(gateway.decisions_log) if gateway.decisions_log else None
+        sink = JsonlFile(gateway.decisions_log) if gateway.decisions_log else None
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink)
         dispatcher = Dispatcher(
             self._config,
@@ -166,5 +156,7 @@ class Gateway:
             request_timeout_s=gateway.request_timeout_s,
             idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
             ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote()),
+            max_body_bytes=gateway.max_body_bytes,
+            redact=client_redactions(self._config),
         )
         return http.app

@@ -21,7 +21,11 @@ returns the decision record of a recent request. A non-streamed request with `Id
 answered once and replayed for repeats (serve_apps/idempotent.py).
 
 With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the
-OpenAI shape otherwise) and the tenant's residency / providers narrow the request's contract.
+OpenAI shape otherwise) and the tenant's residency / providers narrow the request's contract; the
+operator routes (`/v1/spillover/cluster`, `/v1/spillover/resilience*`) need an `admin` tenant (403).
+The key is checked before the body is read, and a body is read only up to `max_body_bytes` (413);
+error texts are scrubbed of URLs, hosts, account ids and the `redact` names (serve_apps/http_guards.py).
+A decision record is its tenant's own (serve_apps/decision_routes.py).
 
 Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
 proxy the proxy itself sets that header (and passes the same id in the request headers),
@@ -39,12 +43,13 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -53,11 +58,13 @@ from cluster.telemetry import ClusterSnapshot
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
-from router.errors import InvalidRequest, RequestError, RequestTimeout
-from router.openai_request import Kind, ModelLimits, parse_body, resolve_model
+from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout
+from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
 from serve_apps.backend import ModelBackend
+from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatched
+from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.openapi import openapi_document
@@ -69,6 +76,7 @@ REQUEST_ID = "x-request-id"
 ROUTE = "x-spillover-route"
 TARGET = "x-spillover-target"
 REASON = "x-spillover-reason"
+USED_ID = "x-spillover-request-id"  # the id a request ran under when it is not the x-request-id it sent
 
 
 def _header_text(text: str) -> str:
@@ -146,13 +154,16 @@ class GatewayHTTP:
         request_timeout_s: float = 300.0,
         idempotent: IdempotentReplies | None = None,
         ops: OpsRoutes | None = None,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        redact: Iterable[str] = (),
     ) -> None:
+        self._client_text = ClientText(redact)
         self._request_timeout_s = request_timeout_s
         self._idempotent = idempotent
         self._metrics = metrics or GatewayMetrics()
         self._auth = authenticator
         self._policy = policy or Policy()
-        self._decisions = decisions
+        self._owned = OwnedDecisions(decisions, new_id)
         self._backend = backend
         self._dispatcher: Dispatch = dispatcher or LocalDispatch(backend)
         self._default_deadline_s = default_deadline_s
@@ -172,12 +183,17 @@ class GatewayHTTP:
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/readyz", self._readyz, methods=["GET"]),
                 Route("/v1/spillover/cluster", self._cluster, methods=["GET"]),
-                Route("/v1/spillover/decisions/{request_id}", self._decision, methods=["GET"]),
+                self._owned.route(self._authorize, self._headers_for, self._public),
                 Route("/metrics", self._metrics_page, methods=["GET"]),
                 Route("/openapi.json", self._openapi, methods=["GET"]),
-                *(ops.routes(self._authorize, self._headers_for) if ops is not None else []),
+                *(ops.routes(self._authorize, self._headers_for, self._public) if ops is not None else []),
             ],
-            exception_handlers={HTTPException: self._http_exception, Exception: self._unexpected},
+            middleware=[Middleware(BodyLimit, max_bytes=max_body_bytes)],
+            exception_handlers={
+                HTTPException: self._http_exception,
+                RequestError: self._request_error,
+                Exception: self._unexpected,
+            },
         )
 
     def _headers(self, request_id: str, **extra: str) -> dict[str, str]:
@@ -188,8 +204,12 @@ class GatewayHTTP:
         return self._headers(self._request_id(request))
 
     def _request_id(self, request: Request) -> str:
-        given = request.headers.get(REQUEST_ID, "")
-        return given if given and len(given) <= 128 and given.isprintable() else self._new_id()
+        return request_id_of(request.headers.get(REQUEST_ID)) or self._new_id()
+
+    def _public(self, exc: RequestError) -> dict[str, Any]:
+        """The error body a client may see (scrubbed of hosts, URLs, account ids, configured names)."""
+        body: dict[str, Any] = self._client_text.body(exc.to_openai())
+        return body
 
     async def _chat(self, request: Request) -> Response:
         return await self._generate(request, "chat")
@@ -199,10 +219,27 @@ class GatewayHTTP:
 
     async def _generate(self, request: Request, kind: Kind) -> Response:
         request_id = self._request_id(request)
-        raw = await request.body()
+        try:
+            tenant = self._authorize(request)  # before a single body byte is read
+            raw = await request.body()  # bounded by BodyLimit
+        except RequestError as exc:
+            return self._rejected(exc, request_id, b"")
+        owner = owner_of(tenant)
+        request_id = self._owned.claim(request_id, owner)
+        try:
+            response = await self._run(kind, request, request_id, raw, tenant)
+        finally:
+            self._owned.release(request_id, owner)
+        given = request.headers.get(REQUEST_ID)
+        if given is not None and given != request_id:  # behind Serve's proxy, x-request-id stays the client's
+            response.headers[USED_ID] = request_id
+        return response
+
+    async def _run(
+        self, kind: Kind, request: Request, request_id: str, raw: bytes, tenant: TenantPolicy | None
+    ) -> Response:
         key = request.headers.get(KEY_HEADER)
         try:
-            tenant = self._authorize(request)
             if key is None or self._idempotent is None:
                 return await self._answer(kind, request, request_id, raw, tenant)
             response, replayed = await self._idempotent.answer(
@@ -266,8 +303,8 @@ class GatewayHTTP:
         retry_after = getattr(exc, "retry_after_s", None)
         if retry_after is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry_after)))
-            headers[REASON] = _header_text(exc.message)
-        return JSONResponse(exc.to_openai(), status_code=exc.status_code, headers=headers)
+            headers[REASON] = _header_text(self._client_text.text(exc.message))
+        return JSONResponse(self._public(exc), status_code=exc.status_code, headers=headers)
 
     async def _guard_stream(self, chunks: AsyncIterator[str], request_id: str) -> AsyncIterator[str]:
         """Pass SSE events through; a failure after the first byte ends the stream with an
@@ -277,7 +314,7 @@ class GatewayHTTP:
                 yield chunk
         except RequestError as exc:
             log.warning("request %s failed mid-stream: %s", request_id, exc.message)
-            yield f"data: {_json(exc.to_openai())}\n\ndata: [DONE]\n\n"
+            yield f"data: {_json(self._public(exc))}\n\ndata: [DONE]\n\n"
         except Exception:
             log.exception("request %s failed mid-stream", request_id)
             error = _error_body("the model failed while streaming", "upstream_error", "upstream_error")
@@ -287,14 +324,17 @@ class GatewayHTTP:
         """The caller's tenant when auth is on (raises Unauthorized), else None."""
         return None if self._auth is None else self._auth.authenticate(request.headers.get("authorization"))
 
-    def _denied(self, request: Request) -> Response | None:
+    def _denied(self, request: Request, *, admin: bool = False) -> Response | None:
+        """None when the caller may go on (`admin`: an operator route); else the error answer."""
         try:
-            self._authorize(request)
-        except RequestError as exc:  # Unauthorized, TenantRateLimited
+            tenant = self._authorize(request)
+            if admin and tenant is not None and not tenant.admin:
+                raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin): operator route")
+        except RequestError as exc:  # Unauthorized, TenantRateLimited, Forbidden
             headers = self._headers(self._request_id(request))
             if (retry := getattr(exc, "retry_after_s", None)) is not None:
                 headers["retry-after"] = str(max(1, math.ceil(retry)))
-            return JSONResponse(exc.to_openai(), exc.status_code, headers=headers)
+            return JSONResponse(self._public(exc), exc.status_code, headers=headers)
         return None
 
     async def _list_models(self, request: Request) -> Response:
@@ -315,7 +355,7 @@ class GatewayHTTP:
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
 
     async def _cluster(self, request: Request) -> Response:
-        if (denied := self._denied(request)) is not None:
+        if (denied := self._denied(request, admin=True)) is not None:
             return denied
         headers = self._headers(self._request_id(request))
         if self._snapshot is None:
@@ -334,21 +374,10 @@ class GatewayHTTP:
     def _model_label(self, raw: bytes) -> str:
         """The model a failed request named, if it is a configured one (bounded label values)."""
         try:
-            model = json.loads(raw or b"{}").get("model")
-        except (ValueError, AttributeError):
+            model = decode_json(raw or b"{}").get("model")
+        except (RequestError, AttributeError):
             model = None
         return model if isinstance(model, str) and model in self._models else "unknown"
-
-    async def _decision(self, request: Request) -> Response:
-        if (denied := self._denied(request)) is not None:
-            return denied
-        headers = self._headers(self._request_id(request))
-        wanted = request.path_params["request_id"]
-        record = self._decisions.get(wanted) if self._decisions is not None else None
-        if record is None:
-            message = f"no decision record for request {wanted!r} (kept: the most recent ones, on this gateway replica)"
-            return JSONResponse(_error_body(message, "invalid_request_error", "not_found"), 404, headers=headers)
-        return JSONResponse(record.to_dict(), headers=headers)
 
     async def _http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
@@ -356,6 +385,11 @@ class GatewayHTTP:
         message = f"{request.method} {request.url.path}: {exc.detail}"
         body = _error_body(message, "invalid_request_error", codes.get(exc.status_code, "http_error"))
         return JSONResponse(body, status_code=exc.status_code, headers=self._headers(self._request_id(request)))
+
+    async def _request_error(self, request: Request, exc: Exception) -> Response:
+        """A RequestError a route let through (e.g. BodyLimit's 413 while an operator route read)."""
+        assert isinstance(exc, RequestError)
+        return self._rejected(exc, self._request_id(request), b"")
 
     async def _unexpected(self, request: Request, exc: Exception) -> Response:
         request_id = self._request_id(request)

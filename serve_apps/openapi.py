@@ -2,7 +2,9 @@
 
 Written by hand (the gateway is a plain Starlette app): the OpenAI-compatible routes with the
 fields the gateway itself reads, the spillover routes, and the error shape every failure uses.
-schemathesis runs against it in the tests (tests/unit/test_openapi_fuzz.py): no 5xx, no hang.
+Every route declares the request headers the gateway reads, so the fuzzer sends hostile values in
+them too. schemathesis runs against it in the tests (tests/unit/test_openapi_fuzz.py): no 5xx, no
+hang, with auth off and on.
 """
 
 from __future__ import annotations
@@ -59,8 +61,15 @@ COMPLETION_BODY = {
     "properties": {**COMMON_BODY, "prompt": {"type": "string", "minLength": 1}},
 }
 
+
+def _header(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
+
+
+COMMON_HEADERS = [_header("x-request-id"), _header("authorization")]
 SPILLOVER_HEADERS = [
-    {"name": "x-request-id", "in": "header", "required": False, "schema": {"type": "string"}},
+    *COMMON_HEADERS,
+    _header("idempotency-key"),
     {"name": "x-spillover-residency", "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": "x-spillover-deadline-ms", "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": "x-spillover-level", "in": "header", "required": False, "schema": {"type": "string"}},
@@ -68,6 +77,7 @@ SPILLOVER_HEADERS = [
     {"name": "x-spillover-max-cost-usd", "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": "x-business-scenario", "in": "header", "required": False, "schema": {"type": "string"}},
 ]
+_OPEN = {"parameters": COMMON_HEADERS}
 
 
 def _errors(*codes: int) -> dict[str, Any]:
@@ -90,7 +100,7 @@ def _generation(summary: str, body: dict[str, Any]) -> dict[str, Any]:
                     "description": "the completion (JSON), or SSE events ending with data: [DONE]",
                     "content": {"application/json": {"schema": {"type": "object"}}, "text/event-stream": {}},
                 },
-                **_errors(400, 401, 404, 422, 429, 502, 503, 504),
+                **_errors(400, 401, 404, 409, 413, 422, 429, 502, 503, 504),
             },
         }
     }
@@ -103,22 +113,26 @@ def openapi_document() -> dict[str, Any]:
         "paths": {
             "/v1/chat/completions": _generation("OpenAI chat completions", CHAT_BODY),
             "/v1/completions": _generation("OpenAI text completions", COMPLETION_BODY),
-            "/v1/models": {"get": {"summary": "configured models", "responses": {**_json("models"), **_errors(401)}}},
-            "/healthz": {"get": {"summary": "liveness", "responses": _json("alive")}},
-            "/readyz": {"get": {"summary": "readiness", "responses": {**_json("ready"), **_errors(503)}}},
+            "/v1/models": {
+                "get": {"summary": "configured models", **_OPEN, "responses": {**_json("models"), **_errors(401, 429)}}
+            },
+            "/healthz": {"get": {"summary": "liveness", **_OPEN, "responses": _json("alive")}},
+            "/readyz": {"get": {"summary": "readiness", **_OPEN, "responses": {**_json("ready"), **_errors(503)}}},
             "/v1/spillover/cluster": {
                 "get": {
-                    "summary": "the router's ClusterSnapshot",
-                    "responses": {**_json("snapshot"), **_errors(401, 404)},
+                    "summary": "the router's ClusterSnapshot (an admin tenant when auth is on)",
+                    **_OPEN,
+                    "responses": {**_json("snapshot"), **_errors(401, 403, 404, 429)},
                 }
             },
             "/v1/spillover/decisions/{request_id}": {
                 "get": {
-                    "summary": "one request's decision record",
+                    "summary": "one request's decision record (the caller's own)",
                     "parameters": [
-                        {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string"}}
+                        {"name": "request_id", "in": "path", "required": True, "schema": {"type": "string"}},
+                        *COMMON_HEADERS,
                     ],
-                    "responses": {**_json("decision record"), **_errors(401, 404)},
+                    "responses": {**_json("decision record"), **_errors(401, 404, 429)},
                 }
             },
         },

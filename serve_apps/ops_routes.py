@@ -1,7 +1,8 @@
 """Operator routes for the resilience state of one gateway replica.
 
     GET  /v1/spillover/resilience        health per local model / cloud provider (state, share,
-                                         ramp, recent transitions), breakers, retry budget, quotas
+                                         ramp, recent transitions), breakers, retry budget, quotas;
+                                         with gateway auth only an `admin` tenant (403 otherwise)
     POST /v1/spillover/resilience/reset  body `{"target": "cloud:<provider>" | "local:<alias>"}` or
                                          empty (everything): health back to green, breakers closed.
                                          Black (a refused key) stays black until this or
@@ -29,6 +30,14 @@ from serve_apps.resilience import Resilience
 
 Authorize = Callable[[Request], TenantPolicy | None]
 HeadersFor = Callable[[Request], dict[str, str]]
+PublicError = Callable[[RequestError], dict[str, Any]]  # the error body a client may see
+
+
+def _admin(authorize: Authorize, request: Request, what: str) -> None:
+    """Raises Unauthorized / TenantRateLimited / Forbidden unless the caller is an operator."""
+    tenant = authorize(request)
+    if tenant is not None and not tenant.admin:
+        raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin) and may not {what}")
 
 
 class OpsRoutes:
@@ -37,22 +46,20 @@ class OpsRoutes:
         self._resilience = resilience
         self._on_reset = on_reset
 
-    def routes(self, authorize: Authorize, headers_for: HeadersFor) -> list[Route]:
+    def routes(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> list[Route]:
         async def view(request: Request) -> Response:
             try:
-                authorize(request)
+                _admin(authorize, request, "read the resilience state")
             except RequestError as exc:
-                return JSONResponse(exc.to_openai(), exc.status_code, headers=headers_for(request))
+                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
             return JSONResponse(self._resilience.view(), headers=headers_for(request))
 
         async def reset(request: Request) -> Response:
             try:
-                tenant = authorize(request)
-                if tenant is not None and not tenant.admin:
-                    raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin) and may not reset")
-                target = _target(await request.body())
+                _admin(authorize, request, "reset")
+                target = _target(await request.body())  # after the key check; bounded by BodyLimit
             except RequestError as exc:
-                return JSONResponse(exc.to_openai(), exc.status_code, headers=headers_for(request))
+                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
             reset = self._resilience.reset(target)
             if self._on_reset is not None:
                 await self._on_reset()

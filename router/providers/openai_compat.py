@@ -5,11 +5,17 @@ model name, sends the request (with `x-request-id` and the API key read from the
 variable the config names, at call time) and returns a `ProviderReply`: the JSON body, or an
 iterator of SSE events for `"stream": true`.
 
+Only what the provider may receive is sent: the body is rebuilt from `CHAT_FIELDS` (OpenAI chat
+parameters the gateway understands; `store`, `metadata`, `user` and anything unknown are dropped,
+so a client cannot make the provider keep or tag its data), and the only headers are
+`x-request-id`, `accept`, `content-type`, the key, and `FORWARDED_HEADERS` from `extra_headers`.
+
 This module is the one place where httpx errors and provider HTTP errors become
 `router.errors` classes:
 
     connect / DNS / TLS / timeout before a response  TargetUnavailable    provider_unreachable / provider_timeout
-    API key variable unset                           TargetUnavailable    provider_not_configured
+    API key variable unset                           TargetUnavailable    provider_not_configured (the
+                                                                          variable's name only in the log)
     HTTP 429                                         ProviderRateLimited  retry_after_s from retry-after(-ms)
     HTTP 408                                         TargetUnavailable    provider_timeout
     HTTP 401 / 403                                   UpstreamError        provider_auth_failed (no provider text)
@@ -50,6 +56,32 @@ from router.providers.sse import ProviderEventStream
 log = logging.getLogger("spillover.providers")
 
 KEPT_HEADERS = frozenset({"x-request-id", "retry-after", "retry-after-ms", "content-type"})
+CHAT_FIELDS = frozenset(
+    {
+        "messages",
+        "model",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "max_tokens",
+        "max_completion_tokens",
+        "n",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "response_format",
+        "reasoning_effort",
+    }
+)
+FORWARDED_HEADERS = frozenset({"x-spillover-attempt"})
 KEPT_HEADER_PREFIXES = ("openai-", "x-ratelimit-")
 _MAX_DETAIL = 500
 
@@ -108,9 +140,10 @@ class OpenAICompatProvider:
         model = self._model_for(alias)
         key = self._api_key()
         redact = _redactor(key)
-        payload = {**body, "model": model}
+        payload = {k: v for k, v in body.items() if k in CHAT_FIELDS}
+        payload["model"] = model
         stream = payload.get("stream") is True
-        headers = {k: v for k, v in (extra_headers or {}).items() if k.lower() != "authorization"}
+        headers = {k.lower(): v for k, v in (extra_headers or {}).items() if k.lower() in FORWARDED_HEADERS}
         headers["x-request-id"] = request_id
         headers["accept"] = "text/event-stream" if stream else "application/json"
         if key:
@@ -197,7 +230,8 @@ class OpenAICompatProvider:
             return None
         key = self._env.get(variable)
         if not key:
-            message = f"cloud provider {self.name!r}: environment variable {variable} (its API key) is not set"
+            log.warning("cloud provider %s: environment variable %s (its API key) is not set", self.name, variable)
+            message = f"cloud provider {self.name!r} has no API key configured"
             raise TargetUnavailable(message, code="provider_not_configured")
         return key
 
