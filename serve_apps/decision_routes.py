@@ -52,7 +52,11 @@ class OwnedDecisions:
         if self._store is not None:
             self._store.release(request_id, owner)
 
-    def route(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> Route:
+    def route(
+        self, authorize: Authorize, headers_for: HeadersFor, public: PublicError, scrub: Callable[[Any], Any]
+    ) -> Route:
+        """`scrub` cleans the record's texts (a failed attempt's reason may quote a provider) like errors."""
+
         async def decision(request: Request) -> Response:
             try:
                 tenant = authorize(request)
@@ -65,6 +69,6 @@ class OwnedDecisions:
                 message = f"no decision record for request {shown!r} (kept: your recent ones, on this gateway replica)"
                 error = {"message": message, "type": "invalid_request_error", "param": None, "code": "not_found"}
                 return JSONResponse({"error": error}, 404, headers=headers_for(request))
-            return JSONResponse(record.to_dict(), headers=headers_for(request))
+            return JSONResponse(scrub(record.to_dict()), headers=headers_for(request))
 
         return Route("/v1/spillover/decisions/{request_id}", decision, methods=["GET"])

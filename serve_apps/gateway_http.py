@@ -183,7 +183,7 @@ class GatewayHTTP:
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/readyz", self._readyz, methods=["GET"]),
                 Route("/v1/spillover/cluster", self._cluster, methods=["GET"]),
-                self._owned.route(self._authorize, self._headers_for, self._public),
+                self._owned.route(self._authorize, self._headers_for, self._public, self._client_text.body),
                 Route("/metrics", self._metrics_page, methods=["GET"]),
                 Route("/openapi.json", self._openapi, methods=["GET"]),
                 *(ops.routes(self._authorize, self._headers_for, self._public) if ops is not None else []),
@@ -285,8 +285,8 @@ class GatewayHTTP:
         reply = done.reply
         headers = self._headers(
             request_id,
-            **{ROUTE: done.route, TARGET: done.target, REASON: _header_text(done.reason)},
-            **{k: _header_text(v) for k, v in done.headers.items()},
+            **{ROUTE: done.route, TARGET: done.target, REASON: _header_text(self._client_text.text(done.reason))},
+            **{k: _header_text(self._client_text.text(v)) for k, v in done.headers.items()},
         )
         if reply.chunks is not None:
             headers["cache-control"] = "no-cache"

@@ -24,8 +24,11 @@ from cluster.config import GatewaySection, SpilloverConfig, dump_config, load_co
 from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.auth import authenticator_for
 from router.decision import DecisionStore, JsonlFile
+from router.errors import TargetUnavailable
+from router.openai_request import Kind
 from router.providers import OpenAICompatProvider
 from router.providers.openai_compat import CHAT_FIELDS
+from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.http_guards import client_redactions
@@ -41,7 +44,7 @@ APPS, OTHER, OPS = ({"authorization": f"Bearer {k}"} for k in KEYS.values())
 BOUND_S = 20.0  # generous: a hang or a blow-up, not a slow CI box
 
 
-def config(**gateway: Any) -> SpilloverConfig:
+def config(attempts: int = 1, **gateway: Any) -> SpilloverConfig:
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["cloud"]["providers"][0].update(enabled=True, api_key_env="SIM_PROVIDER_KEY")
     raw["gateway"].update(auth=True, **gateway)
@@ -50,7 +53,7 @@ def config(**gateway: Any) -> SpilloverConfig:
         {"name": "other", "api_key_env": "OTHER_KEY"},
         {"name": "ops", "api_key_env": "OPS_KEY", "admin": True},
     ]
-    raw["resilience"] = {"retry": {"max_attempts": 1}, "probes": False}
+    raw["resilience"] = {"retry": {"max_attempts": attempts, "backoff_base_s": 0.001}, "probes": False}
     return parse_config(raw, "test")
 
 
@@ -79,9 +82,11 @@ def build(
     provider: Callable[[httpx.Request], httpx.Response] = completion,
     env: dict[str, str] | None = None,
     decisions: DecisionStore | None = None,
+    local: EchoBackend | None = None,
+    attempts: int = 1,
     **gateway: Any,
 ) -> Gateway:
-    cfg = config(**gateway)
+    cfg = config(attempts, **gateway)
     env = {"SIM_PROVIDER_KEY": "sk-provider-secret", **KEYS} if env is None else env
     seen: list[httpx.Request] = []
 
@@ -95,9 +100,10 @@ def build(
     snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
     resilience = Resilience(cfg, clock=lambda: 0.0)
     store = decisions if decisions is not None else DecisionStore(cfg.gateway.decisions_kept)
+    local = local or EchoBackend()
     dispatcher = Dispatcher(
         cfg,
-        EchoBackend(),
+        local,
         {"cloud-sim": adapter},
         lambda: snapshot,
         clock=lambda: 0.0,
@@ -106,7 +112,7 @@ def build(
         resilience=resilience,
     )
     http = GatewayHTTP(
-        EchoBackend(),
+        local,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
         created=1,
         dispatcher=dispatcher,
@@ -386,3 +392,21 @@ async def test_error_messages_name_no_env_var_host_or_account(
     assert 400 <= response.status_code < 600 and response.status_code != 500, response.text
     text = response.text + response.headers.get("x-spillover-reason", "")
     assert not [leak for leak in LEAKS if leak in text], text
+
+
+class DyingReplica(EchoBackend):
+    """Fails the way a Ray replica on another node does: TargetUnavailable quoting the node's address."""
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        raise TargetUnavailable("replica on node 10.20.30.40 (http://10.20.30.40:8265) died")
+
+
+async def test_error_messages_fail_over_reason_and_decision_record_name_no_host() -> None:
+    gateway = build(local=DyingReplica(), attempts=3)  # local, local again (same-target retry), cloud
+    async with gateway.client() as c:
+        response = await c.post("/v1/chat/completions", json=CHAT, headers={**APPS, "x-request-id": "r1"})
+        record = await c.get("/v1/spillover/decisions/r1", headers=APPS)
+    assert response.status_code == 200 and response.headers["x-spillover-route"] == "cloud", response.text
+    assert "failed before the first byte" in response.headers["x-spillover-reason"]
+    assert "10.20.30.40" not in response.headers["x-spillover-reason"]
+    assert record.status_code == 200 and "10.20.30.40" not in record.text
