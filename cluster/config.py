@@ -20,6 +20,7 @@ from cluster.resilience_config import GoldenProbe, ResilienceSection, SpendSecti
 from router.capabilities import ProviderModelEntry
 from router.errors import ConfigError
 from router.policy import Policy
+from router.watermarks import Watermarks
 
 
 def _no_duplicates(names: list[str], what: str) -> None:
@@ -36,27 +37,6 @@ PREPARED_PREFIX = "prepared:"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default `gpu_memory_utilization`
 
 
-class Watermarks(_Strict):
-    """Pressure thresholds (fractions 0..1 except `queue`, a count of waiting requests)."""
-
-    kv_cache: float = Field(0.85, gt=0, le=1)
-    gpu_memory: float = Field(
-        0.95,
-        gt=0,
-        le=1,
-        description="GPU memory pressure reaches 1.0 when free memory falls to (1 - this) of the device, "
-        "with the engine holding its reservation; must exceed the engine's gpu_memory_utilization",
-    )
-    queue: int = Field(8, ge=1)
-    low: float = Field(0.75, gt=0, le=1, description="hysteresis: take work again below this")
-
-    @model_validator(mode="after")
-    def _low_below_high(self) -> Watermarks:
-        if self.low >= min(self.kv_cache, self.gpu_memory):
-            raise ValueError("low must be below kv_cache and gpu_memory watermarks")
-        return self
-
-
 class ClusterSection(_Strict):
     num_cpus: int | None = Field(
         8, ge=1, description="logical CPUs of a local Ray started by `spillover serve` (None: Ray's count)"
@@ -68,7 +48,7 @@ class ClusterSection(_Strict):
 
 
 class TelemetrySection(_Strict):
-    """The direct engine-stats path (cluster/telemetry.py)."""
+    """The direct engine-stats path (router/snapshot.py)."""
 
     poll_period_s: float = Field(0.2, gt=0, le=5, description="how often the gateway reads the board")
     max_age_s: float = Field(1.0, gt=0, description="older replica stats are stale (counted as saturated)")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from cluster.nvml import GpuInfo, GpuInventory
-from cluster.telemetry import GpuMemory, GpuProcessMemory
+from router.snapshot import GpuMemory, GpuProcessMemory
 
 
 def attribute_device(gpu: GpuInfo, engine_pids: Collection[int], reserved_fraction: float | None) -> GpuMemory:

@@ -17,9 +17,9 @@ import httpx
 
 from cluster.config import load_config
 from cluster.nvml import reader_from_env
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.errors import ClusterError
 from router.saturation import gpu_memory_pressure, replica_saturation
+from router.snapshot import ClusterSnapshot, ReplicaStats
 
 GIB = 1024**3
 

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from cluster.config import Watermarks
-from cluster.telemetry import ClusterSnapshot
 from router.saturation import Saturation, gpu_term, replica_saturation
+from router.snapshot import ClusterSnapshot
+from router.watermarks import Watermarks
 
 Route = Literal["local", "cloud", "wait"]
 

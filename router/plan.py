@@ -18,8 +18,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from cluster.config import Watermarks
-from cluster.telemetry import ClusterSnapshot
 from router.burst import BurstInputs, Route, decide
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
@@ -27,6 +25,8 @@ from router.errors import NoTargetFitsContext, TargetUnavailable
 from router.pipeline import PipelineResult, no_capable_model, run_pipeline
 from router.plugins import TargetState
 from router.policy import Policy
+from router.snapshot import ClusterSnapshot
+from router.watermarks import Watermarks
 
 
 @dataclass(frozen=True)

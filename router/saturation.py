@@ -30,8 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from cluster.config import Watermarks
-from cluster.telemetry import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.watermarks import Watermarks
 
 GIB = 1024**3
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
+from router.snapshot import ClusterSnapshot, ReplicaStats
 
 log = logging.getLogger("spillover.telemetry")
 

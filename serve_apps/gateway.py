@@ -18,13 +18,13 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
 from cluster.models import CATALOG, cache_dir
-from cluster.telemetry import ClusterSnapshot
 from router.auth import authenticator_for
 from router.decision import DecisionStore, JsonlFile
 from router.errors import SpilloverError
 from router.idempotency import IdempotencyStore
 from router.providers import OpenAICompatProvider
 from router.saturation import Saturation, replica_saturation
+from router.snapshot import ClusterSnapshot
 from router.spend import SpendLedger
 from serve_apps.board_poller import BoardPoller
 from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap

@@ -54,13 +54,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cluster.telemetry import ClusterSnapshot
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
 from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
+from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatched

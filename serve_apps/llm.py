@@ -14,9 +14,10 @@ from typing import Any
 
 from ray.serve.llm import LLMConfig
 
-from cluster.config import ModelSpec, SpilloverConfig, Watermarks
+from cluster.config import ModelSpec, SpilloverConfig
 from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
+from router.watermarks import Watermarks
 from serve_apps.replica_router import ROUTER_PATH, ROUTING_STATS_PERIOD_S
 
 

@@ -1,7 +1,7 @@
 """SpilloverLLMServer: ray.serve.llm's LLMServer plus a direct engine-stats path.
 
 After the engine starts, the replica appends a `StatsTap` to vLLM's stat loggers and pushes
-its `ReplicaStats` to the TelemetryBoard every `push_period_s` (see cluster/telemetry.py for
+its `ReplicaStats` to the TelemetryBoard every `push_period_s` (see router/snapshot.py for
 the whole path). It also answers `engine_stats()` directly for callers holding a handle.
 
 Coupling, on purpose and pinned (ray 2.60.x / vLLM V1): the AsyncLLM is reached as
@@ -23,7 +23,7 @@ from ray.serve.llm import LLMServer
 from cluster.config import DEFAULT_GPU_MEMORY_UTILIZATION
 from cluster.nvml import reader_from_env
 from cluster.stats_tap import StatsTap
-from cluster.telemetry import ReplicaStats
+from router.snapshot import ReplicaStats
 from serve_apps.stats_pusher import ReplicaGpus, push_forever
 from serve_apps.telemetry_board import get_or_create_board
 

@@ -31,9 +31,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from cluster.telemetry import ClusterSnapshot
 from router.decision import DecisionRecord
 from router.saturation import Saturation, gpu_memory_pressure
+from router.snapshot import ClusterSnapshot
 
 PREFIX = "spillover_"
 HEALTH_LEVELS = {"green": 0, "yellow": 1, "red": 2, "black": 3}

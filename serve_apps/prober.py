@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from cluster.config import ModelSpec, SpilloverConfig
-from cluster.telemetry import ClusterSnapshot
 from router.errors import RequestError
 from router.failure import rule_for
 from router.health import HealthBoard
+from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 
 log = logging.getLogger("spillover.prober")

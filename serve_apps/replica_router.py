@@ -31,8 +31,8 @@ from typing import Any
 
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 
-from cluster.telemetry import GpuMemory
 from router.saturation import gpu_term
+from router.snapshot import GpuMemory
 
 ROUTER_PATH = "serve_apps.replica_router:PrefixAffinityRouter"
 ROUTING_STATS_PERIOD_S = 1.0

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from cluster.telemetry import ClusterSnapshot
 from router.breaker import Breakers, BreakerSettings
 from router.capabilities import Target
 from router.errors import ProviderRateLimited, RequestError
@@ -33,6 +32,7 @@ from router.health import Health, HealthBoard, HealthSettings
 from router.policy import Policy
 from router.quota import Quotas, Refusal, Reservation
 from router.retry import Backoff, RetryBudget
+from router.snapshot import ClusterSnapshot
 from router.spend import SpendLedger, cost_weight
 from serve_apps.dispatch_types import header_target
 

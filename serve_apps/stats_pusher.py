@@ -19,7 +19,7 @@ from ray.actor import ActorHandle
 from cluster.gpu_memory import replica_gpus
 from cluster.nvml import GpuReader
 from cluster.nvml_sim import announce_engine
-from cluster.telemetry import GpuMemory, ReplicaStats
+from router.snapshot import GpuMemory, ReplicaStats
 
 log = logging.getLogger("spillover.replica")
 

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cluster.nvml import PynvmlReader
-from cluster.telemetry import GpuMemory
 from router.saturation import gpu_memory_pressure
+from router.snapshot import GpuMemory
 from serve_apps.stats_pusher import ReplicaGpus
 
 GIB = 1024**3

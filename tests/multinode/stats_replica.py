@@ -18,7 +18,7 @@ import ray
 from ray import serve
 
 from cluster.nvml import reader_from_env
-from cluster.telemetry import ReplicaStats
+from router.snapshot import ReplicaStats
 from serve_apps.stats_pusher import ReplicaGpus, push_forever
 from serve_apps.telemetry_board import get_or_create_board
 

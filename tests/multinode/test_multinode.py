@@ -30,9 +30,9 @@ from cluster.config import SpilloverConfig, parse_config
 from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_fake import GIB
 from cluster.nvml_sim import write_default_file
-from cluster.telemetry import ClusterSnapshot
 from router.health import Health
 from router.saturation import gpu_memory_pressure, replica_saturation
+from router.snapshot import ClusterSnapshot
 from serve_apps.board_poller import BoardPoller
 from serve_apps.dispatch import Dispatcher
 from serve_apps.resilience import Resilience

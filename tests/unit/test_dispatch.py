@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.contract import RequestContract, derive_contract
 from router.errors import (
     LocalCapacityExhausted,
@@ -18,6 +17,7 @@ from router.errors import (
 )
 from router.openai_request import Kind
 from router.policy import Policy
+from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 

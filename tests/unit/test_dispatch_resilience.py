@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.contract import derive_contract
 from router.errors import (
     ProviderRateLimited,
@@ -26,6 +25,7 @@ from router.errors import (
 )
 from router.health import Health
 from router.policy import Policy
+from router.snapshot import ClusterSnapshot, ReplicaStats
 from router.spend import SpendLedger
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher

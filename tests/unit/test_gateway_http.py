@@ -289,7 +289,7 @@ async def test_local_capacity_exhausted_is_429_with_retry_after() -> None:
 
 
 async def test_cluster_snapshot_endpoint(backend: FakeBackend) -> None:
-    from cluster.telemetry import ClusterSnapshot, ReplicaStats
+    from router.snapshot import ClusterSnapshot, ReplicaStats
 
     replica = ReplicaStats("small", "r1", "n1", 99.0, 0.4, 2, 1, 10, 5, 364, 128)
     snapshot = ClusterSnapshot(taken_at=99.5, replicas=(replica,), max_age_s=1.0)

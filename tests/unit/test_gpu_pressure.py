@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import Watermarks, load_config, parse_config
+from cluster.config import load_config, parse_config
 from cluster.gpu_memory import attribute_device, replica_gpus
 from cluster.nvml import PynvmlReader
 from cluster.nvml_fake import GIB, NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml, FakeProcess
-from cluster.telemetry import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.errors import ConfigError
 from router.saturation import Saturation, gpu_memory_pressure, replica_saturation
+from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.watermarks import Watermarks
 
 ENGINE, OTHER, NOW = 4100, 7700, 1000.0
 REPO = Path(__file__).resolve().parents[2]

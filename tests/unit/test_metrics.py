@@ -6,9 +6,9 @@ import json
 import re
 from pathlib import Path
 
-from cluster.telemetry import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.decision import Attempt, DecisionRecord
 from router.saturation import Saturation
+from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from serve_apps.metrics import GatewayMetrics, metric_names
 
 REPO = Path(__file__).resolve().parents[2]

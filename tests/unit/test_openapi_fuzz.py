@@ -23,11 +23,11 @@ from schemathesis.checks import not_a_server_error
 from bench.cloud_sim import SimSettings
 from bench.cloud_sim import build_app as build_cloud_sim
 from cluster.config import dump_config, load_config, parse_config
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.auth import authenticator_for
 from router.idempotency import IdempotencyStore
 from router.openai_request import Kind
 from router.providers import OpenAICompatProvider
+from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel

@@ -6,9 +6,9 @@ import asyncio
 from typing import Any
 
 from cluster.config import parse_config
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.errors import TargetUnavailable, UpstreamError
 from router.health import Health, HealthBoard, HealthSettings
+from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.prober import ProbeCheck, Prober, cloud_checks, local_checks
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.config import Watermarks, parse_config
-from cluster.telemetry import GpuMemory
+from cluster.config import parse_config
+from router.snapshot import GpuMemory
+from router.watermarks import Watermarks
 from serve_apps.llm import llm_config_for
 from serve_apps.replica_router import ROUTER_PATH, prefix_key, rendezvous, saturated, unsaturated
 

@@ -21,13 +21,13 @@ import httpx
 import pytest
 
 from cluster.config import GatewaySection, SpilloverConfig, dump_config, load_config, parse_config
-from cluster.telemetry import ClusterSnapshot, ReplicaStats
 from router.auth import authenticator_for
 from router.decision import DecisionStore, JsonlFile
 from router.errors import TargetUnavailable
 from router.openai_request import Kind
 from router.providers import OpenAICompatProvider
 from router.providers.openai_compat import CHAT_FIELDS
+from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel

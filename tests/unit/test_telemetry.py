@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.stats_tap import StatsTap
-from cluster.telemetry import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from serve_apps.board_poller import BoardPoller
 
 
