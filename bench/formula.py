@@ -1,6 +1,6 @@
 """The capacity formula's prediction for the model under test, on the same path as `spillover capacity`.
 
-`predict` finds the model's `ModelSpec` in the config and calls `cluster.capacity_cli.plan_model`
+`predict` finds the model's `ModelSpec` in the config and calls `cluster.capacity_plan.plan_model`
 (which resolves the shape with `resolve_shape` and runs `cluster.capacity.plan_capacity`), with
 the workload's mean prompt / output lengths and its formula prefix share. For CPU models the
 KV budget is `kv_cache_space_gib`; GPU models need the GPU memory (`--gpu-mem`, else the smallest
@@ -12,7 +12,6 @@ comparison uses the per-replica numbers × `replicas`, and the overlay divides t
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from typing import Any
 
 from bench.workload import WorkloadSpec
 from cluster.capacity import CapacityReport, admission_limit, parse_bytes
-from cluster.capacity_cli import DEFAULT_GPU_OVERHEAD, plan_model
+from cluster.capacity_plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
 from cluster.config import SpilloverConfig
 from cluster.nvml import GpuReader, PynvmlReader
 
@@ -81,13 +80,13 @@ def predict(
     if spec.accelerator == "gpu" and gpu_mem is None:
         gpu_mem, note = _gpu_memory(gpu_reader)
         notes.append(note)
-    args = argparse.Namespace(
+    planned = PlanWorkload(
         prompt_tokens=max(1, round(workload.mean_prompt_words())),
         output_tokens=max(1, round(workload.output.mean)),
         prefix_share=workload.formula_prefix_share(),
-        overhead=parse_bytes(overhead),
+        overhead_bytes=parse_bytes(overhead),
     )
-    status, plan_notes, report = plan_model(spec, args, gpu_mem)
+    status, plan_notes, report = plan_model(spec, planned, gpu_mem)
     notes += plan_notes
     limit = None
     if report is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,6 +35,7 @@ class _Strict(BaseModel):
 
 
 PREPARED_PREFIX = "prepared:"
+DEFAULT_CONFIG = "configs/local.yaml"  # the embedded default: `spillover serve` without --config
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default `gpu_memory_utilization`
 
 
@@ -374,3 +376,10 @@ def load_config(path: str | Path, overlays: Sequence[str | Path] = ()) -> Spillo
 def dump_config(config: SpilloverConfig) -> dict[str, Any]:
     """A plain dict (JSON/YAML-safe) that `parse_config` turns back into `config`."""
     return config.model_dump(mode="json")
+
+
+def default_config_path() -> str:
+    """configs/local.yaml from the working directory, else the copy next to the package."""
+    if Path(DEFAULT_CONFIG).is_file():
+        return DEFAULT_CONFIG
+    return str(Path(str(resources.files("cluster"))).parent / DEFAULT_CONFIG)

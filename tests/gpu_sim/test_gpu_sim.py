@@ -61,7 +61,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path,
     env = {**os.environ, FAKE_NVML_ENV: str(gpus), "PYTHONUNBUFFERED": "1"}
     log = (folder / "serve.log").open("w")
     serve = subprocess.Popen(
-        [sys.executable, "-m", "cluster.cli", "serve", "--config", str(config), "--cloud-sim"],
+        [sys.executable, "-m", "cli", "serve", "--config", str(config), "--cloud-sim"],
         cwd=REPO,
         env=env,
         stdout=log,
@@ -149,7 +149,7 @@ def test_gpu_sim_routes_by_memory_other_processes_take(stack: tuple[str, Path, P
     print(f"co-tenant gone: {route} / {reason}")
 
     status = subprocess.run(
-        [sys.executable, "-m", "cluster.cli", "status", "--config", str(config), "--json"],
+        [sys.executable, "-m", "cli", "status", "--config", str(config), "--json"],
         cwd=REPO,
         env={**os.environ, FAKE_NVML_ENV: str(gpus_file)},
         capture_output=True,

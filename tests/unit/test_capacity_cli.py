@@ -1,4 +1,4 @@
-"""`spillover capacity` (cluster.capacity_cli) on the shipped configs, without Ray or a GPU."""
+"""`spillover capacity` (cli/capacity.py) on the shipped configs, without Ray or a GPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from cluster.capacity_cli import add_capacity_parser, cmd_capacity
+from cli.capacity import add_capacity_parser, cmd_capacity
 from cluster.model_shape import QWEN2_5_7B, SMOLLM2_135M
 from cluster.models import MARKER
 from cluster.nvml import GpuReader, PynvmlReader

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from cli.main import main
 from cluster import models
-from cluster.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -62,7 +62,7 @@ def test_prepare_unknown_model_is_an_argument_error(capsys: pytest.CaptureFixtur
 
 
 def test_with_cloud_sim_enables_only_that_provider() -> None:
-    from cluster.cli import with_cloud_sim
+    from cli.main import with_cloud_sim
     from cluster.config import load_config
 
     config, port, names = with_cloud_sim(load_config(REPO / "configs/local.yaml"))
@@ -76,7 +76,7 @@ def test_serve_cloud_sim_without_provider_exits_2(capsys: pytest.CaptureFixture[
 
 
 def test_with_cloud_sim_drops_an_unset_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cluster.cli import with_cloud_sim
+    from cli.main import with_cloud_sim
     from cluster.config import load_config
 
     monkeypatch.delenv("SPILLOVER_CLOUD_SIM_KEY", raising=False)

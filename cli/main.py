@@ -25,7 +25,6 @@ import signal
 import sys
 import time
 from contextlib import ExitStack
-from importlib import resources
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -34,29 +33,21 @@ import yaml
 from bench.cli import add_bench_parser
 from bench.cloud_sim import add_cloud_sim_parser
 from bench.cloud_sim.process import running_cloud_sim
-from cluster.capacity_cli import add_capacity_parser
-from cluster.config import SpilloverConfig, load_config
-from cluster.explain_cli import add_explain_parser
+from cli.capacity import add_capacity_parser
+from cli.explain import add_explain_parser
+from cli.status import add_status_parser
+from cluster.config import DEFAULT_CONFIG, SpilloverConfig, default_config_path, load_config
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.render import serve_config
-from cluster.status_cli import add_status_parser
 from router.capabilities import provider_model_name
 from router.errors import ConfigError, SpilloverError
 
-DEFAULT_CONFIG = "configs/local.yaml"
 CLOUD_SIM = "cloud-sim"
 OVERLAY_HELP = "config overlay merged on top (repeatable), e.g. the overlay.yaml `bench calibrate` writes"
 
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
-
-
-def default_config_path() -> str:
-    """configs/local.yaml from the working directory, else the copy next to the package."""
-    if Path(DEFAULT_CONFIG).is_file():
-        return DEFAULT_CONFIG
-    return str(Path(str(resources.files("cluster"))).parent / DEFAULT_CONFIG)
 
 
 def with_cloud_sim(config: SpilloverConfig) -> tuple[SpilloverConfig, int, list[str]]:

@@ -1,0 +1,1 @@
+"""The `spillover` command line: the top layer, over bench, serve_apps, cluster and router."""

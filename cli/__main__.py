@@ -1,0 +1,5 @@
+"""`python -m cli ...` is `spillover ...`."""
+
+from cli.main import main
+
+raise SystemExit(main())
