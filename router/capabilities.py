@@ -44,7 +44,7 @@ class ProviderModel(BaseModel):
     parallel_tool_calls: bool = False
     json_schema: bool = Field(False, description="response_format json_schema (structured outputs)")
     streaming: bool = True
-    modalities: list[Modality] = Field(default_factory=lambda: ["text"], min_length=1)
+    modalities: list[Modality] = Field(default_factory=lambda: list[Modality](["text"]), min_length=1)
     region: str = Field(min_length=1, description="where the provider processes the data")
     data_policy: DataPolicy = "retention"
     price_in_per_mtok: float | None = Field(None, ge=0, description="USD per 1M prompt tokens; None: unknown")

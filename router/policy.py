@@ -27,7 +27,7 @@ LEVELS: tuple[Level, ...] = ("L1", "L2", "L3")  # strictest first
 STRATEGIES: tuple[Strategy, ...] = ("quality", "cost", "latency")
 SCORER_NAMES = ("quality", "cost", "latency", "locality")  # the scorers of router/scorers.py
 
-DEFAULT_WEIGHTS: dict[str, dict[str, float]] = {
+DEFAULT_WEIGHTS: dict[Strategy, dict[str, float]] = {
     "quality": {"quality": 0.6, "latency": 0.15, "cost": 0.15, "locality": 0.1},
     "cost": {"cost": 0.6, "quality": 0.2, "latency": 0.1, "locality": 0.1},
     "latency": {"latency": 0.6, "quality": 0.2, "cost": 0.1, "locality": 0.1},

@@ -7,9 +7,9 @@ Importable for Ray's own CLI as well:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from ray.serve.deployment import Application
+from ray.serve.deployment import Application, Deployment
 from ray.serve.llm import build_llm_deployment
 
 from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
@@ -38,7 +38,7 @@ def build_app(config: SpilloverConfig, config_path: str = "(config)") -> Applica
     replicas: dict[str, Any] = (
         {"autoscaling_config": scaling.model_dump()} if scaling else {"num_replicas": config.gateway.replicas}
     )
-    gateway = Gateway.options(ray_actor_options={"num_cpus": config.gateway.num_cpus}, **replicas)
+    gateway = cast(Deployment, Gateway).options(ray_actor_options={"num_cpus": config.gateway.num_cpus}, **replicas)
     return gateway.bind(dump_config(config), handles)
 
 

@@ -66,8 +66,8 @@ class BreakerExchange:
 
 
 def get_or_create_exchange() -> ActorHandle:
-    actor = ray.remote(num_cpus=0, max_concurrency=16)(BreakerExchange)
-    return actor.options(  # type: ignore[attr-defined]
+    actor = ray.remote(num_cpus=0, max_concurrency=16)(BreakerExchange)  # type: ignore[call-overload]  # see board
+    return actor.options(
         name=EXCHANGE_NAME, namespace=EXCHANGE_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
     ).remote()
 

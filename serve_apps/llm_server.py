@@ -76,7 +76,7 @@ class SpilloverLLMServer(LLMServer):
         self._last = stats
         return stats
 
-    def record_routing_stats(self) -> dict[str, Any]:
+    async def record_routing_stats(self) -> dict[str, Any]:
         """Serve's hook for request routers (serve_apps/replica_router.py): this replica's latest
         engine pressure, as the TelemetryBoard has it."""
         last = getattr(self, "_last", None)

@@ -13,9 +13,10 @@ Ray upgrade may move them, and then this says so instead of guessing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ray import serve
+from ray.serve.deployment import Deployment
 from ray.serve.handle import DeploymentHandle
 
 from cluster.config import SpilloverConfig
@@ -55,8 +56,14 @@ def deploy_ray_ingress(config: SpilloverConfig, *, config_path: str = "(config)"
     for index, spec in enumerate(config.models):
         llm_config = llm_config_for(spec, resolve_source(spec, config_path, index), config.watermarks_for(spec.alias))
         cards[spec.alias] = to_model_metadata(spec.alias, llm_config)
-    ingress = serve.deployment(make_fastapi_ingress(OpenAiIngress), name="RayOpenAiIngress").options(
-        num_replicas=1, ray_actor_options={"num_cpus": config.gateway.num_cpus}
+    ingress = cast(
+        Deployment,
+        serve.deployment(
+            make_fastapi_ingress(OpenAiIngress),
+            name="RayOpenAiIngress",
+            num_replicas=1,
+            ray_actor_options={"num_cpus": config.gateway.num_cpus},
+        ),
     )
     serve.run(
         ingress.bind(llm_deployments=handles, model_cards=cards),

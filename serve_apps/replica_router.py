@@ -96,20 +96,22 @@ def rendezvous(key: str, replica_ids: Sequence[str]) -> list[str]:
 
 
 class PrefixAffinityRouter(PowerOfTwoChoicesRequestRouter):
-    def initialize_state(
+    def initialize_state(  # type: ignore[override]  # Serve passes request_router_kwargs as these keywords
         self,
         kv_cache: float = 0.85,
-        gpu_memory: float = 0.85,
+        gpu_memory: float = 0.95,
         queue: int = 8,
         imbalanced_threshold: float = 4,
         prefix_chars: int = DEFAULT_PREFIX_CHARS,
     ) -> None:
-        self._marks = {"kv_cache": kv_cache, "gpu_memory": gpu_memory, "queue": queue}
+        self._kv_cache, self._gpu_memory, self._queue = kv_cache, gpu_memory, queue
         self._imbalanced_threshold = imbalanced_threshold
         self._prefix_chars = prefix_chars
 
     async def choose_replicas(self, candidate_replicas: list[Any], pending_request: Any = None) -> list[list[Any]]:
-        replicas = unsaturated(candidate_replicas, **self._marks)
+        replicas = unsaturated(
+            candidate_replicas, kv_cache=self._kv_cache, gpu_memory=self._gpu_memory, queue=self._queue
+        )
         if not replicas:
             return []
         key = prefix_key(pending_request.args or (), self._prefix_chars) if pending_request is not None else None
@@ -122,4 +124,4 @@ class PrefixAffinityRouter(PowerOfTwoChoicesRequestRouter):
             if first is None or not known or first - min(known) <= self._imbalanced_threshold:
                 return [[ordered[0]], ordered[1:]]
         picks = random.sample(replicas, k=min(2, len(replicas)))
-        return [sorted(picks, key=lambda r: queue_len[r.replica_id] if queue_len[r.replica_id] is not None else 0)]
+        return [sorted(picks, key=lambda r: queue_len[r.replica_id] or 0)]

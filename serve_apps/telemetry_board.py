@@ -16,7 +16,7 @@ BOARD_NAME = "spillover-telemetry"
 BOARD_NAMESPACE = "spillover"
 
 
-@ray.remote(num_cpus=0, max_concurrency=64)
+@ray.remote(num_cpus=0, max_concurrency=64)  # type: ignore[call-overload]  # an actor option Ray's stubs omit
 class TelemetryBoard:
     """Latest stats dict per replica id; replicas not heard from in `forget_after_s` vanish."""
 

@@ -12,7 +12,7 @@ is `aclose()`d — call `aclose()` when abandoning a stream early.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 
 import httpx
 
@@ -38,7 +38,7 @@ class ProviderEventStream:
         await self._events.aclose()
         await self._response.aclose()
 
-    async def _read(self) -> AsyncIterator[str]:
+    async def _read(self) -> AsyncGenerator[str, None]:
         data: list[str] = []
         try:
             async for line in self._response.aiter_lines():
