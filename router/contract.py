@@ -14,6 +14,8 @@ What the body asks for:
 
 An invalid JSON Schema (response_format or a tool's `parameters`) is a 400 `invalid_json_schema`
 naming the schema error: a wrong schema must fail here, not on whichever target is tried first.
+So is a schema with a `$ref` outside the document (nothing is fetched) or a reference cycle that
+would never end (router/json_schema.py).
 
 Prompt tokens are an ESTIMATE: with `count_tokens`, its count over every text part (and the tool
 definitions) plus 4 per message; without it, ceil(characters / 4) + 4 per message. A completions
@@ -30,11 +32,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
-
 from router import contract_headers as h
 from router.errors import InvalidRequest
+from router.json_schema import check_client_schema
 from router.openai_request import max_tokens_of
 from router.policy import Level, Policy, Strategy
 
@@ -109,19 +109,9 @@ class RequestContract:
 
 
 def check_json_schema(schema: Any, param: str) -> dict[str, Any]:
-    """The schema itself, or 400 `invalid_json_schema` naming what is wrong with it."""
-    if not isinstance(schema, dict):
-        raise InvalidRequest(f"{param} must be a JSON Schema object", param=param, code="invalid_json_schema")
-    try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        where = "/".join(str(p) for p in exc.path) or "(root)"
-        raise InvalidRequest(
-            f"{param} is not a valid JSON Schema: {exc.message} (at {where})"[:500],
-            param=param,
-            code="invalid_json_schema",
-        ) from None
-    return schema
+    """The schema itself, or 400 `invalid_json_schema` (router/json_schema.py: metaschema, no
+    reference outside the document, no endless reference cycle, patterns that compile)."""
+    return check_client_schema(schema, param)
 
 
 def _response_format(body: Mapping[str, Any]) -> tuple[bool, bool, dict[str, Any] | None]:

@@ -16,6 +16,13 @@ Checks (seed 000 §2.4, §3.2):
 A message that answers with tool calls and no content skips the content checks. Errors are
 bounded (`MAX_ERRORS`, each cut to `MAX_ERROR_CHARS`).
 
+Hostile schemas and answers are bounded: validators come from router/json_schema.py (nothing
+outside the schema is resolved; patterns run on the `regex` engine under a time limit), one
+check of one message stops after `timeout_s` (default `VALIDATION_TIMEOUT_S`) with a
+"validation took longer than ..." error, an answer nested too deeply to parse or validate is a
+violation (never a crash), and `extract_json` tries at most `MAX_JSON_CANDIDATES` openings, so
+its work is linear in the answer's size. The caller runs `check_output` off its event loop.
+
 Levels (router/policy.py): L1 violated → `retry_next_or_fail` (try the next capable candidate if
 the retry budget allows, else raise `contract_violation(...)`, 502); L2 violated → pass with a
 warning header ("schema: 2 errors"); L3 → pass.
@@ -24,19 +31,25 @@ warning header ("schema: 2 errors"); L3 → pass.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from jsonschema.exceptions import SchemaError
-from jsonschema.validators import validator_for
+from referencing.exceptions import Unresolvable
 
 from router.contract import RequestContract
 from router.errors import ContractViolation
+from router.json_schema import ValidationTimeout, schema_validator
 from router.policy import Level
 
 MAX_ERRORS = 10
 MAX_ERROR_CHARS = 200
+VALIDATION_TIMEOUT_S = 2.0  # one message's whole check (JSON parse, schema, tool arguments)
+MAX_JSON_CANDIDATES = 16  # openings extract_json tries: each costs one linear scan
+_SPECIAL = re.compile(r'[\\"{}\[\]]')
 CONTRACT_HEADER = "x-spillover-contract"
 Status = Literal["ok", "repaired", "violated"]
 ActionKind = Literal["pass", "pass_with_warning", "retry_next_or_fail"]
@@ -62,25 +75,59 @@ def _bounded(errors: list[str]) -> list[str]:
     return [e[:MAX_ERROR_CHARS] for e in errors[:MAX_ERRORS]]
 
 
-def schema_errors(instance: Any, schema: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """Validation errors as "<json path>: <message>", in path order."""
+class _Budget:
+    """The time left for one `check_output` call (monotonic clock)."""
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.end = clock() + timeout_s
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+
+def schema_errors(
+    instance: Any,
+    schema: Mapping[str, Any],
+    prefix: str = "",
+    *,
+    timeout_s: float = VALIDATION_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[str]:
+    """Validation errors as "<json path>: <message>", in path order. Raises `ValidationTimeout`
+    past `timeout_s`."""
     try:
-        validator = validator_for(schema)(schema)
+        validator = schema_validator(schema, timeout_s, clock)
         found = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.absolute_path])
     except SchemaError as exc:
         return [f"{prefix}schema invalid: {exc.message}"]
+    except Unresolvable as exc:  # refused when the request arrived; kept as a safety net
+        return [f"{prefix}schema refers outside itself: {exc}"]
+    except RecursionError:
+        return [f"{prefix}nested too deeply to validate"]
     return [f"{prefix}{e.json_path}: {e.message}" for e in found]
 
 
+def _loads(text: str) -> Any:
+    """json.loads; a document nested too deeply to parse is a JSONDecodeError like any other."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text[:20], 0) from None
+
+
 def extract_json(text: str) -> tuple[Any, str] | None:
-    """The first balanced JSON object or array in `text` that parses: (value, its text)."""
+    """The first balanced JSON object or array in `text` that parses: (value, its text). At
+    most `MAX_JSON_CANDIDATES` openings are tried, each with one scan and one parse."""
     start = _next_opening(text, 0)
-    while start != -1:
+    tries = 0
+    while start != -1 and tries < MAX_JSON_CANDIDATES:
+        tries += 1
         end = _balanced_end(text, start)
         if end != -1:
             snippet = text[start : end + 1]
             try:
-                return json.loads(snippet), snippet
+                return _loads(snippet), snippet
             except json.JSONDecodeError:
                 pass
         start = _next_opening(text, start + 1)
@@ -93,15 +140,16 @@ def _next_opening(text: str, start: int) -> int:
 
 
 def _balanced_end(text: str, start: int) -> int:
-    """Index of the bracket closing the one at `start` (strings and escapes respected), or -1."""
-    depth, in_string, escaped = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
+    """Index of the bracket closing the one at `start` (strings and escapes respected), or -1.
+    Only the characters that matter are visited (`_SPECIAL` skips the rest in C)."""
+    depth, in_string, escaped_at = 0, False, -2
+    for match in _SPECIAL.finditer(text, start):
+        i, ch = match.start(), match.group()
         if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
+            if escaped_at == i - 1:
+                continue  # this character is escaped
+            if ch == "\\":
+                escaped_at = i
             elif ch == '"':
                 in_string = False
         elif ch == '"':
@@ -115,26 +163,26 @@ def _balanced_end(text: str, start: int) -> int:
     return -1
 
 
-def _check_content(contract: RequestContract, content: Any) -> tuple[list[str], str | None]:
+def _check_content(contract: RequestContract, content: Any, budget: _Budget) -> tuple[list[str], str | None]:
     """(errors, repaired content or None)."""
     if not isinstance(content, str):
         return ["content: expected a JSON text, got none"], None
     repaired = None
     try:
-        value = json.loads(content)
+        value = _loads(content)
     except json.JSONDecodeError as exc:
         found = extract_json(content)
         if found is None:
             return [f"content is not JSON and holds no JSON object or array: {exc.msg}"], None
         value, repaired = found
     if contract.needs_json_schema and contract.json_schema is not None:
-        errors = schema_errors(value, contract.json_schema, "content ")
+        errors = schema_errors(value, contract.json_schema, "content ", timeout_s=budget.left(), clock=budget.clock)
         if errors:
             return errors, None
     return [], repaired
 
 
-def _check_tool_calls(contract: RequestContract, calls: list[Any]) -> list[str]:
+def _check_tool_calls(contract: RequestContract, calls: list[Any], budget: _Budget) -> list[str]:
     errors: list[str] = []
     for i, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
@@ -142,30 +190,42 @@ def _check_tool_calls(contract: RequestContract, calls: list[Any]) -> list[str]:
         where = f"tool_calls[{i}]"
         if not isinstance(name, str) or name not in contract.tool_schemas:
             declared = ", ".join(sorted(contract.tool_schemas)) or "none"
-            errors.append(f"{where}: unknown tool {name!r} (declared: {declared})")
+            errors.append(f"{where}: unknown tool {str(name)[:80]!r} (declared: {declared})")
             continue
         raw = fn.get("arguments") if isinstance(fn, dict) else None
         try:
-            args = json.loads(raw) if isinstance(raw, str) else raw
+            args = _loads(raw) if isinstance(raw, str) else raw
         except json.JSONDecodeError as exc:
             errors.append(f"{where} {name}: arguments are not JSON: {exc.msg}")
             continue
-        errors += schema_errors(args, contract.tool_schemas[name], f"{where} {name} arguments ")
+        prefix = f"{where} {name} arguments "
+        errors += schema_errors(args, contract.tool_schemas[name], prefix, timeout_s=budget.left(), clock=budget.clock)
     return errors
 
 
-def check_output(contract: RequestContract, message: Mapping[str, Any]) -> OutputVerdict:
-    """The verdict on one chat completion message (`choices[i].message`)."""
+def check_output(
+    contract: RequestContract,
+    message: Mapping[str, Any],
+    *,
+    timeout_s: float = VALIDATION_TIMEOUT_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> OutputVerdict:
+    """The verdict on one chat completion message (`choices[i].message`); a check that takes
+    longer than `timeout_s` is a violation saying so."""
     errors: list[str] = []
     repaired = None
+    budget = _Budget(timeout_s, clock)
     calls = message.get("tool_calls") or []
     content = message.get("content")
     wants_json = contract.needs_json_schema or contract.needs_json_mode
-    if wants_json and not (calls and not content):
-        content_errors, repaired = _check_content(contract, content)
-        errors += content_errors
-    if calls:
-        errors += _check_tool_calls(contract, calls if isinstance(calls, list) else [calls])
+    try:
+        if wants_json and not (calls and not content):
+            content_errors, repaired = _check_content(contract, content, budget)
+            errors += content_errors
+        if calls:
+            errors += _check_tool_calls(contract, calls if isinstance(calls, list) else [calls], budget)
+    except ValidationTimeout as exc:
+        errors.append(f"the answer could not be checked: {exc}")
     if errors:
         return OutputVerdict("violated", tuple(_bounded(errors)), error_count=len(errors))
     if repaired is not None:

@@ -38,7 +38,14 @@ from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.errors import ContractViolation, LocalCapacityExhausted, RequestError, TargetUnavailable
 from router.openai_request import Kind
-from router.output_contract import CONTRACT_HEADER, check_output, contract_violation, enforce
+from router.output_contract import (
+    CONTRACT_HEADER,
+    VALIDATION_TIMEOUT_S,
+    OutputVerdict,
+    check_output,
+    contract_violation,
+    enforce,
+)
 from router.plan import Plan, PlanInputs, plan_request
 from router.retry import AttemptBudget
 from serve_apps.backend import BackendReply, ModelBackend
@@ -217,7 +224,7 @@ class Dispatcher:
             began = self._clock()
             try:
                 reply = await self._call(target, kind, body, request_id, watch_stale=has_next)
-                reply, headers = self._checked(kind, reply, contract, target)
+                reply, headers = await self._checked(kind, reply, contract, target)
             except RequestError as exc:
                 rule = res.failed(target, exc)
                 res.settle(gate.reservation, 0)
@@ -253,16 +260,25 @@ class Dispatcher:
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
 
-    def _checked(
+    async def _checked(
         self, kind: Kind, reply: BackendReply, contract: RequestContract, target: Target
     ) -> tuple[BackendReply, dict[str, str]]:
         """Apply the output contract to a complete chat answer; raises `ContractViolation` (with
-        the tokens the answer spent) when an L1 answer breaks it."""
+        the tokens the answer spent) when an L1 answer breaks it. The check runs in a worker
+        thread, bounded by VALIDATION_TIMEOUT_S (router/output_contract.py): a hostile schema
+        or answer never holds the event loop that serves every other request."""
         headers: dict[str, str] = {}
         if kind != "chat" or reply.body is None or not contract.checks_output:
             return reply, headers
         choices = reply.body.get("choices") or [{}]
-        verdict = check_output(contract, choices[0].get("message") or {})
+        message = choices[0].get("message") or {}
+        try:
+            verdict = await asyncio.wait_for(
+                asyncio.to_thread(check_output, contract, message), VALIDATION_TIMEOUT_S + 1.0
+            )
+        except TimeoutError:
+            error = f"the answer could not be checked within {VALIDATION_TIMEOUT_S:g}s"
+            verdict = OutputVerdict("violated", (error,), error_count=1)
         action = enforce(contract.level, verdict)
         if action.kind == "retry_next_or_fail":
             violation = contract_violation(verdict, target.id)
