@@ -208,7 +208,9 @@ class Tenant(_Strict):
     api_key_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="env var holding the tenant's key")
     residency: Literal["any", "local_only"] | list[str] = "any"
     allowed_providers: list[str] | None = None
-    requests_per_minute: float | None = Field(None, gt=0, description="per gateway replica; None: unlimited")
+    requests_per_minute: float | None = Field(
+        None, ge=1, description="per gateway replica, at least 1 (a smaller bucket never admits); None: unlimited"
+    )
     admin: bool = Field(False, description="may call operator endpoints (POST /v1/spillover/resilience/reset)")
 
 

@@ -41,6 +41,9 @@ class RetrySection(_Strict):
     budget_ratio: float = Field(0.1, ge=0, le=1, description="gateway-wide: retries per request (token bucket)")
     budget_min_per_s: float = Field(1.0, ge=0, description="retries per second always allowed")
     budget_window_s: float = Field(10.0, gt=0, description="deposits older than this expire")
+    max_retry_after_s: float = Field(
+        300.0, gt=0, description="a provider's Retry-After is capped at this (cool-down, backoff, client header)"
+    )
 
 
 class BreakerSection(_Strict):

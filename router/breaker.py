@@ -24,8 +24,14 @@ One `CircuitBreaker`, evaluated lazily against the injected clock (no timers, no
     any        cool(s)                                            open until max(open_until, now + s)
 
 Replicas share what they learnt through `Breakers.export()` / `merge()`: a plain-JSON map of open
-breakers to their open-until times (epoch seconds from the injected clock); merging keeps the later
-time, so a provider that rate-limited one gateway replica is not hammered by the others.
+breakers to their open-until times; merging keeps the later time, so a provider that rate-limited
+one gateway replica is not hammered by the others.
+
+Clocks: the breakers run on `clock`, a monotonic clock in production (`time.monotonic`), so a step
+of the wall clock never opens, closes or stretches a breaker. Only the export speaks wall time
+(epoch seconds from `wall`), because monotonic readings mean nothing in another process; each
+side converts at the border (`until_wall = until + wall() - clock()`). Without `wall` the two are
+the same clock.
 """
 
 from __future__ import annotations
@@ -91,7 +97,7 @@ class CircuitBreaker:
         return self._cause
 
     def open_until(self) -> float | None:
-        """Epoch seconds until which the breaker refuses; None unless it is open right now."""
+        """Clock reading until which the breaker refuses; None unless it is open right now."""
         now = self._clock()
         return self._open_until if self._state_at(now) == "open" else None
 
@@ -198,9 +204,10 @@ class CircuitBreaker:
 class Breakers:
     """The board: one breaker per target id and one per failure domain, created on demand."""
 
-    def __init__(self, settings: BreakerSettings, clock: Clock) -> None:
+    def __init__(self, settings: BreakerSettings, clock: Clock, *, wall: Clock | None = None) -> None:
         self._settings = settings
         self._clock = clock
+        self._wall = wall or clock
         self._targets: dict[str, CircuitBreaker] = {}
         self._domains: dict[str, CircuitBreaker] = {}
 
@@ -252,11 +259,12 @@ class Breakers:
     def export(self) -> dict[str, Any]:
         """Plain JSON: every breaker open right now, with its open-until time and cause."""
         entries: dict[str, dict[str, Any]] = {}
+        to_wall = self._wall() - self._clock()
         for prefix, board in (("target", self._targets), ("domain", self._domains)):
             for key, breaker in board.items():
                 until = breaker.open_until()
                 if until is not None:
-                    entries[f"{prefix}:{key}"] = {"until": until, "cause": breaker.cause}
+                    entries[f"{prefix}:{key}"] = {"until": until + to_wall, "cause": breaker.cause}
         return {"version": EXPORT_VERSION, "open": entries}
 
     def merge(self, exported: dict[str, Any]) -> int:
@@ -267,6 +275,7 @@ class Breakers:
         if not isinstance(entries, dict):
             raise ValueError("breaker export: 'open' must be an object")
         changed = 0
+        from_wall = self._clock() - self._wall()
         for key, entry in entries.items():
             prefix, _, name = str(key).partition(":")
             if prefix not in ("target", "domain") or not name:
@@ -277,7 +286,7 @@ class Breakers:
             if cause not in _CAUSES:
                 raise ValueError(f"breaker export: {key}.cause must be one of {_CAUSES}, got {cause!r}")
             breaker = self.target(name) if prefix == "target" else self.domain(name)
-            changed += breaker.hold_open(float(entry["until"]), cast(Cause, cause))
+            changed += breaker.hold_open(float(entry["until"]) + from_wall, cast(Cause, cause))
         return changed
 
 

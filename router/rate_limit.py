@@ -2,6 +2,10 @@
 
 `requests_per_minute` tokens refill continuously; the bucket holds at most `burst` (default:
 one minute's worth). Limits are per gateway replica: with N replicas a tenant gets up to N×.
+
+The clock is monotonic (`time.monotonic`): a wall-clock step neither refills nor drains a bucket.
+A rate below one request per minute is refused (config validation says so first): such a bucket
+never holds a whole token, so the tenant could never send anything.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from collections.abc import Callable
 
 class TokenBucket:
     def __init__(self, per_minute: float, burst: float | None = None, clock: Callable[[], float] = time.monotonic):
+        if not per_minute >= 1 or (burst is not None and not burst >= 1):
+            raise ValueError(f"requests per minute and burst must be >= 1, got {per_minute}, {burst}")
         self._rate = per_minute / 60.0
         self._capacity = burst if burst is not None else per_minute
         self._tokens = self._capacity

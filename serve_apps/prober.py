@@ -144,7 +144,7 @@ class Prober:
         *,
         latency_slo_s: float,
         timeout_s: float,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,  # schedules probes: a wall-clock step must not skip or bunch them
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tick_s: float = 0.25,
     ) -> None:

@@ -13,10 +13,18 @@ gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM
   the error means for the breakers, the domain's cool-down and the health.
 
 Health keys are the `x-spillover-target` forms: `local:<alias>` and `cloud:<provider>`.
+
+Clocks: everything here runs on `clock`, monotonic in production (`time.monotonic`): a step of
+the wall clock (NTP, an operator) never opens or closes a breaker, ends a cool-down, slides a
+quota window or moves a health machine. Wall time (`wall`) appears only where a person or
+another process reads it: transition times in `view()` and the breakers' export. A provider's
+Retry-After is capped at `resilience.retry.max_retry_after_s` where it enters this state (the
+domain's cool-down, the backoff and the Retry-After the client is given).
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -56,15 +64,18 @@ class Resilience:
         self,
         config: SpilloverConfig,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         spend: SpendLedger | None = None,
     ) -> None:
         r = config.resilience
         self._config = config
         self._clock = clock
+        self._wall = wall
         self._rng = rng or random.Random()
-        self.breakers = Breakers(BreakerSettings(**r.breaker.model_dump()), clock)
+        self.max_retry_after_s = r.retry.max_retry_after_s
+        self.breakers = Breakers(BreakerSettings(**r.breaker.model_dump()), clock, wall=wall)
         health = r.health.model_dump(
             include={f for f in HealthSettings.__dataclass_fields__ if f in type(r.health).model_fields}
         )
@@ -117,7 +128,7 @@ class Resilience:
         now = self._clock()
         if self._policy_cache is not None and now - self._policy_cache[0] < POLICY_REFRESH_S:
             return self._policy_cache[1]
-        total = self.spend.month_total(now)
+        total = self.spend.month_total()  # the ledger reads its own wall clock: months are calendar months
         factor = self._config.spend.max_cost_factor
         weights = {
             strategy: {**row, "cost": cost_weight(total, budget, base_weight=row.get("cost", 0.0), max_factor=factor)}
@@ -151,12 +162,19 @@ class Resilience:
         if rule.breaker_failure:
             self.breakers.record(target.id, domain, ok=False)
             self.health.get(health_key(target)).outcome(False)
+        if isinstance(error, ProviderRateLimited) and error.retry_after_s is not None:
+            error.retry_after_s = self.capped_retry_after(error.retry_after_s)
         if rule.cools_domain:
             after = error.retry_after_s if isinstance(error, ProviderRateLimited) else None
             self.breakers.cool_domain(domain, after if after is not None else DEFAULT_COOL_S)
         if rule.marks_black:
             self.health.get(health_key(target)).credential_failed(error.code or "")
         return rule
+
+    def capped_retry_after(self, seconds: float) -> float:
+        """A provider's Retry-After, at most `max_retry_after_s` (a hostile or broken provider must
+        not close a failure domain for days); not a number → the cap."""
+        return min(seconds, self.max_retry_after_s) if math.isfinite(seconds) else self.max_retry_after_s
 
     def succeeded(self, target: Target) -> None:
         self.breakers.record(target.id, self.domain(target), ok=True)
@@ -178,6 +196,7 @@ class Resilience:
     def view(self) -> dict[str, Any]:
         """The whole picture for `/v1/spillover/cluster`."""
         health: dict[str, Any] = {}
+        to_wall = self._wall() - self._clock()  # transition times are shown as epoch seconds
         for key, state in self.health.states().items():
             machine = self.health.get(key)
             health[key] = {
@@ -187,7 +206,7 @@ class Resilience:
                 "reason": machine.reason,
                 "transitions_total": machine.transitions_total,
                 "transitions": [
-                    {"at": t.at, "from": t.from_state, "to": t.to_state, "share": t.share, "reason": t.reason}
+                    {"at": t.at + to_wall, "from": t.from_state, "to": t.to_state, "share": t.share, "reason": t.reason}
                     for t in machine.transitions[-10:]
                 ],
             }
