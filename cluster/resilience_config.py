@@ -72,6 +72,12 @@ class HealthSection(_Strict):
     ramp_step_s: float = Field(30.0, ge=0, description="each ramp share held this long without failures")
     black_retry_s: float = Field(600.0, ge=0, description="after a credential failure, probes believed after this")
     yellow_clear_s: float = Field(30.0, ge=0, description="yellow with a clean window this long: green")
+    stale_red_s: float = Field(
+        30.0,
+        ge=0,
+        description="every replica's stats stale this long past telemetry.max_age_s: red (shorter staleness "
+        "only diverts traffic while it lasts)",
+    )
 
     @model_validator(mode="after")
     def _ramp_rises_to_one(self) -> HealthSection:

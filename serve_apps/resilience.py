@@ -5,8 +5,9 @@ A gateway replica holds one `Resilience`: circuit breakers per target and failur
 gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM windows
 (`router.quota`) and the spend ledger (`router.spend`). The dispatcher asks it three things:
 
-* `unavailable(targets)` at plan time: red/black health or an open breaker takes a target out
-  of the ranked tiers (the decision record says why);
+* `unavailable(targets)` at plan time: red/black health, an open breaker, or (local) every
+  replica's stats stale right now takes a target out of the ranked tiers (the decision record
+  says why); health reddens on sustained staleness only (`watch_local`);
 * `gate(target, ...)` just before an attempt: a half-open breaker's trial slot, the health share
   (yellow keeps ~70%, a ramp 20/50/100%) when there is another candidate, the provider's quota;
 * `failed(target, error)` / `succeeded(target)` after it: `router.failure`'s table decides what
@@ -91,6 +92,8 @@ class Resilience:
         self._domains = {p.name: p.failure_domain for p in providers}
         self.spend = spend
         self._policy_cache: tuple[float, Policy] | None = None
+        self._stale_red_s = r.health.stale_red_s
+        self._stale_local: dict[str, str] = {}  # alias -> why, while every replica's stats are stale
 
     # -- plan time ---------------------------------------------------------------------------------
     def domain(self, target: Target) -> str:
@@ -99,15 +102,31 @@ class Resilience:
         return self._domains.get(target.provider or "", target.provider or "")
 
     def watch_local(self, alias: str, snapshot: ClusterSnapshot, now: float) -> None:
-        """Every replica of a model stale (or none left) is a local model down: red at once."""
+        """Stale stats divert traffic while they last; only sustained staleness reddens health.
+
+        Every replica of the model stale (no fresh stats on the snapshot `now`, wall time like the
+        replicas' `read_at`): the local target is unavailable from this moment (`unavailable()`),
+        so traffic goes to the cloud (or a local_only request gets a 503), and comes back with the
+        first fresh reading. Health turns red only once the newest reading is older than
+        `max_age_s + resilience.health.stale_red_s` (30 s by default, three liveness periods), or
+        when the liveness probes fail `red_probe_failures` times in a row: one late stats push
+        must not take the model off for a whole red cool-down and ramp."""
         replicas = snapshot.for_model(alias)
+        if not replicas or not all(snapshot.is_stale(r, now) for r in replicas):
+            self._stale_local.pop(alias, None)
+            return
+        stale_for = min(r.age(now) for r in replicas) - snapshot.max_age_s
+        self._stale_local[alias] = f"every replica of {alias} stale ({stale_for:.1f}s past max_age_s)"
         machine = self.health.get(f"local:{alias}")
-        if replicas and all(snapshot.is_stale(r, now) for r in replicas) and machine.state != Health.RED:
-            machine.mark_down(f"every replica of {alias} stopped reporting stats")
+        if stale_for >= self._stale_red_s and machine.state not in (Health.RED, Health.BLACK):
+            machine.mark_down(f"every replica of {alias} stopped reporting stats for {stale_for:.0f}s")
 
     def unavailable(self, targets: Iterable[Target]) -> dict[str, str]:
         out: dict[str, str] = {}
         for target in targets:
+            if target.kind == "local" and target.alias in self._stale_local:
+                out[target.id] = self._stale_local[target.alias]
+                continue
             machine = self.health.get(health_key(target))
             if machine.state in (Health.RED, Health.BLACK):
                 out[target.id] = f"health {machine.state.value}: {machine.reason}"
