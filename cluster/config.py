@@ -89,6 +89,9 @@ class GatewaySection(_Strict):
     readiness_timeout_s: float = Field(600, gt=0)
     decisions_kept: int = Field(1000, ge=1, description="decision records kept in memory per gateway replica")
     decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
+    decisions_max_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="decision records kept in memory, at most this many bytes of JSON"
+    )
     auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
     autoscaling: GatewayAutoscaling | None = None
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger: 413")

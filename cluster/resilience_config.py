@@ -90,6 +90,7 @@ class HealthSection(_Strict):
 class IdempotencySection(_Strict):
     ttl_s: float = Field(600.0, gt=0, description="how long a completed answer is replayed for its key")
     max_entries: int = Field(10_000, ge=1, description="per gateway replica")
+    max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="stored answers' JSON bytes, per gateway replica")
     wait_s: float = Field(300.0, gt=0, description="a repeat of an in-flight key waits this long for it")
 
 

@@ -5,7 +5,9 @@ filter reason or its scores, the tiers, the chosen target and every attempt — 
 with their cost, because a retried request is paid for twice. Records are frozen: `with_attempt`
 and `finished` return new ones. Timestamps come from the clock the caller injects.
 
-`DecisionStore` keeps the last `max_records` records by request id (oldest evicted) and writes
+`DecisionStore` keeps the last `max_records` records by request id (oldest evicted), and at most
+`max_bytes` of them measured as their JSON lines (a record quotes the client's schema, so a few
+large requests must not pin gigabytes: the oldest go first, the newest is always kept), and writes
 each stored record as one JSON line to an optional sink (a callable the caller wires to a file).
 A sink that raises is logged and counted (`sink_failures`): the record stays stored and the
 request it describes is never failed by its log.
@@ -183,12 +185,17 @@ class DecisionStore:
     """The last `max_records` decision records by request id; `put` of a known id replaces it
     when the owner is the same (see the module docstring for owners and claims)."""
 
-    def __init__(self, max_records: int = 1000, sink: Callable[[str], None] | None = None) -> None:
-        if max_records < 1:
-            raise ValueError("max_records must be >= 1")
+    def __init__(
+        self, max_records: int = 1000, sink: Callable[[str], None] | None = None, *, max_bytes: int | None = None
+    ) -> None:
+        if max_records < 1 or (max_bytes is not None and max_bytes < 1):
+            raise ValueError("max_records and max_bytes must be >= 1")
         self._max = max_records
+        self._max_bytes = max_bytes
         self._sink = sink
         self._records: OrderedDict[str, tuple[str, DecisionRecord]] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # request id -> bytes of its JSON line
+        self.bytes_kept = 0
         self._claims: dict[str, tuple[str, int]] = {}  # request id -> (owner, requests in flight)
         self.sink_failures = 0
 
@@ -230,12 +237,17 @@ class DecisionStore:
             self._records[record.request_id] = stored
             log.warning("decision record %s not stored: the id belongs to another owner", record.request_id)
             return
+        line = record.to_json()
+        self.bytes_kept += len(line) - self._sizes.get(record.request_id, 0)
+        self._sizes[record.request_id] = len(line)
         self._records[record.request_id] = (owner, record)
-        while len(self._records) > self._max:
-            self._records.popitem(last=False)
+        max_bytes = self._max_bytes if self._max_bytes is not None else float("inf")
+        while len(self._records) > self._max or (self.bytes_kept > max_bytes and len(self._records) > 1):
+            evicted, _ = self._records.popitem(last=False)
+            self.bytes_kept -= self._sizes.pop(evicted, 0)
         if self._sink is not None:
             try:
-                self._sink(record.to_json())
+                self._sink(line)
             except Exception as exc:  # noqa: BLE001 - a full disk or a bad path must not fail the request
                 self.sink_failures += 1
                 log.warning("decision log write failed (%s): %s", type(exc).__name__, exc)

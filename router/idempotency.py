@@ -7,7 +7,11 @@ while the first is still running waits for it rather than running in parallel (t
 not pay twice). Failures are not stored, so a failed request may be retried with the same key.
 The same key with a different body is a client bug and is refused, as Stripe and OpenAI do.
 
-Per gateway replica and in memory: replays are best effort across replicas and restarts.
+Per gateway replica and in memory: replays are best effort across replicas and restarts. Memory
+is bounded by count (`max_entries`) and by bytes (`max_bytes`, the stored answers' JSON): past
+either, the oldest completed answers are evicted, and an answer larger than `max_bytes` on its own
+is not stored at all (its key behaves as abandoned). A request waiting for its in-flight twin holds
+nothing but a wait on an event: no admission slot, no engine or provider capacity.
 The TTL runs on the injected clock; waiting for an in-flight twin runs on the event loop.
 
     store.begin(...)  -> Fresh   the caller runs the request, then complete(...) or abandon(...)
@@ -74,6 +78,11 @@ class _Entry:
     expires_at: float
     done: asyncio.Event = field(default_factory=asyncio.Event)  # set when completed or abandoned
     stored: StoredResponse | None = None
+    size: int = 0  # JSON bytes of `stored`, counted in the store's bytes_kept
+
+
+def _size(stored: StoredResponse) -> int:
+    return len(json.dumps(stored.body, separators=(",", ":"))) + sum(len(k) + len(v) for k, v in stored.headers.items())
 
 
 _Key = tuple[str, str]
@@ -87,11 +96,22 @@ class IdempotencyStore:
     evicted; in-flight entries never are (their count is bounded by concurrency).
     """
 
-    def __init__(self, *, ttl_s: float = 600.0, max_entries: int = 10_000, clock: Callable[[], float]) -> None:
-        if ttl_s <= 0 or max_entries < 1:
-            raise ValueError(f"ttl_s must be > 0 and max_entries >= 1, got {ttl_s}, {max_entries}")
+    def __init__(
+        self,
+        *,
+        ttl_s: float = 600.0,
+        max_entries: int = 10_000,
+        max_bytes: int = 64 * 1024 * 1024,
+        clock: Callable[[], float],
+    ) -> None:
+        if ttl_s <= 0 or max_entries < 1 or max_bytes < 1:
+            raise ValueError(
+                f"ttl_s must be > 0, max_entries and max_bytes >= 1, got {ttl_s}, {max_entries}, {max_bytes}"
+            )
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.bytes_kept = 0  # JSON bytes of the completed answers held
         self._clock = clock
         # Both in insertion order, and with one TTL also in expiry order: sweeping the front
         # drops every expired entry.
@@ -108,11 +128,13 @@ class IdempotencyStore:
                 if entry.expires_at > now:
                     break
                 del entries[key]
+                self.bytes_kept -= entry.size
                 entry.done.set()  # an expired in-flight twin counts as abandoned: wake its waiters
 
     def _evict(self) -> None:
-        while len(self) > self.max_entries and self._completed:
-            self._completed.popitem(last=False)
+        while (len(self) > self.max_entries or self.bytes_kept > self.max_bytes) and self._completed:
+            _, entry = self._completed.popitem(last=False)
+            self.bytes_kept -= entry.size
 
     async def begin(self, tenant: str, key: str, fingerprint: str, *, wait_s: float = 30.0) -> Begin:
         """Fresh, or Replay of a completed answer; waits up to `wait_s` for an in-flight twin.
@@ -150,13 +172,16 @@ class IdempotencyStore:
                 ) from None
             # Completed → Replay, abandoned → Fresh (or another waiter won and we wait again).
 
-    def complete(self, tenant: str, key: str, stored: StoredResponse) -> None:
+    def complete(self, tenant: str, key: str, stored: StoredResponse, *, size_bytes: int | None = None) -> None:
         """Store the answer of the in-flight request and wake its waiters.
 
         A failure (status >= 400) is not stored: it behaves as `abandon`, so the client may
-        retry with the same key. Without an in-flight entry (it expired) the answer is dropped.
+        retry with the same key; so does an answer larger than `max_bytes` (`size_bytes`: its
+        JSON's length, measured here when not given). Without an in-flight entry (it expired)
+        the answer is dropped.
         """
-        if stored.status >= 400:
+        size = size_bytes if size_bytes is not None else _size(stored)
+        if stored.status >= 400 or size > self.max_bytes:
             self.abandon(tenant, key)
             return
         k = (tenant, key)
@@ -164,6 +189,8 @@ class IdempotencyStore:
         if entry is None:
             return
         entry.stored = copy.deepcopy(stored)
+        entry.size = size
+        self.bytes_kept += size
         entry.expires_at = self._clock() + self.ttl_s
         self._completed[k] = entry
         entry.done.set()

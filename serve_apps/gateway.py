@@ -128,7 +128,7 @@ class Gateway:
         self._sync_task = loop.create_task(sync.run())
         gateway = self._config.gateway
         sink = JsonlFile(gateway.decisions_log) if gateway.decisions_log else None
-        decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink)
+        decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
         dispatcher = Dispatcher(
             self._config,
             backend,
@@ -139,7 +139,9 @@ class Gateway:
             resilience=resilience,
         )
         idem = self._config.resilience.idempotency
-        store = IdempotencyStore(ttl_s=idem.ttl_s, max_entries=idem.max_entries, clock=time.time)
+        store = IdempotencyStore(
+            ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
+        )
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
             backend,

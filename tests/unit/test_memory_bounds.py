@@ -1,0 +1,128 @@
+"""Memory bounds by bytes, not only by count: decision records and stored idempotent answers;
+and a request waiting for its idempotent twin holds no admission slot."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+from cluster.config import parse_config
+from router.decision import DecisionRecord, DecisionStore
+from router.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse
+from router.openai_request import Kind
+from serve_apps.backend import BackendReply
+from serve_apps.dispatch import Dispatcher
+from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.idempotent import IdempotentReplies
+from tests.unit.test_dispatch import World
+
+
+def _record(request_id: str, schema_chars: int) -> DecisionRecord:
+    contract = {"json_schema": {"description": "x" * schema_chars}}  # a record quotes the client's schema
+    return DecisionRecord(request_id, "v1", contract, (), (), started_at=0.0)
+
+
+def test_decision_records_bounded_by_bytes() -> None:
+    store = DecisionStore(max_records=1000, max_bytes=100_000)
+    for i in range(50):
+        store.put(_record(f"r{i}", 10_000))
+    assert store.bytes_kept <= 100_000
+    assert 5 <= len(store) < 10  # the count alone (1000) would have kept all 50
+    assert store.get("r49") is not None and store.get("r0") is None  # the oldest went first
+    store.put(_record("huge", 500_000))  # larger than the bound on its own: the newest is kept
+    assert len(store) == 1 and store.get("huge") is not None
+    store.put(_record("small", 10))
+    assert store.get("small") is not None and store.get("huge") is None
+    assert store.bytes_kept == len(_record("small", 10).to_json())
+
+
+def test_decision_store_counts_a_replaced_record_once() -> None:
+    store = DecisionStore(max_records=10, max_bytes=10_000_000)
+    store.put(_record("a", 1000))
+    store.put(_record("a", 2000))
+    assert store.bytes_kept == len(_record("a", 2000).to_json())
+
+
+def _answer(chars: int) -> StoredResponse:
+    return StoredResponse(200, {"choices": [{"message": {"content": "x" * chars}}]})
+
+
+async def test_idempotent_replies_bounded_by_bytes() -> None:
+    store = IdempotencyStore(max_entries=10_000, max_bytes=50_000, clock=lambda: 0.0)
+    for i in range(20):
+        assert isinstance(await store.begin("t", f"k{i}", "fp"), Fresh)
+        store.complete("t", f"k{i}", _answer(10_000))
+    assert store.bytes_kept <= 50_000 and len(store) < 10
+    assert isinstance(await store.begin("t", "k19", "fp"), Replay)  # the newest answers stay
+    assert isinstance(await store.begin("t", "k0", "fp"), Fresh)  # the oldest were evicted
+    store.abandon("t", "k0")
+    assert isinstance(await store.begin("t", "big", "fp"), Fresh)
+    store.complete("t", "big", _answer(60_000))  # larger than the bound on its own: not stored
+    assert isinstance(await store.begin("t", "big", "fp"), Fresh)
+    assert store.bytes_kept <= 50_000
+
+
+class Blocking:
+    """A local engine whose first chat hangs until `release` is set (a slow generation)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.calls += 1
+        if self.calls == 1:
+            self.started.set()
+            await self.release.wait()
+        return BackendReply(body={"object": "chat.completion", "choices": [{"message": {"content": "ok"}}]})
+
+    async def check_health(self, alias: str, timeout_s: float) -> str | None:
+        return None
+
+
+async def test_idempotency_waiters_hold_no_admission_slot() -> None:
+    """Five repeats wait for the first request's answer; the model's admission limit (2) still
+    lets an unrelated request run locally, and the waiters are answered by replay."""
+    config = parse_config(
+        {
+            "models": [
+                {
+                    "alias": "m",
+                    "source": "prepared:x",
+                    "family": "llama",
+                    "admission_limit": 2,
+                    "engine_args": {"max_model_len": 4096},
+                }
+            ]
+        },
+        "test",
+    )
+    world, backend = World(), Blocking()
+    dispatcher = Dispatcher(config, backend, {}, world.snapshot, clock=world.clock, sleep=world.sleep)
+    store = IdempotencyStore(ttl_s=600, clock=world.clock)
+    gateway = GatewayHTTP(
+        backend,
+        [ServedModel("m", "llama", "cpu", 4096)],
+        created=1,
+        dispatcher=dispatcher,
+        idempotent=IdempotentReplies(store, wait_s=60),
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    key = {"idempotency-key": "order-7"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client:
+        first = asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=key))
+        await backend.started.wait()
+        twins = [asyncio.create_task(client.post("/v1/chat/completions", json=body, headers=key)) for _ in range(5)]
+        for _ in range(20):
+            await asyncio.sleep(0)  # let every twin reach its wait
+        assert dispatcher.inflight("m") == 1  # only the first request holds a slot
+        other = await client.post("/v1/chat/completions", json={**body, "messages": [{"role": "user", "content": "x"}]})
+        assert other.status_code == 200 and other.headers["x-spillover-route"] == "local"
+        backend.release.set()
+        answers = [await first, *[await t for t in twins]]
+    assert [a.status_code for a in answers] == [200] * 6
+    assert [a.headers.get("x-spillover-idempotent-replay") for a in answers[1:]] == ["true"] * 5
+    assert backend.calls == 2  # the first request and the unrelated one; no twin ran
