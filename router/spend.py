@@ -7,8 +7,16 @@ provider may bill a request that timed out on our side, and an operator reconcil
 wants to see them.
 
 Spend bookkeeping must never fail a request: write (and read) failures are logged and
-counted, not raised. Only an unusable path at start-up is an error (`ConfigError`), because
-then the operator can fix it before traffic arrives.
+counted, not raised (the gateway shows them as `spillover_spend_ledger_failures_total`). Only
+an unusable path at start-up is an error (`ConfigError`), because then the operator can fix it
+before traffic arrives.
+
+With `background=True` (the gateway) nothing touches SQLite on the caller's thread: `add`
+stamps the row and queues it for one writer thread (router/background_writer.py; a full queue
+drops the row and counts a write failure), and `recent_month_total()` answers the month's spend
+as last read by that thread, asking it to read again when the value is older than
+`month_refresh_s`. A locked database (another process inside its busy timeout) or a slow disk
+therefore never stalls the event loop that serves requests.
 
 `cost_weight` is pure: it turns the month's spend into the cost scorer's weight (a soft budget,
 never a refusal). The hard per-request cap is the contract pipeline's `cost` filter.
@@ -24,6 +32,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from router.background_writer import BackgroundWriter
 from router.errors import ConfigError
 
 log = logging.getLogger("spillover.spend")
@@ -43,6 +52,8 @@ CREATE INDEX IF NOT EXISTS spend_at ON spend (at);
 
 # How long a writer waits for another process's transaction before giving up (ms).
 _BUSY_TIMEOUT_MS = 5000
+_REFRESH = "refresh-month-total"  # a job for the writer thread: read the month's spend again
+_Job = tuple[float, str, str, str, str, float] | str
 
 
 def month_bounds(now: float) -> tuple[float, float]:
@@ -64,13 +75,23 @@ class SpendLedger:
     threads.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Callable[[], float],
+        background: bool = False,
+        month_refresh_s: float = 10.0,
+    ) -> None:
         self.path = str(path)
         self._clock = clock
         self._lock = threading.Lock()
-        self.write_failures = 0
+        self._write_failures = 0
         self.read_failures = 0
         self._closed = False
+        self._month_refresh_s = month_refresh_s
+        self._month: tuple[float, float] | None = None  # (read at, total) as last read by the writer
+        self._month_asked = False
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -91,19 +112,58 @@ class SpendLedger:
             conn.close()
             raise ConfigError(self.path, [("spend ledger", f"cannot initialise: {e}")]) from e
         self._conn = conn
+        self._writer: BackgroundWriter[_Job] | None = (
+            BackgroundWriter(self._run_job, name="spend-ledger") if background else None
+        )
+
+    @property
+    def write_failures(self) -> int:
+        """Rows that could not be written: failed inserts, and rows dropped by a full queue."""
+        return self._write_failures + (self._writer.dropped if self._writer is not None else 0)
 
     def add(self, request_id: str, target_id: str, provider: str, outcome: str, cost_usd: float) -> None:
         """Record one attempt. Never raises: a failed write is logged and counted."""
+        row = (self._clock(), request_id, target_id, provider, outcome, cost_usd)
+        if self._writer is not None:
+            self._writer.submit(row)
+        else:
+            self._insert(row)
+
+    def recent_month_total(self) -> float:
+        """The month's spend without waiting on SQLite in background mode: the writer thread's
+        last reading (0.0 before the first), refreshed when older than `month_refresh_s`."""
+        if self._writer is None:
+            return self.month_total()
+        now = self._clock()
+        if (self._month is None or now - self._month[0] >= self._month_refresh_s) and not self._month_asked:
+            self._month_asked = True
+            self._writer.submit(_REFRESH)
+        return self._month[1] if self._month is not None else 0.0
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Background mode: wait until every queued row is written. True at once otherwise."""
+        return self._writer.flush(timeout_s) if self._writer is not None else True
+
+    def _run_job(self, job: _Job) -> None:
+        if job is _REFRESH:
+            now = self._clock()
+            self._month = (now, self.month_total(now))
+            self._month_asked = False
+        else:
+            self._insert(job)  # type: ignore[arg-type]
+
+    def _insert(self, row: tuple[float, str, str, str, str, float]) -> None:
+        at, request_id, target_id, provider, outcome, cost_usd = row
         with self._lock:
             try:
                 self._conn.execute(
                     "INSERT INTO spend (at, request_id, target_id, provider, outcome, cost_usd) "
                     "VALUES (?, ?, ?, ?, ?, ?)",
-                    (self._clock(), request_id, target_id, provider, outcome, float(cost_usd)),
+                    (at, request_id, target_id, provider, outcome, float(cost_usd)),
                 )
                 return
             except (sqlite3.Error, ValueError, TypeError) as e:
-                self.write_failures += 1
+                self._write_failures += 1
                 error = e
         log.warning(
             "spend ledger %s: could not record request %s on %s (%s USD): %s",
@@ -141,7 +201,10 @@ class SpendLedger:
         return rows[0] if rows else None
 
     def close(self) -> None:
-        """Close the connection; later writes count as failures. Safe to call twice."""
+        """Close the connection (after the queued rows); later writes count as failures. Safe to
+        call twice."""
+        if self._writer is not None:
+            self._writer.close()
         with self._lock:
             if not self._closed:
                 self._closed = True

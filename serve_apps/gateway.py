@@ -19,6 +19,7 @@ from ray.serve.handle import DeploymentHandle
 from cluster.config import parse_config
 from cluster.models import CATALOG, cache_dir
 from router.auth import authenticator_for
+from router.background_writer import BackgroundWriter
 from router.decision import DecisionStore, JsonlFile
 from router.errors import SpilloverError
 from router.idempotency import IdempotencyStore
@@ -65,7 +66,7 @@ class Gateway:
         (logged: spend accounting must never stop the gateway from serving)."""
         path = self._config.spend.ledger or str(cache_dir().parent / "spend.sqlite")
         try:
-            return SpendLedger(path, clock=time.time)
+            return SpendLedger(path, clock=time.time, background=True)  # SQLite off the event loop
         except SpilloverError as exc:
             log.error("spend ledger disabled: %s", exc.message)
             return None
@@ -127,7 +128,10 @@ class Gateway:
         )
         self._sync_task = loop.create_task(sync.run())
         gateway = self._config.gateway
-        sink = JsonlFile(gateway.decisions_log) if gateway.decisions_log else None
+        # the decision log is written by its own thread: a slow disk never stalls the event loop
+        sink = (
+            BackgroundWriter(JsonlFile(gateway.decisions_log), name="decision-log") if gateway.decisions_log else None
+        )
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
         dispatcher = Dispatcher(
             self._config,

@@ -21,6 +21,7 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_health_transitions_total{target,to}            health transitions (ramp steps included)
     spillover_breaker_open{breaker}                          1 while a target / domain breaker is not closed
     spillover_retry_budget_tokens                            retries the gateway-wide budget allows now
+    spillover_spend_ledger_failures_total{op}                spend ledger writes (incl. dropped) / reads that failed
 """
 
 from __future__ import annotations
@@ -93,6 +94,10 @@ class GatewayMetrics:
         self.breaker_open = Gauge("spillover_breaker_open", "1 while not closed", ["breaker"], registry=r)
         self.retry_budget = Gauge("spillover_retry_budget_tokens", "Retries the budget allows now", registry=r)
         self._transitions_seen: dict[str, int] = {}
+        self.ledger_failures = Counter(
+            "spillover_spend_ledger_failures", "Spend ledger failures (op: write, read)", ["op"], registry=r
+        )
+        self._ledger_seen: dict[str, int] = {"write": 0, "read": 0}
 
     # DispatchObserver
     def waiting(self, model: str, count: int) -> None:
@@ -128,6 +133,10 @@ class GatewayMetrics:
         for breaker, state in view["breakers"].items():
             self.breaker_open.labels(breaker).set(0 if state == "closed" else 1)
         self.retry_budget.set(view["retry_budget"])
+        for op in ("write", "read"):
+            total = (view.get("spend_ledger") or {}).get(f"{op}_failures", 0)
+            self.ledger_failures.labels(op).inc(max(0, total - self._ledger_seen[op]))
+            self._ledger_seen[op] = max(total, self._ledger_seen[op])
 
     def replicas(
         self,

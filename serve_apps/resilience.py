@@ -147,7 +147,7 @@ class Resilience:
         now = self._clock()
         if self._policy_cache is not None and now - self._policy_cache[0] < POLICY_REFRESH_S:
             return self._policy_cache[1]
-        total = self.spend.month_total()  # the ledger reads its own wall clock: months are calendar months
+        total = self.spend.recent_month_total()  # off the loop in the gateway; calendar months, wall clock
         factor = self._config.spend.max_cost_factor
         weights = {
             strategy: {**row, "cost": cost_weight(total, budget, base_weight=row.get("cost", 0.0), max_factor=factor)}
@@ -229,8 +229,13 @@ class Resilience:
                     for t in machine.transitions[-10:]
                 ],
             }
+        spend = self.spend
         return {
             "health": health,
+            "spend_ledger": {
+                "write_failures": spend.write_failures if spend is not None else 0,
+                "read_failures": spend.read_failures if spend is not None else 0,
+            },
             "breakers": self.breakers.states(),
             "retry_budget": self.budget.balance(),
             "quotas": {name: {"requests": r, "tokens": t} for name, (r, t) in self.quotas.usage().items()},

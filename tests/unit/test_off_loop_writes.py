@@ -1,0 +1,103 @@
+"""SQLite spend ledger and decision-log writes leave the event loop; ledger failures show in
+/metrics.
+
+Real parts: a real SQLite file locked by a second connection (what another gateway process
+inside its transaction looks like), a real FIFO as the decision log (an `open()` that blocks
+until a reader comes, like a stalled disk), the real metrics page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import httpx
+
+from cluster.config import parse_config
+from router.background_writer import BackgroundWriter
+from router.decision import DecisionRecord, DecisionStore, JsonlFile
+from router.spend import SpendLedger
+from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.metrics import GatewayMetrics
+from serve_apps.resilience import Resilience
+from tests.unit.test_gateway_http import MODELS, FakeBackend
+
+CONFIG = {"models": [{"alias": "m", "source": "prepared:x", "family": "llama"}]}
+
+
+def _rows(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT COUNT(*) FROM spend").fetchone()[0])
+
+
+async def test_spend_ledger_writes_leave_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "spend.sqlite"
+    ledger = SpendLedger(path, clock=lambda: 1_800_000_000.0, background=True)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")  # another process holds the database (inserts wait on it)
+    ledger.add("r1", "cloud:sim/m", "sim", "ok", 0.25)  # returns at once: queued for the writer thread
+    ticks = 0
+    for _ in range(10):  # the event loop keeps running while the write waits on the lock
+        await asyncio.sleep(0)
+        ticks += 1
+    assert ticks == 10 and ledger.write_failures == 0
+    other.execute("COMMIT")
+    other.close()
+    assert await asyncio.to_thread(ledger.flush, 30.0)
+    assert _rows(path) == 1 and ledger.month_total(1_800_000_000.0) == 0.25
+    ledger.close()
+
+
+async def test_month_total_is_read_by_the_writer_thread(tmp_path: Path) -> None:
+    ledger = SpendLedger(tmp_path / "s.sqlite", clock=lambda: 1_800_000_000.0, background=True, month_refresh_s=0)
+    ledger.add("r1", "cloud:sim/m", "sim", "ok", 1.5)
+    assert ledger.recent_month_total() == 0.0  # nothing read yet: the caller never waits on SQLite
+    assert await asyncio.to_thread(ledger.flush, 30.0)
+    assert ledger.recent_month_total() == 1.5
+    ledger.close()
+
+
+async def test_decision_log_writes_leave_the_event_loop(tmp_path: Path) -> None:
+    fifo = tmp_path / "decisions.jsonl"
+    os.mkfifo(fifo)  # appending blocks in open() until a reader comes: a stalled disk
+    writer = BackgroundWriter(JsonlFile(str(fifo)), name="decision-log")
+    store = DecisionStore(sink=writer)
+    store.put(DecisionRecord("r1", "v1", {}, (), (), started_at=0.0))  # returns: the thread waits, not us
+    assert store.get("r1") is not None and store.sink_failures == 0
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(fifo.open().read().splitlines()))
+    reader.start()
+    assert await asyncio.to_thread(writer.flush, 30.0)
+    await asyncio.to_thread(reader.join, 30.0)
+    assert [DecisionRecord.from_json(line).request_id for line in lines] == ["r1"]
+    writer.close()
+
+
+def test_background_writer_counts_failures_and_drops() -> None:
+    def fail(item: int) -> None:
+        raise OSError("disk full")
+
+    writer: BackgroundWriter[int] = BackgroundWriter(fail, name="t", max_queued=1)
+    writer.submit(1)
+    assert writer.flush(30.0) and writer.failures == 1
+    writer.close()
+    assert writer.submit(2) is False and writer.dropped == 1
+
+
+async def test_ledger_failures_show_in_metrics(tmp_path: Path) -> None:
+    ledger = SpendLedger(tmp_path / "spend.sqlite", clock=lambda: 1_800_000_000.0, background=True)
+    ledger.close()  # the file went away under the gateway: every later write fails
+    ledger.add("r1", "cloud:sim/m", "sim", "ok", 0.1)
+    res = Resilience(parse_config(CONFIG, "test"), spend=ledger)
+    metrics = GatewayMetrics()
+    metrics.resilience(res.view())  # what the gateway does on every telemetry refresh
+    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1, metrics=metrics)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client:
+        page = (await client.get("/metrics")).text
+    assert 'spillover_spend_ledger_failures_total{op="write"} 1.0' in page
+    assert 'spillover_spend_ledger_failures_total{op="read"} 0.0' in page
+    metrics.resilience(res.view())  # counted once, not again on the next refresh
+    assert 'spillover_spend_ledger_failures_total{op="write"} 1.0' in metrics.render().decode()
