@@ -7,7 +7,7 @@ capacity formula, and write the recommended admission limit as a config overlay.
        `spillover capacity`)
     3. stage "model" against `direct_url` (when given), then stage "gateway" against `url`:
        a closed-loop concurrency sweep each (`bench.sweep`), knee per stage (`bench.knee`)
-    4. recommendation: the knee of the first stage (the model itself, seed 002's first stage)
+    4. recommendation: the knee of the first stage (the model itself)
        divided by the model's replicas; written as an overlay `{"models": [{"alias", "admission_limit"}]}`
        with a comment header saying where it came from
     5. the report directory (`bench.report`), and a short summary on stdout

@@ -4,7 +4,7 @@ A level (`LoadPoint`) is acceptable when all three hold:
 
     latency      p95 ≤ SLO                          (a level with no successful request has no p95: fails)
     errors       error rate ≤ max_error_rate        (1% by default; a saturated server answers 429/503
-                                                     fast, so errors are watched with latency, seed 002)
+                                                     fast, so errors are watched with latency)
     throughput   throughput ≥ 95% × plateau
 
 The plateau is the highest throughput observed over the levels that meet the SLO and the error

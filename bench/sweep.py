@@ -2,11 +2,11 @@
 
 For each level (in increasing order): `warmup` + `requests_per_level` requests from the stage's
 `RequestFactory` at that concurrency, summarized (`bench.stats`). The sweep watches latency and
-errors as it raises concurrency (seed 002): after the first level that breaks the SLO or the
+errors as it raises concurrency: after the first level that breaks the SLO or the
 error limit it stops, unless `stop_after_breach` is off. The stage's knee is then found over the
 levels measured (`bench.knee.find_knee`).
 
-Stages (seed 002's two-stage test): "model" (the engine directly, e.g. Ray's ingress or vLLM's
+Stages (a two-stage test): "model" (the engine directly, e.g. Ray's ingress or vLLM's
 server) and then "gateway" (the layer above, our router).
 """
 

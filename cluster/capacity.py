@@ -1,4 +1,4 @@
-"""The capacity model: how many sequences one replica can hold, step by step (DESIGN.md §5).
+"""The capacity model: how many sequences one replica can hold, step by step.
 
     kv bytes / token     = 2 (K and V) × num_layers × num_kv_heads × head_dim × bytes(kv dtype)
     kv budget (bytes)    = total_gpu_mem × gpu_memory_utilization − weights − overhead      (source "memory")
@@ -7,9 +7,9 @@
                          | num_gpu_blocks × block_size  (vLLM's own number, exact)          (source "engine_blocks")
     tokens / sequence    = prompt × (1 − prefix_share) + output  (the shared prefix is held once, see below)
     max concurrency      = ⌊(kv budget tokens − prompt × prefix_share) / tokens per sequence⌋
-    admission limit      = ⌊0.8 × max concurrency⌋, at least 1 when max concurrency ≥ 1 (seed 002)
+    admission limit      = ⌊0.8 × max concurrency⌋, at least 1 when max concurrency ≥ 1
     Little's law         concurrency = throughput × latency
-    agent concurrency    = model max QPS × model calls per task × (1 + buffer)  (seed 002)
+    agent concurrency    = model max QPS × model calls per task × (1 + buffer)
 
 The model's side (kv bytes per token, weights) comes from its `cluster.model_shape.ModelShape`.
 Only memory is modelled here (`CapacityReport.bound == "memory"`); bench adds the compute term
@@ -87,7 +87,7 @@ def max_concurrent_sequences(
 
 
 def admission_limit(predicted: int, fraction: float = DEFAULT_ADMISSION_FRACTION) -> int:
-    """⌊fraction × predicted⌋ (80% by default, seed 002), at least 1 when predicted ≥ 1."""
+    """⌊fraction × predicted⌋ (80% by default), at least 1 when predicted ≥ 1."""
     if not 0 < fraction <= 1:
         raise ValueError(f"admission fraction must be in (0, 1], got {fraction}")
     if predicted < 1:
@@ -103,9 +103,9 @@ def littles_law_concurrency(throughput_rps: float, latency_s: float) -> float:
 
 
 def agent_concurrency(model_max_qps: float, calls_per_task: float, buffer: float) -> float:
-    """Seed 002: agent-level concurrency = model max QPS × model calls per task × (1 + buffer).
+    """Agent-level concurrency = model max QPS × model calls per task × (1 + buffer).
 
-    Example from the seed: 20 QPS × 3 calls × 1.3 = 78.
+    Example: 20 QPS × 3 calls × 1.3 = 78.
     """
     if model_max_qps < 0 or calls_per_task < 0 or buffer < 0:
         raise ValueError("QPS, calls per task and buffer must be >= 0")

@@ -1,9 +1,9 @@
-"""The `resilience:` and `spend:` sections of the deployment config (issue 6).
+"""The `resilience:` and `spend:` sections of the deployment config.
 
-Defaults follow the seeds: retries ≤ ~10% of requests (gRPC retry throttling), backoff with
+Defaults follow common practice: retries ≤ ~10% of requests (gRPC retry throttling), backoff with
 full jitter, breakers that need a minimum count before they judge, probes at 10 s / 30 s /
 5 min, yellow moving ~30% of new requests away, recovery after consecutive good probes and a
-cool-down, then a 20% → 50% → 100% ramp (seed 004 §2.3).
+cool-down, then a 20% → 50% → 100% ramp (router/health.py).
 """
 
 from __future__ import annotations

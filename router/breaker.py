@@ -1,6 +1,6 @@
 """Circuit breakers per target and per failure domain.
 
-Why two keys (seed 003): several targets often share one provider endpoint or credential pool (a
+Why two keys: several targets often share one provider endpoint or credential pool (a
 *failure domain*). A 429 from that endpoint is a fact about the whole group, so swapping to another
 model name in the same group does not leave the rate limit; `cool_domain` refuses every target of the
 domain until Retry-After has passed. A single 503 from one target is *not* such a fact: it only feeds

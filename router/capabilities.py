@@ -1,4 +1,4 @@
-"""What each routing target CAN do: the capability registry (seed 001: "provider + model snapshot").
+"""What each routing target CAN do: the capability registry, per provider + model snapshot.
 
 A target is one place a request for a model alias can run:
 

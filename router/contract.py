@@ -1,4 +1,4 @@
-"""The request contract: everything a target must satisfy to serve one request (seed 001).
+"""The request contract: everything a target must satisfy to serve one request.
 
 `derive_contract(body, headers, policy)` reads an OpenAI chat (or completions) body and the
 client's `x-*` headers (router/contract_headers.py) into a frozen `RequestContract`. Pure: no I/O.

@@ -1,4 +1,4 @@
-"""Decision records: why a request went where it went, and what it cost (seed 000 §2.7, seed 001).
+"""Decision records: why a request went where it went, and what it cost.
 
 A `DecisionRecord` quotes the policy version, the request's contract, every candidate with its
 filter reason or its scores, the tiers, the chosen target and every attempt — failed ones too,

@@ -200,7 +200,7 @@ class ProviderRateLimited(TargetUnavailable):
 
 
 class NoCapableModel(RequestError):
-    """No configured target satisfies the request's contract (seed 001: NO_CAPABLE_MODEL).
+    """No configured target satisfies the request's contract (NO_CAPABLE_MODEL).
 
     `reasons` holds one `{"target", "filter", "reason"}` per removed candidate: target ids and
     reasons only, never base URLs or keys.

@@ -3,7 +3,7 @@
 Pure: no I/O, no clock. `classify` maps a `router.errors.RequestError` (as raised by the
 provider adapter or the local engine path) to a `FailureClass`; `RETRY_TABLE` says, per
 class, what the dispatcher may do next. Retry behaviour is this table, not keyword arguments
-scattered over call sites (DESIGN.md §3).
+scattered over call sites.
 
     class           raised as (code)                          same  over  breaker  cools  black
     TRANSPORT       provider_unreachable, target_unavailable   yes   yes   yes      -      -

@@ -1,4 +1,4 @@
-"""Hard filters: a target that fails one cannot serve the request, whatever its score (seed 001).
+"""Hard filters: a target that fails one cannot serve the request, whatever its score.
 
 Each returns None to keep the target or the reason it is removed; the reasons reach the client
 in a NO_CAPABLE_MODEL body, so they name target ids, numbers and header names, never URLs or keys.

@@ -1,4 +1,4 @@
-"""Per-target health: a green / yellow / red / black state machine (seed 004 §2.2-2.3).
+"""Per-target health: a green / yellow / red / black state machine.
 
 Why a state machine and not "switch on the first timeout": most timeouts are jitter, and moving all
 traffic at once floods the fallback. So a suspect target (yellow) keeps ~70% of new requests and sheds

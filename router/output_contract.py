@@ -3,7 +3,7 @@
     check_output(contract, message) -> OutputVerdict   ok | repaired | violated
     enforce(level, verdict)         -> Action          what the caller does with it
 
-Checks (seed 000 §2.4, §3.2):
+Checks:
 
 - `needs_json_schema`: the content must parse as JSON and validate against the request's schema.
   Content that is not JSON is repaired by taking the first balanced JSON object/array out of the

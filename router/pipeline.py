@@ -1,4 +1,4 @@
-"""The routing pipeline framework: filter → score → pick, over immutable inputs (DESIGN.md §3).
+"""The routing pipeline framework: filter → score → pick, over immutable inputs.
 
     run_pipeline(contract, targets, states, policy) -> PipelineResult
 

@@ -1,6 +1,6 @@
 """One request's routing plan: the contract pipeline first, then the burst decision.
 
-Pure, like the rest of router/. Order matters and is the point of issue 5:
+Pure, like the rest of router/. Order matters:
 
 1. `run_pipeline` removes every target that cannot honour the request's contract (context,
    tools, schema, residency, data policy, cost, ...). Nothing capable → 422 no_capable_model

@@ -1,6 +1,6 @@
 """Routing policy as data: business scenarios and scoring weights, with a version.
 
-A client names its scenario with the `x-business-scenario` header (seed 000 §2.1: declared by the
+A client names its scenario with the `x-business-scenario` header (declared by the
 client, never inferred from the prompt). The scenario fixes the sensitivity level, the strategy
 whose weights rank the candidates, which targets and regions are allowed, and hard ceilings.
 Request headers may only narrow these (router/contract.py).
@@ -11,7 +11,7 @@ Request headers may only narrow these (router/contract.py).
               L3 no contract: output passes unchecked
     strategy  quality | cost | latency: which row of `weights` scores candidates
 
-Every decision record quotes `Policy.version`; publish a new version for every change (seed 001).
+Every decision record quotes `Policy.version`; publish a new version for every change.
 No imports from `cluster`: `cluster.config.SpilloverConfig` embeds `Policy`.
 """
 

@@ -1,4 +1,4 @@
-"""Breaker state shared by the gateway replicas (issue 9): a small named Ray actor.
+"""Breaker state shared by the gateway replicas: a small named Ray actor.
 
 With N gateway replicas, each holds its own breakers. A provider that failed (or answered 429) on
 one replica should not be hammered by the others, so every replica, every

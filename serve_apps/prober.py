@@ -1,4 +1,4 @@
-"""Health probes (seed 004 §2.2): the evidence that moves a target's health when traffic is thin.
+"""Health probes (router/health.py): the evidence that moves a target's health when traffic is thin.
 
 Three levels, each on its own period (`resilience.health`):
 

@@ -1,4 +1,4 @@
-"""Resilience on the real stack (issue 6): the fault matrix against cloud-sim, a provider whose
+"""Resilience on the real stack: the fault matrix against cloud-sim, a provider whose
 key is refused, and Idempotency-Key. Runs late in the session: the fault matrix leaves the
 gateway's resilience state reset and the sims fault-free.
 """

@@ -1,4 +1,4 @@
-"""cluster.capacity and cluster.model_shape: the KV-memory capacity model, checked by hand (DESIGN.md §5)."""
+"""cluster.capacity and cluster.model_shape: the KV-memory capacity model, checked by hand."""
 
 from __future__ import annotations
 
@@ -193,7 +193,7 @@ def test_admission_limit_default_is_80_percent() -> None:
 
 
 def test_engine_blocks_path_is_exact() -> None:
-    # DESIGN.md §5: VLLM_CPU_KVCACHE_SPACE=2 gave SmolLM2 (bf16) 728 blocks × 128 = 93,184 tokens.
+    # measured on the CPU machines: VLLM_CPU_KVCACHE_SPACE=2 gave SmolLM2 (bf16) 728 blocks × 128 = 93,184 tokens.
     assert kv_budget_tokens_from_blocks(728, 128) == 93_184
     report = plan_capacity(SMOL, None, None, 512, 256, num_gpu_blocks=728, block_size=128)
     assert report.kv_source == "engine_blocks"
@@ -257,7 +257,7 @@ def test_littles_law(throughput: float, latency: float, concurrency: float) -> N
 
 
 def test_agent_formula_from_seed_002() -> None:
-    # 20 QPS × 3 model calls per task × (1 + 0.3) = 78 (the seed's own example).
+    # 20 QPS × 3 model calls per task × (1 + 0.3) = 78.
     assert agent_concurrency(20, 3, 0.3) == 78.0
     assert agent_concurrency(10, 1, 0) == 10.0
     with pytest.raises(ValueError):
