@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Any
+from urllib.parse import quote
 
-import httpx
-
+from cli.gateway_client import add_key_argument, gateway_url, get_json
 from cluster.config import load_config
-from router.errors import ClusterError
 
 NEEDS = ("needs_tools", "needs_parallel_tools", "needs_json_schema", "needs_json_mode", "needs_streaming")
 
@@ -25,19 +24,8 @@ def add_explain_parser(subparsers: Any) -> None:
     explain.add_argument("--config", default=None, help="config whose gateway to ask")
     explain.add_argument("--url", default=None, help="gateway base URL (default: from the config)")
     explain.add_argument("--json", action="store_true")
+    add_key_argument(explain)
     explain.set_defaults(func=cmd_explain)
-
-
-def fetch_decision(url: str, request_id: str) -> dict[str, Any]:
-    try:
-        response = httpx.get(f"{url}/v1/spillover/decisions/{request_id}", timeout=5)
-    except httpx.HTTPError as exc:
-        raise ClusterError(f"no gateway answering at {url} ({type(exc).__name__})") from None
-    if response.status_code == 404:
-        raise ClusterError(response.json()["error"]["message"])
-    if response.status_code != 200:
-        raise ClusterError(f"the gateway answered {response.status_code}: {response.text[:200]}")
-    return dict(response.json())
 
 
 def render(record: dict[str, Any]) -> str:
@@ -76,8 +64,7 @@ def render(record: dict[str, Any]) -> str:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
-    url = (args.url or f"http://{host}:{config.gateway.port}").rstrip("/")
-    record = fetch_decision(url, args.request_id)
+    url = gateway_url(config, args.url)
+    record = get_json(url, f"/v1/spillover/decisions/{quote(args.request_id, safe='')}", args.api_key_env)
     print(json.dumps(record, indent=2) if args.json else render(record))
     return 0

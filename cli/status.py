@@ -13,11 +13,9 @@ import os
 import time
 from typing import Any
 
-import httpx
-
+from cli.gateway_client import add_key_argument, gateway_url, get_json
 from cluster.config import load_config
 from cluster.nvml import reader_from_env
-from router.errors import ClusterError
 from router.saturation import gpu_memory_pressure, replica_saturation
 from router.snapshot import ClusterSnapshot, ReplicaStats
 
@@ -29,29 +27,17 @@ def add_status_parser(subparsers: Any) -> None:
     status.add_argument("--config", default=None, help="config whose gateway and watermarks to use")
     status.add_argument("--url", default=None, help="gateway base URL (default: from the config)")
     status.add_argument("--json", action="store_true")
+    add_key_argument(status)
     status.set_defaults(func=cmd_status)
-
-
-def fetch_cluster(url: str) -> dict[str, Any]:
-    try:
-        response = httpx.get(f"{url}/v1/spillover/cluster", timeout=5)
-    except httpx.HTTPError as exc:
-        raise ClusterError(
-            f"no gateway answering at {url} ({type(exc).__name__}); start one with `spillover serve`"
-        ) from None
-    if response.status_code != 200:
-        raise ClusterError(f"{url}/v1/spillover/cluster answered {response.status_code}: {response.text[:200]}")
-    return dict(response.json())
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
-    url = (args.url or f"http://{host}:{config.gateway.port}").rstrip("/")
+    url = gateway_url(config, args.url)
     gpus = reader_from_env(os.environ).read()
     if not args.json:
         print(f"this node: {len(gpus.gpus)} GPU(s)" if gpus.ok else f"this node: no GPUs ({gpus.reason})")
-    data = fetch_cluster(url)
+    data = get_json(url, "/v1/spillover/cluster", args.api_key_env)
     now = time.time()
     replicas = tuple(
         ReplicaStats.from_dict({k: v for k, v in r.items() if k not in ("age_s", "stale")}) for r in data["replicas"]
