@@ -63,6 +63,7 @@ class RequestContract:
     max_cost_usd: float | None = None
     deadline_ms: int | None = None
     quality_floor: float = 0.0
+    tenant: str | None = None  # set by router.auth.narrow_for_tenant when gateway auth is on
     json_schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, hash=False)
 
@@ -103,6 +104,7 @@ class RequestContract:
             "max_cost_usd": self.max_cost_usd,
             "deadline_ms": self.deadline_ms,
             "quality_floor": self.quality_floor,
+            "tenant": self.tenant,
             "json_schema": self.json_schema,
             "tools": sorted(self.tool_schemas),
         }

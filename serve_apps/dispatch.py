@@ -33,6 +33,7 @@ from cluster.capacity import admission_limit, max_concurrent_sequences
 from cluster.config import SpilloverConfig
 from cluster.telemetry import ClusterSnapshot
 from router.burst import Route
+from router.cache_salt import salted
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
@@ -190,6 +191,7 @@ class Dispatcher:
         one, or give up."""
         res = self._resilience
         candidates = self._candidates(plan, contract)
+        local_body = salted(body, contract.tenant)  # per-tenant prefix cache (router/cache_salt.py)
         tokens = contract.est_prompt_tokens + contract.max_output_tokens
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
         last_error: RequestError | None = None
@@ -223,7 +225,8 @@ class Dispatcher:
             reason = planned_reason or reason
             began = self._clock()
             try:
-                reply = await self._call(target, kind, body, request_id, watch_stale=has_next)
+                sent = local_body if target.kind == "local" else body
+                reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
                 reply, headers = await self._checked(kind, reply, contract, target)
             except RequestError as exc:
                 rule = res.failed(target, exc)
