@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from cluster.config import SpilloverConfig
 from router.contract import RequestContract
 from router.contract_headers import Residency, narrow_residency
 from router.errors import TenantRateLimited, Unauthorized
 from router.rate_limit import TokenBucket
-
-log = logging.getLogger("spillover.auth")
 
 
 @dataclass(frozen=True)
@@ -85,24 +81,3 @@ def narrow_for_tenant(contract: RequestContract, tenant: TenantPolicy) -> Reques
         allowed_providers=providers,
         tenant=tenant.name,
     )
-
-
-def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authenticator | None:
-    """The gateway's authenticator when `gateway.auth` is on; keys come from the environment."""
-    if not config.gateway.auth:
-        return None
-    tenants = [
-        TenantPolicy(
-            t.name,
-            residency=frozenset(t.residency) if isinstance(t.residency, list) else t.residency,
-            allowed_providers=None if t.allowed_providers is None else frozenset(t.allowed_providers),
-            requests_per_minute=t.requests_per_minute,
-            admin=t.admin,
-        )
-        for t in config.tenants
-    ]
-    keys = {t.name: env.get(t.api_key_env, "") for t in config.tenants}
-    for tenant in config.tenants:
-        if not keys[tenant.name]:
-            log.warning("tenant %s has no key: environment variable %s is not set", tenant.name, tenant.api_key_env)
-    return Authenticator(tenants, keys)
