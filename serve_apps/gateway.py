@@ -18,7 +18,7 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
 from cluster.models import CATALOG, cache_dir
-from router.auth import authenticator_for
+from cluster.tenants import authenticator_for
 from router.background_writer import BackgroundWriter
 from router.decision import DecisionStore, JsonlFile
 from router.errors import SpilloverError

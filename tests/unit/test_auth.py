@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from cluster.config import parse_config
-from router.auth import Authenticator, TenantPolicy, authenticator_for, narrow_for_tenant
+from cluster.tenants import authenticator_for
+from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.errors import ConfigError, Unauthorized
 from router.openai_request import Kind

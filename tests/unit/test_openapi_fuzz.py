@@ -23,7 +23,7 @@ from schemathesis.checks import not_a_server_error
 from bench.cloud_sim import SimSettings
 from bench.cloud_sim import build_app as build_cloud_sim
 from cluster.config import dump_config, load_config, parse_config
-from router.auth import authenticator_for
+from cluster.tenants import authenticator_for
 from router.idempotency import IdempotencyStore
 from router.openai_request import Kind
 from router.providers import OpenAICompatProvider

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from cluster.config import GatewaySection, SpilloverConfig, dump_config, load_config, parse_config
-from router.auth import authenticator_for
+from cluster.tenants import authenticator_for
 from router.decision import DecisionStore, JsonlFile
 from router.errors import TargetUnavailable
 from router.openai_request import Kind

@@ -1,0 +1,32 @@
+"""The gateway's tenants, from the config: keys from the environment, policies for router/auth.py."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from cluster.config import SpilloverConfig
+from router.auth import Authenticator, TenantPolicy
+
+log = logging.getLogger("spillover.auth")
+
+
+def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authenticator | None:
+    """The gateway's authenticator when `gateway.auth` is on; keys come from the environment."""
+    if not config.gateway.auth:
+        return None
+    tenants = [
+        TenantPolicy(
+            t.name,
+            residency=frozenset(t.residency) if isinstance(t.residency, list) else t.residency,
+            allowed_providers=None if t.allowed_providers is None else frozenset(t.allowed_providers),
+            requests_per_minute=t.requests_per_minute,
+            admin=t.admin,
+        )
+        for t in config.tenants
+    ]
+    keys = {t.name: env.get(t.api_key_env, "") for t in config.tenants}
+    for tenant in config.tenants:
+        if not keys[tenant.name]:
+            log.warning("tenant %s has no key: environment variable %s is not set", tenant.name, tenant.api_key_env)
+    return Authenticator(tenants, keys)
