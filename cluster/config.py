@@ -60,7 +60,7 @@ class AdmissionSection(_Strict):
     """Gateway-enforced admission (router/burst.py, serve_apps/dispatch.py)."""
 
     mean_prompt_tokens: int = Field(512, ge=1, description="for the computed admission limit")
-    mean_output_tokens: int = Field(256, ge=1)
+    mean_output_tokens: int = Field(256, ge=1, description="for the computed admission limit")
     fraction: float = Field(0.8, gt=0, le=1, description="admission limit = fraction x predicted max sequences")
     queue_max: int = Field(64, ge=0, description="requests per model that may wait for local room")
     queue_timeout_s: float = Field(30, gt=0, description="longest wait without x-spillover-deadline-ms")
@@ -69,8 +69,8 @@ class AdmissionSection(_Strict):
 class GatewayAutoscaling(_Strict):
     """Serve autoscaling of the gateway deployment (replaces `gateway.replicas` when set)."""
 
-    min_replicas: int = Field(1, ge=1)
-    max_replicas: int = Field(4, ge=1)
+    min_replicas: int = Field(1, ge=1, description="fewest gateway replicas")
+    max_replicas: int = Field(4, ge=1, description="most gateway replicas (at least min_replicas)")
     target_ongoing_requests: float = Field(64, gt=0, description="per gateway replica")
 
     @model_validator(mode="after")
@@ -81,19 +81,32 @@ class GatewayAutoscaling(_Strict):
 
 
 class GatewaySection(_Strict):
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=1, le=65535)
-    replicas: int = Field(1, ge=1)
-    num_cpus: float = Field(0.1, gt=0)
-    request_timeout_s: float = Field(300, gt=0)
-    readiness_timeout_s: float = Field(600, gt=0)
+    host: str = Field(
+        "127.0.0.1",
+        description="Serve HTTP listener address; a host that is not a loopback address needs gateway.auth: true "
+        "(the config is refused otherwise)",
+    )
+    port: int = Field(8000, ge=1, le=65535, description="Serve HTTP listener port")
+    replicas: int = Field(1, ge=1, description="gateway replicas behind Serve's proxy (without autoscaling)")
+    num_cpus: float = Field(0.1, gt=0, description="Ray logical CPUs per gateway replica")
+    request_timeout_s: float = Field(
+        300,
+        gt=0,
+        description="longest wait for an answer (or a stream's first byte), waiting room and attempts included; "
+        "then 504 request_timeout",
+    )
+    readiness_timeout_s: float = Field(
+        600, gt=0, description="how long `spillover serve` and `spillover deploy` wait for /readyz"
+    )
     decisions_kept: int = Field(1000, ge=1, description="decision records kept in memory per gateway replica")
     decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
     decisions_max_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="decision records kept in memory, at most this many bytes of JSON"
     )
     auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
-    autoscaling: GatewayAutoscaling | None = None
+    autoscaling: GatewayAutoscaling | None = Field(
+        None, description="Serve autoscaling of the gateway instead of a fixed gateway.replicas; null: fixed"
+    )
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger: 413")
 
     @model_validator(mode="after")
@@ -117,20 +130,25 @@ def _is_loopback(host: str) -> bool:
 
 
 class ModelSpec(_Strict):
-    alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", description="the `model` name clients use")
     source: str = Field(description="prepared:<catalog name>, a local folder, or a hub id")
-    family: Literal["qwen", "llama"]
+    family: Literal["qwen", "llama"] = Field(description="model family")
     accelerator: Literal["cpu", "gpu", "gpu-sim"] = Field(
         "cpu",
         description="gpu-sim: a vLLM-CPU engine placed on simulated GPUs (SPILLOVER_FAKE_NVML), for GPU routing "
         "without a GPU",
     )
-    replicas: int = Field(1, ge=1)
+    replicas: int = Field(1, ge=1, description="Serve replicas of the model")
     num_cpus: float = Field(1, gt=0, description="Ray logical CPUs per replica")
     num_gpus: int = Field(1, ge=0, description="GPUs per replica (gpu and gpu-sim accelerators)")
     kv_cache_space_gib: int = Field(2, ge=1, description="vLLM-CPU (cpu, gpu-sim): VLLM_CPU_KVCACHE_SPACE in whole GiB")
-    engine_args: dict[str, Any] = Field(default_factory=dict, validate_default=True)
-    watermarks: Watermarks | None = None
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict,
+        validate_default=True,
+        description="vLLM engine and frontend arguments; unknown names are rejected; enable_prefix_caching is "
+        "always true",
+    )
+    watermarks: Watermarks | None = Field(None, description="this model's own watermarks; null: the global ones")
     admission_limit: int | None = Field(
         None, ge=1, description="concurrent requests per replica; None: computed from the engine's KV blocks"
     )
@@ -184,11 +202,11 @@ class ModelSpec(_Strict):
 
 
 class CloudProvider(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
-    base_url: str = Field(pattern=r"^https?://")
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="the provider in target ids: cloud:<name>")
+    base_url: str = Field(pattern=r"^https?://", description="base URL of its OpenAI-compatible API, e.g. .../v1")
     api_key_env: str | None = Field(None, description="environment variable holding the API key")
-    enabled: bool = True
-    timeout_s: float = Field(60, gt=0)
+    enabled: bool = Field(True, description="false: configured but never sent a request")
+    timeout_s: float = Field(60, gt=0, description="seconds a request to this provider may take")
     domain: str | None = Field(
         None, description="failure domain (endpoint / credential pool) shared with other providers; None: its name"
     )
@@ -207,10 +225,19 @@ class CloudProvider(_Strict):
 class Tenant(_Strict):
     """A client of the gateway: its key (from the environment) and what its data may do."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="decision records and idempotency keys are scoped by it",
+    )
     api_key_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="env var holding the tenant's key")
-    residency: Literal["any", "local_only"] | list[str] = "any"
-    allowed_providers: list[str] | None = None
+    residency: Literal["any", "local_only"] | list[str] = Field(
+        "any",
+        description="any, local_only or the regions its data may be processed in; narrows every request like "
+        "x-spillover-residency",
+    )
+    allowed_providers: list[str] | None = Field(
+        None, description="cloud providers its requests may use (like x-spillover-providers); null: any"
+    )
     requests_per_minute: float | None = Field(
         None, ge=1, description="per gateway replica, at least 1 (a smaller bucket never admits); None: unlimited"
     )
@@ -218,7 +245,9 @@ class Tenant(_Strict):
 
 
 class CloudSection(_Strict):
-    providers: list[CloudProvider] = Field(default_factory=list)
+    providers: list[CloudProvider] = Field(
+        default_factory=list, description="OpenAI-compatible cloud APIs requests may burst to"
+    )
 
     @field_validator("providers")
     @classmethod
@@ -228,18 +257,28 @@ class CloudSection(_Strict):
 
 
 class SpilloverConfig(_Strict):
-    version: Literal[1] = 1
-    cluster: ClusterSection = ClusterSection()
-    gateway: GatewaySection = GatewaySection()
-    watermarks: Watermarks = Watermarks()
-    telemetry: TelemetrySection = TelemetrySection()
-    admission: AdmissionSection = AdmissionSection()
-    policy: Policy = Policy()
-    models: list[ModelSpec] = Field(min_length=1)
-    cloud: CloudSection = CloudSection()
-    tenants: list[Tenant] = Field(default_factory=list)
-    resilience: ResilienceSection = ResilienceSection()
-    spend: SpendSection = SpendSection()
+    version: Literal[1] = Field(1, description="config format")
+    cluster: ClusterSection = Field(ClusterSection(), description="the Ray cluster: started here, or one to connect to")
+    gateway: GatewaySection = Field(GatewaySection(), description="the OpenAI-compatible gateway every client calls")
+    watermarks: Watermarks = Field(
+        Watermarks(), description="burst thresholds of every model without its own models[].watermarks"
+    )
+    telemetry: TelemetrySection = Field(
+        TelemetrySection(), description="the direct engine-stats path from the replicas to the gateway"
+    )
+    admission: AdmissionSection = Field(
+        AdmissionSection(), description="how many requests local replicas get, and how long the others wait"
+    )
+    policy: Policy = Field(Policy(), description="business scenarios (x-business-scenario) and scorer weights")
+    models: list[ModelSpec] = Field(min_length=1, description="the local models, each served by vLLM replicas")
+    cloud: CloudSection = Field(CloudSection(), description="cloud providers requests may burst to")
+    tenants: list[Tenant] = Field(
+        default_factory=list, description="clients of the gateway and their keys (needed with gateway.auth)"
+    )
+    resilience: ResilienceSection = Field(
+        ResilienceSection(), description="retries, circuit breakers, health, idempotency and their sharing"
+    )
+    spend: SpendSection = Field(SpendSection(), description="the cloud spend ledger and the soft monthly budget")
 
     @field_validator("tenants")
     @classmethod

@@ -20,9 +20,9 @@ class _Strict(BaseModel):
 class GoldenProbe(_Strict):
     """Health L3 (correctness) for one local model: a prompt whose answer must match `expect`."""
 
-    prompt: str = Field(min_length=1)
+    prompt: str = Field(min_length=1, description="the probe's user message")
     expect: str = Field(min_length=1, description="case-insensitive regular expression the answer must match")
-    max_tokens: int = Field(16, ge=1, le=256)
+    max_tokens: int = Field(16, ge=1, le=256, description="max_tokens of the probe's request")
 
     @field_validator("expect")
     @classmethod
@@ -37,7 +37,7 @@ class GoldenProbe(_Strict):
 class RetrySection(_Strict):
     max_attempts: int = Field(3, ge=1, le=10, description="attempts per request, the first one included")
     backoff_base_s: float = Field(0.1, gt=0, description="full jitter: uniform(0, min(cap, base * 2^n))")
-    backoff_cap_s: float = Field(2.0, gt=0)
+    backoff_cap_s: float = Field(2.0, gt=0, description="longest backoff (never shorter than Retry-After)")
     budget_ratio: float = Field(0.1, ge=0, le=1, description="gateway-wide: retries per request (token bucket)")
     budget_min_per_s: float = Field(1.0, ge=0, description="retries per second always allowed")
     budget_window_s: float = Field(10.0, gt=0, description="deposits older than this expire")
@@ -49,7 +49,7 @@ class RetrySection(_Strict):
 class BreakerSection(_Strict):
     window_s: float = Field(30.0, gt=0, description="outcomes considered")
     min_requests: int = Field(5, ge=1, description="outcomes needed in the window before it can open")
-    failure_ratio: float = Field(0.5, gt=0, le=1)
+    failure_ratio: float = Field(0.5, gt=0, le=1, description="share of failed outcomes in the window that opens it")
     open_s: float = Field(10.0, gt=0, description="open this long, then half-open")
     half_open_probes: int = Field(1, ge=1, description="trial requests let through when half-open")
 
@@ -59,10 +59,10 @@ class HealthSection(_Strict):
     latency_probe_s: float = Field(30.0, gt=0, description="L2: a tiny prompt within latency_slo_s")
     correctness_probe_s: float = Field(300.0, gt=0, description="L3: a golden prompt with a known answer")
     latency_slo_s: float = Field(5.0, gt=0, description="an L2 probe slower than this failed")
-    probe_timeout_s: float = Field(10.0, gt=0)
+    probe_timeout_s: float = Field(10.0, gt=0, description="a probe without an answer this long failed")
     window_s: float = Field(120.0, gt=0, description="live outcomes considered")
-    min_requests: int = Field(5, ge=1)
-    yellow_error_ratio: float = Field(0.2, gt=0, le=1)
+    min_requests: int = Field(5, ge=1, description="live outcomes needed in the window before their error ratio counts")
+    yellow_error_ratio: float = Field(0.2, gt=0, le=1, description="live error ratio that turns a green target yellow")
     yellow_share: float = Field(0.7, ge=0, le=1, description="share of new requests a yellow target keeps")
     red_after_s: float = Field(120.0, gt=0, description="yellow this long becomes red")
     red_probe_failures: int = Field(3, ge=1, description="consecutive failed liveness probes: red at once")
@@ -95,10 +95,20 @@ class IdempotencySection(_Strict):
 
 
 class ResilienceSection(_Strict):
-    retry: RetrySection = RetrySection()
-    breaker: BreakerSection = BreakerSection()
-    health: HealthSection = HealthSection()
-    idempotency: IdempotencySection = IdempotencySection()
+    retry: RetrySection = Field(
+        RetrySection(), description="attempts per request, backoff and the gateway-wide retry budget"
+    )
+    breaker: BreakerSection = Field(
+        BreakerSection(),
+        description="circuit breakers per target and per failure domain (a domain opens on failures from at least "
+        "2 of its targets, or at once on a 429)",
+    )
+    health: HealthSection = Field(
+        HealthSection(), description="the health state machine per local model and cloud provider, and its probes"
+    )
+    idempotency: IdempotencySection = Field(
+        IdempotencySection(), description="stored answers for idempotency-key, per gateway replica"
+    )
     probes: bool = Field(True, description="run the health probes (live outcomes feed health either way)")
     share_period_s: float = Field(
         0.5, gt=0, description="gateway replicas exchange open breakers this often (honoured within 2x)"

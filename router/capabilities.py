@@ -40,17 +40,21 @@ class ProviderModel(BaseModel):
     snapshot: str = Field(min_length=1, description="pinned version id, e.g. gpt-4o-mini-2024-07-18")
     context_window: int = Field(ge=1, description="prompt + output tokens the model accepts")
     max_output_tokens: int | None = Field(None, ge=1, description="largest max_tokens it accepts; None: window")
-    tools: bool = False
-    parallel_tool_calls: bool = False
+    tools: bool = Field(False, description="tool calling")
+    parallel_tool_calls: bool = Field(False, description="several tool calls in one answer (needs tools)")
     json_schema: bool = Field(False, description="response_format json_schema (structured outputs)")
-    streaming: bool = True
-    modalities: list[Modality] = Field(default_factory=lambda: list[Modality](["text"]), min_length=1)
+    streaming: bool = Field(True, description="SSE streaming")
+    modalities: list[Modality] = Field(
+        default_factory=lambda: list[Modality](["text"]), min_length=1, description="input it accepts; text included"
+    )
     region: str = Field(min_length=1, description="where the provider processes the data")
-    data_policy: DataPolicy = "retention"
+    data_policy: DataPolicy = Field(
+        "retention", description="what the provider keeps of the data (L1 allows on_prem and no_retention only)"
+    )
     price_in_per_mtok: float | None = Field(None, ge=0, description="USD per 1M prompt tokens; None: unknown")
     price_out_per_mtok: float | None = Field(None, ge=0, description="USD per 1M output tokens; None: unknown")
     quality: float = Field(0.5, ge=0, le=1, description="measured task quality, 0..1")
-    expected_latency_ms: int | None = Field(None, ge=0)
+    expected_latency_ms: int | None = Field(None, ge=0, description="until measured; null: unknown")
 
     @model_validator(mode="after")
     def _consistent(self) -> ProviderModel:

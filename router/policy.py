@@ -37,8 +37,12 @@ DEFAULT_WEIGHTS: dict[Strategy, dict[str, float]] = {
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    level: Level = "L2"
-    strategy: Strategy = "quality"
+    level: Level = Field(
+        "L2",
+        description="sensitivity: L1 the output must validate and only on_prem / no_retention targets; L2 a "
+        "violation passes with x-spillover-contract; L3 unchecked",
+    )
+    strategy: Strategy = Field("quality", description="the row of policy.weights that ranks the candidates")
     allowed_targets: list[str] = Field(
         default_factory=lambda: ["*"], min_length=1, description="glob patterns over target ids, e.g. cloud:openai/*"
     )
@@ -46,8 +50,10 @@ class Scenario(BaseModel):
         "any", description="any, local_only, or the regions data may be processed in"
     )
     max_cost_usd: float | None = Field(None, gt=0, description="estimated cost ceiling per request")
-    deadline_ms: int | None = Field(None, ge=1)
-    quality_floor: float = Field(0, ge=0, le=1)
+    deadline_ms: int | None = Field(
+        None, ge=1, description="longest wait for local room, and no retry after it; null: admission.queue_timeout_s"
+    )
+    quality_floor: float = Field(0, ge=0, le=1, description="targets of a lower configured quality are removed")
 
     @field_validator("allowed_targets")
     @classmethod
@@ -73,7 +79,11 @@ class Policy(BaseModel):
     version: str = Field("1", min_length=1, description="quoted in every decision record")
     require_scenario: bool = Field(False, description="reject requests without x-business-scenario (400)")
     default_scenario: str | None = Field(None, description="used without the header; None: the one named default")
-    scenarios: dict[str, Scenario] = Field(default_factory=lambda: {"default": Scenario()}, min_length=1)
+    scenarios: dict[str, Scenario] = Field(
+        default_factory=lambda: {"default": Scenario()},
+        min_length=1,
+        description="scenarios by x-business-scenario name",
+    )
     weights: dict[Strategy, dict[str, float]] = Field(
         default_factory=lambda: {s: dict(w) for s, w in DEFAULT_WEIGHTS.items()},
         description="strategy -> scorer -> weight; a strategy left out keeps its default row",

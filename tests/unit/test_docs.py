@@ -1,5 +1,7 @@
 """Docs that live in the repository, and code that cites only the repository.
 
+* docs/configuration.md is what `cluster.config_docs.render()` makes of the config's pydantic models,
+  and every config key has a description;
 * the code, configs, scripts and docs cite no document that is not in the repository (a design
   document, planning notes, issue numbers): a reader must be able to follow every pointer.
 """
@@ -8,6 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from cluster import config_docs
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("router", "cluster", "serve_apps", "bench", "cli", "tests")
@@ -46,3 +52,24 @@ def test_the_citation_check_sees_each_form() -> None:
     innocent = ["rng = random.Random(seed)", "--seed 0", "the seed of the fault draws", "issues show"]
     assert [bool(CITATION.search(line)) for line in lines] == [True] * len(lines)
     assert not any(CITATION.search(line) for line in innocent)
+
+
+def test_configuration_doc_is_generated_from_the_models() -> None:
+    committed = (REPO / "docs/configuration.md").read_text()
+    assert committed == config_docs.render(), (
+        f"docs/configuration.md is out of date: run `.venv/bin/{config_docs.COMMAND}`"
+    )
+
+
+def test_a_config_key_without_a_description_is_refused() -> None:
+    class Section(BaseModel):
+        documented: int = Field(1, description="has one")
+        bare: int = 2
+
+    class Root(BaseModel):
+        section: Section = Field(Section(), description="a section")
+
+    missing: list[str] = []
+    tables = config_docs._tables(Root, "", "", {}, missing)
+    assert missing == ["section.bare"]
+    assert [t.path for t in tables] == ["", "section"]
