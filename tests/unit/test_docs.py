@@ -73,3 +73,87 @@ def test_a_config_key_without_a_description_is_refused() -> None:
     tables = config_docs._tables(Root, "", "", {}, missing)
     assert missing == ["section.bare"]
     assert [t.path for t in tables] == ["", "section"]
+
+
+# --- links and paths in README.md and docs/*.md ------------------------------------------------
+
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)\)")  # the text may hold `models[]`
+CODE = re.compile(r"`([^`\n]+)`")
+TOP_LEVEL = ("router", "cluster", "serve_apps", "bench", "cli", "configs", "scripts", "tests", "docs", ".ci")
+
+
+def _markdown_files() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+def _prose(path: Path) -> str:
+    """The text outside fenced code blocks (commands there may name files a run creates)."""
+    return FENCE.sub("", path.read_text())
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    headings = re.findall(r"^#{1,6} (.+)$", _prose(path), re.MULTILINE)
+    return {anchor(h) for h in headings}
+
+
+def broken_links(path: Path) -> list[str]:
+    broken = []
+    for target in LINK.findall(_prose(path)):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+            continue
+        file_part, _, fragment = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            broken.append(f"{path.relative_to(REPO)}: link to a missing file: {target}")
+        elif fragment and linked.suffix == ".md" and fragment not in _anchors(linked):
+            broken.append(f"{path.relative_to(REPO)}: link to a missing heading: {target}")
+    return broken
+
+
+def repo_paths(text: str) -> list[str]:
+    """Code spans that name a path in the repository: a top-level folder, then more (`router/x.py`),
+    or a top-level file; placeholders (`<alias>`), globs and variables are not paths."""
+    found = []
+    for span in CODE.findall(text):
+        path = span.split("::")[0].rstrip("/")
+        if re.search(r"[\s<>*$~{}]", path) or path.startswith(("/", "./", "../")):
+            continue
+        first, _, rest = path.partition("/")
+        if (first in TOP_LEVEL and rest) or (not rest and (REPO / first).is_file()):
+            found.append(path)
+    return found
+
+
+def missing_paths(path: Path) -> list[str]:
+    return [
+        f"{path.relative_to(REPO)}: `{p}` does not exist" for p in repo_paths(_prose(path)) if not (REPO / p).exists()
+    ]
+
+
+def test_links_in_readme_and_docs_resolve() -> None:
+    broken = [problem for path in _markdown_files() for problem in broken_links(path)]
+    assert not broken, "\n".join(broken)
+
+
+def test_paths_in_readme_and_docs_exist() -> None:
+    missing = [problem for path in _markdown_files() for problem in missing_paths(path)]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_path_check_tells_paths_from_other_code() -> None:
+    text = "`router/errors.py` `configs/gpu.yaml` `tests/unit/x.py::test_y` `README.md` `local:<alias>` `gpu.yaml`"
+    text += " `cloud:openai/*` `$SPILLOVER_CACHE/models` `/tmp/spillover-gpus.json` `x-spillover-route` `bench/`"
+    assert repo_paths(text) == ["router/errors.py", "configs/gpu.yaml", "tests/unit/x.py", "README.md"]
+    assert LINK.findall("see [`models[]`](#models) and [the plan](cluster/capacity_plan.py)") == [
+        "#models",
+        "cluster/capacity_plan.py",
+    ]
+    assert anchor("`resilience.retry`") == "resilienceretry"
+    assert anchor("Resilience → Several gateway replicas") == "resilience--several-gateway-replicas"
