@@ -1,7 +1,11 @@
-"""ray-cluster.yaml passes Ray's own cluster-launcher validation (the path `ray up` takes)."""
+"""ray-cluster.yaml passes Ray's own cluster-launcher validation (the path `ray up` takes).
+
+tests/cluster_launch runs the file for real (`ray up` on SSH hosts); these checks are the fast part.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jsonschema
@@ -23,7 +27,7 @@ def test_ray_cluster_yaml_is_valid() -> None:
     config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
     prepared = _validate(config)
     assert prepared["provider"]["type"] == "local"
-    assert any("SPILLOVER_EXTRA=gpu scripts/setup" in c for c in prepared["setup_commands"])
+    assert any("SPILLOVER_EXTRA=${SPILLOVER_EXTRA:-gpu} scripts/setup" in c for c in prepared["setup_commands"])
     assert any("ray start --head" in c for c in prepared["head_start_ray_commands"])
 
 
@@ -32,3 +36,31 @@ def test_validation_catches_a_bad_key() -> None:
     config["worker_start_ray_command"] = []  # typo of worker_start_ray_commands
     with pytest.raises(jsonschema.ValidationError):
         _validate(config)
+
+
+def test_ray_dashboard_binds_loopback() -> None:
+    """The dashboard's job API runs code on the cluster: it listens on the head's loopback only,
+    reached through `ray dashboard ray-cluster.yaml` (an SSH tunnel)."""
+    config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
+    (start,) = [c for c in config["head_start_ray_commands"] if "ray start --head" in c]
+    hosts = [word.split("=", 1)[1] for word in start.split() if word.startswith("--dashboard-host")]
+    assert hosts == ["127.0.0.1"]
+    assert "0.0.0.0" not in json.dumps(config)
+
+
+def test_launch_test_variant_differs_only_in_hosts_user_key_and_paths() -> None:
+    from tests.cluster_launch.launch_config import CHECKOUT, cluster_variant
+
+    real = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
+    checkout = Path("/srv/checkout")
+    variant = cluster_variant(
+        real, head_ip="10.0.0.1", worker_ips=["10.0.0.2"], user="root", key=Path("/k"), checkout=checkout
+    )
+    assert variant["provider"] == {"type": "local", "head_ip": "10.0.0.1", "worker_ips": ["10.0.0.2"]}
+    assert variant["auth"] == {"ssh_user": "root", "ssh_private_key": "/k"}
+    assert variant["file_mounts"] == {str(checkout): "."}
+    back = json.loads(json.dumps(variant).replace(str(checkout), CHECKOUT))
+    for key in ("provider", "auth"):
+        back[key] = real[key]
+    assert back == real
+    _validate(variant)

@@ -1,0 +1,163 @@
+"""`ray up` for real: ray-cluster.yaml on two SSH hosts, `spillover deploy`, Ray's `serve deploy`, `ray down`.
+
+The hosts are network namespaces with their own sshd (tests/cluster_launch/testhosts.py); the
+cluster config is ray-cluster.yaml with only the hosts, user, key and checkout location changed
+(tests/cluster_launch/launch_config.py). The head has 1 CPU and the worker 4 (each host's profile
+says so, as a machine's hardware would), and the model replica asks for 2: Ray can only place it
+on the worker. The steps run in order and share one cluster; each asserts on what Ray reports or
+on the model's answer through the gateway, called with the official `openai` client.
+
+A process of its own (one Ray per process, and the hosts need root): `pytest tests/cluster_launch`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from tests.cluster_launch.cluster_report import MARKER
+from tests.cluster_launch.conftest import HEAD, REPO, WORKER, Launched, say
+
+pytestmark = pytest.mark.integration
+MODEL = "smollm2-135m-instruct"
+GATEWAY = f"http://{HEAD.ip}:8000"
+QUESTION = "What is the capital of France?"
+
+
+def cluster_report(run: Launched, wait_nodes: int = 0, timeout_s: float = 0) -> dict:
+    script = REPO / "tests" / "cluster_launch" / "cluster_report.py"
+    output = run.on_head(f"python {script} --wait-nodes {wait_nodes} --timeout-s {timeout_s}", timeout=timeout_s + 120)
+    line = next((x for x in output.splitlines() if x.startswith(MARKER)), None)
+    assert line, f"no report from the head:\n{output[-3000:]}"
+    return json.loads(line[len(MARKER) :])
+
+
+def model_replicas(report: dict) -> list[dict]:
+    return [a for a in report["actors"] if a["class"].startswith("ServeReplica:") and "LLMServer" in a["class"]]
+
+
+def ask(run: Launched) -> str:
+    client = OpenAI(base_url=f"{GATEWAY}/v1", api_key=run.tenant_key, timeout=120, max_retries=0)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=32
+    )
+    return reply.choices[0].message.content or ""
+
+
+def wait_ready(timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last = ""
+    while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{GATEWAY}/readyz", timeout=5)
+            if response.status_code == 200:
+                return
+            last = f"{response.status_code} {response.text[:200]}"
+        except httpx.HTTPError as exc:
+            last = type(exc).__name__
+        time.sleep(2)
+    raise AssertionError(f"{GATEWAY}/readyz not 200 after {timeout_s:.0f}s: {last}")
+
+
+@pytest.fixture(scope="module")
+def up(launched: Launched) -> Launched:
+    started = time.monotonic()
+    output = launched.ray("up", "-y", str(launched.config), timeout=600)
+    say(f"`ray up` returned after {time.monotonic() - started:.0f}s:\n" + "\n".join(output.splitlines()[-6:]))
+    return launched
+
+
+def test_ray_up_brings_the_head_and_every_worker_into_the_cluster(up: Launched) -> None:
+    started = time.monotonic()
+    report = cluster_report(up, wait_nodes=2, timeout_s=240)
+    alive = {n["ip"]: n for n in report["nodes"] if n["alive"]}
+    say(f"nodes alive {time.monotonic() - started:.0f}s after `ray up`: {json.dumps(report['nodes'])}")
+    assert set(alive) == {HEAD.ip, WORKER.ip}
+    assert alive[HEAD.ip]["head"] and not alive[WORKER.ip]["head"]
+    assert (alive[HEAD.ip]["cpus"], alive[WORKER.ip]["cpus"]) == (HEAD.cpus, WORKER.cpus)
+    status = up.on_head("ray status", timeout=120)
+    say("`ray status` on the head:\n" + status[status.find("Node status") :][:1500])
+    assert "Active:" in status
+    active = status[status.index("Active:") : status.index("Pending:")]
+    assert sum(int(line.split()[0]) for line in active.splitlines()[1:] if line.strip()) == 2, active
+
+
+def test_dashboard_listens_on_the_head_loopback_only_and_ray_dashboard_reaches_it(up: Launched) -> None:
+    with pytest.raises(OSError):  # not on the head's network address
+        socket.create_connection((HEAD.ip, 8265), timeout=3).close()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tunnel = up.dashboard_tunnel(port)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                version = httpx.get(f"http://127.0.0.1:{port}/api/version", timeout=5).json()
+                break
+            except (httpx.HTTPError, ValueError):
+                assert tunnel.poll() is None, "`ray dashboard` exited"
+                assert time.monotonic() < deadline, "no dashboard through `ray dashboard`"
+                time.sleep(1)
+    finally:
+        tunnel.terminate()
+        tunnel.wait(timeout=30)
+    say(f"dashboard through `ray dashboard` (127.0.0.1:{port} here -> head loopback): {version}")
+    assert version["ray_version"].startswith("2.")
+
+
+def test_spillover_deploy_serves_chat_through_the_gateway_with_the_model_on_a_worker(up: Launched) -> None:
+    started = time.monotonic()
+    output = up.on_head(f"spillover deploy --config {up.spillover_config}", timeout=480)
+    say(f"`spillover deploy` on the head took {time.monotonic() - started:.0f}s: {output.strip().splitlines()[-2:]}")
+    assert httpx.get(f"{GATEWAY}/v1/models", timeout=10).status_code == 401  # auth is on
+    answer = ask(up)
+    say(f"chat through {GATEWAY}: {answer!r}")
+    assert "paris" in answer.lower()
+    report = cluster_report(up)
+    placement = [(a["class"], a["ip"]) for a in report["actors"] if a["class"].startswith("ServeReplica:")]
+    say(f"Serve replicas (class, node IP) as Ray reports them: {placement}")
+    (replica,) = model_replicas(report)
+    assert replica["ip"] == WORKER.ip
+
+
+def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: Launched) -> None:
+    up.on_head("serve shutdown -y", timeout=180)
+    serve_yaml = up.hosts.state / "serve.yaml"
+    started = time.monotonic()
+    up.on_head(f"spillover render --config {up.spillover_config} --out {serve_yaml} && serve deploy {serve_yaml}")
+    wait_ready(300)
+    say(f"`serve deploy` of the rendered file ready after {time.monotonic() - started:.0f}s")
+    answer = ask(up)
+    say(f"chat through {GATEWAY} (rendered app): {answer!r}")
+    assert "paris" in answer.lower()
+    (replica,) = model_replicas(cluster_report(up))
+    assert replica["ip"] == WORKER.ip
+
+
+def test_ray_down_stops_the_head_and_ray_stop_the_workers(up: Launched) -> None:
+    """Ray's local provider stops Ray only on the head at `ray down`; a worker's raylet exits once the
+    head is gone, but not all of Ray's processes there: README says to run `ray stop` on each worker."""
+    up.ray("down", "-y", str(up.config), timeout=180)
+    up.down = True
+    started = time.monotonic()
+    while left := up.hosts.processes(HEAD):
+        assert time.monotonic() - started < 60, f"still running on the head after `ray down`: {left}"
+        time.sleep(1)
+    say(f"{HEAD.name}: nothing but its sshd {time.monotonic() - started:.0f}s after `ray down`")
+    say(f"{WORKER.name} after `ray down`: {len(up.hosts.processes(WORKER))} processes still running")
+    stop = subprocess.run(
+        [*up.hosts.ssh_args(WORKER), f"{REPO}/.venv/bin/ray stop"], capture_output=True, text=True, timeout=120
+    )
+    assert stop.returncode == 0, stop.stderr
+    started = time.monotonic()
+    while left := up.hosts.processes(WORKER):
+        assert time.monotonic() - started < 60, f"still running on {WORKER.name} after `ray stop`: {left}"
+        time.sleep(1)
+    say(f"{WORKER.name}: nothing but its sshd after `ray stop`")
