@@ -13,6 +13,8 @@ client's text, so it is treated as hostile:
         dependentSchemas): validation would never end. Recursion that descends into the instance
         (a tree: `items: {"$ref": "#"}`) is fine;
       - every `pattern` and `patternProperties` key compiles;
+      - it holds at most `MAX_SCHEMA_OBJECTS` objects, and names its dialect (`$schema`) only at
+        the root;
       - `unevaluatedProperties` is not combined with `patternProperties` (jsonschema matches those
         with Python's `re`, which cannot be bounded in time).
 
@@ -49,6 +51,9 @@ _IN_PLACE_ONE = ("not", "if", "then", "else")
 _IN_PLACE_MANY = ("allOf", "anyOf", "oneOf")
 _IN_PLACE_MAP = ("dependentSchemas", "dependencies")
 MAX_MESSAGE_CHARS = 500
+# jsonschema checks a schema against its metaschema at ~0.4 ms per subschema: a bound on the
+# size keeps that check of one request near 2 s at worst (OpenAI allows 5000 properties).
+MAX_SCHEMA_OBJECTS = 5000
 
 
 class ValidationTimeout(TimeoutError):
@@ -141,6 +146,10 @@ def _walk(param: str, schema: Mapping[str, Any]) -> None:
             continue
         seen.add(id(node))
         keep.append(node)
+        if "$schema" in node and node is not schema:
+            # jsonschema would switch to the plain validator of that dialect inside it, dropping
+            # the time limits of schema_validator
+            raise _bad(param, "may name its dialect ($schema) only at the root")
         _check_node(param, node, pattern_properties)
         unevaluated = unevaluated or "unevaluatedProperties" in node
         out = edges.setdefault(id(node), [])
@@ -175,10 +184,25 @@ def _walk(param: str, schema: Mapping[str, Any]) -> None:
         )
 
 
+def _count_objects(value: Any, limit: int) -> int:
+    """How many JSON objects `value` holds, counting stops past `limit` (iterative)."""
+    count, todo = 0, [value]
+    while todo and count <= limit:
+        item = todo.pop()
+        if isinstance(item, dict):
+            count += 1
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return count
+
+
 def check_client_schema(schema: Any, param: str) -> dict[str, Any]:
     """The schema itself, or 400 `invalid_json_schema` naming what is wrong with it."""
     if not isinstance(schema, dict):
         raise _bad(param, "must be a JSON Schema object")
+    if _count_objects(schema, MAX_SCHEMA_OBJECTS) > MAX_SCHEMA_OBJECTS:
+        raise _bad(param, f"holds more than {MAX_SCHEMA_OBJECTS} objects: send a smaller schema")
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
@@ -294,9 +318,14 @@ def _timed(deadline: _Deadline, keyword: Callable[..., Any]) -> Callable[..., An
 
 
 def schema_validator(schema: Mapping[str, Any], timeout_s: float, clock: Clock = time.monotonic) -> Validator:
-    """A validator of model output against a client schema (see the module docstring)."""
+    """A validator of model output against a client schema (see the module docstring).
+
+    The root's `$schema` picks the dialect and is then left out of the schema validated against:
+    jsonschema re-picks a validator class for every subschema that names a dialect (a `$ref` to
+    the root included), which would be the plain class, without the limits set here."""
     base = validator_for(schema)
     deadline = _Deadline(timeout_s, clock)
     keywords = {**base.VALIDATORS, **_keywords(deadline)}
     cls = extend(base, validators={name: _timed(deadline, fn) for name, fn in keywords.items()})
-    return cls(schema, registry=Registry(retrieve=_refuse))
+    bare = {key: value for key, value in schema.items() if key != "$schema"}
+    return cls(bare, registry=Registry(retrieve=_refuse))

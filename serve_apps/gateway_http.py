@@ -258,7 +258,8 @@ class GatewayHTTP:
         try:
             parsed = parse_body(raw, kind)
             resolve_model(parsed, self._limits)
-            contract = derive_contract(parsed.body, request.headers, self._policy)
+            # off the event loop: a client's JSON Schema is checked here (router/json_schema.py), up to ~2 s
+            contract = await asyncio.to_thread(derive_contract, parsed.body, request.headers, self._policy)
             if tenant is not None:
                 contract = narrow_for_tenant(contract, tenant)
             if parsed.stream and contract.level == "L1" and contract.checks_output:

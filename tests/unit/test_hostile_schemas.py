@@ -254,6 +254,51 @@ async def test_catastrophic_pattern_properties_key_bounded() -> None:
     assert time.monotonic() - began < GENEROUS_S
 
 
+async def test_catastrophic_pattern_behind_a_ref_to_a_root_naming_its_dialect_is_bounded() -> None:
+    """jsonschema re-picks the validator class for a subschema naming a dialect ($ref "#" to a root
+    with $schema): the limits must survive that."""
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"a": {"type": "string", "pattern": CATASTROPHIC}, "child": {"$ref": "#"}},
+    }
+    began = time.monotonic()
+    async with await _client(Answering(json.dumps({"child": {"child": {"a": "a" * 40 + "!"}}}))) as client:
+        response = await client.post("/v1/chat/completions", json=_json_schema_body(schema), headers=L1)
+    assert response.status_code == 502 and response.json()["error"]["code"] == "contract_violation"
+    assert time.monotonic() - began < GENEROUS_S
+
+
+async def test_a_large_schema_is_checked_off_the_event_loop() -> None:
+    """Checking a client schema against its metaschema costs ~0.4 ms per subschema in jsonschema:
+    the gateway does it in a worker thread, so a large one does not stall other requests."""
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(4_000)}}
+    backend = HostileOrPlain(json.dumps({"p0": "x"}))
+    plain = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    async with await _client(backend) as client:
+        task = asyncio.create_task(client.post("/v1/chat/completions", json=_json_schema_body(schema)))
+        await asyncio.sleep(0.05)  # let it reach the check
+        served = [await client.post("/v1/chat/completions", json=plain) for _ in range(3)]
+        served_while_checking = not task.done()
+        response = await task
+    assert [r.status_code for r in served] == [200] * 3 and served_while_checking
+    assert response.status_code == 200, response.text
+
+
+def test_dialect_below_the_root_is_400() -> None:
+    nested = {"properties": {"a": {"$schema": "http://json-schema.org/draft-07/schema#", "pattern": "^a$"}}}
+    with pytest.raises(InvalidRequest, match=r"\$schema"):
+        check_client_schema(nested, "p")
+
+
+def test_huge_schema_is_400_before_the_costly_metaschema_check() -> None:
+    huge = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(20_000)}}
+    began = time.monotonic()
+    with pytest.raises(InvalidRequest, match="more than"):
+        check_client_schema(huge, "p")
+    assert time.monotonic() - began < GENEROUS_S
+
+
 def test_pattern_that_does_not_compile_is_400() -> None:
     with pytest.raises(InvalidRequest, match=r"regex|does not compile"):
         check_client_schema({"type": "string", "pattern": "(unclosed"}, "p")
