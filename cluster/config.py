@@ -41,18 +41,26 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default `gpu_memory_utilization`
 
 class ClusterSection(_Strict):
     num_cpus: int | None = Field(
-        8, ge=1, description="logical CPUs of a local Ray started by `spillover serve` (None: Ray's count)"
+        8,
+        ge=1,
+        description="logical CPUs of a local Ray started by `spillover serve` (more than the physical cores, so that "
+        "replicas schedule); null: Ray's count",
     )
     num_gpus: int | None = Field(
-        None, ge=0, description="GPUs a local Ray declares (simulated: configs/gpu-sim.yaml); None: Ray's count"
+        None,
+        ge=0,
+        description="GPUs a local Ray started by `spillover serve` declares (simulated ones for gpu-sim models, "
+        "configs/gpu-sim.yaml); null: Ray's count",
     )
-    address: str | None = Field(None, description="Ray address to connect to instead of starting one")
+    address: str | None = Field(
+        None, description="Ray address to connect to (auto: a running cluster) instead of starting one"
+    )
 
 
 class TelemetrySection(_Strict):
     """The direct engine-stats path (router/snapshot.py)."""
 
-    poll_period_s: float = Field(0.2, gt=0, le=5, description="how often the gateway reads the board")
+    poll_period_s: float = Field(0.2, gt=0, le=5, description="how often the gateway reads the replicas' engine stats")
     max_age_s: float = Field(1.0, gt=0, description="older replica stats are stale (counted as saturated)")
 
 
@@ -61,9 +69,14 @@ class AdmissionSection(_Strict):
 
     mean_prompt_tokens: int = Field(512, ge=1, description="for the computed admission limit")
     mean_output_tokens: int = Field(256, ge=1, description="for the computed admission limit")
-    fraction: float = Field(0.8, gt=0, le=1, description="admission limit = fraction x predicted max sequences")
+    fraction: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="admission limit = fraction x max concurrent sequences predicted from the engine's KV blocks",
+    )
     queue_max: int = Field(64, ge=0, description="requests per model that may wait for local room")
-    queue_timeout_s: float = Field(30, gt=0, description="longest wait without x-spillover-deadline-ms")
+    queue_timeout_s: float = Field(30, gt=0, description="longest wait for local room without x-spillover-deadline-ms")
 
 
 class GatewayAutoscaling(_Strict):
@@ -131,12 +144,12 @@ def _is_loopback(host: str) -> bool:
 
 class ModelSpec(_Strict):
     alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", description="the `model` name clients use")
-    source: str = Field(description="prepared:<catalog name>, a local folder, or a hub id")
+    source: str = Field(description="prepared:<catalog name>, a local folder with config.json, or a hub id")
     family: Literal["qwen", "llama"] = Field(description="model family")
     accelerator: Literal["cpu", "gpu", "gpu-sim"] = Field(
         "cpu",
-        description="gpu-sim: a vLLM-CPU engine placed on simulated GPUs (SPILLOVER_FAKE_NVML), for GPU routing "
-        "without a GPU",
+        description="cpu: vLLM-CPU; gpu: vLLM on CUDA; gpu-sim: vLLM-CPU placed by Ray on num_gpus simulated GPUs "
+        "(SPILLOVER_FAKE_NVML), GPU routing without a GPU",
     )
     replicas: int = Field(1, ge=1, description="Serve replicas of the model")
     num_cpus: float = Field(1, gt=0, description="Ray logical CPUs per replica")
@@ -150,12 +163,17 @@ class ModelSpec(_Strict):
     )
     watermarks: Watermarks | None = Field(None, description="this model's own watermarks; null: the global ones")
     admission_limit: int | None = Field(
-        None, ge=1, description="concurrent requests per replica; None: computed from the engine's KV blocks"
+        None,
+        ge=1,
+        description="concurrent requests per replica the gateway admits (set it from bench calibrate); null: "
+        "admission.fraction of the maximum predicted from the engine's KV blocks",
     )
     golden: GoldenProbe | None = Field(None, description="health L3: a prompt with a known answer; None: no L3")
     replica_router: Literal["power_of_two", "prefix_affinity"] = Field(
         "prefix_affinity",
-        description="which replica takes a request: Ray's default, or prefix affinity minus saturated",
+        description="with several replicas, which one takes a request: power_of_two (Ray Serve's default) or "
+        "prefix_affinity (the prompt's first prefix_chars characters rank the replicas by rendezvous hashing, so "
+        "a shared system prompt lands where it is cached; saturated replicas are left out)",
     )
     imbalanced_threshold: float = Field(
         4, ge=0, description="prefix_affinity: queue-length spread above which power-of-two decides instead"
@@ -204,17 +222,30 @@ class ModelSpec(_Strict):
 class CloudProvider(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="the provider in target ids: cloud:<name>")
     base_url: str = Field(pattern=r"^https?://", description="base URL of its OpenAI-compatible API, e.g. .../v1")
-    api_key_env: str | None = Field(None, description="environment variable holding the API key")
+    api_key_env: str | None = Field(
+        None, description="environment variable holding the API key (read at call time, never logged)"
+    )
     enabled: bool = Field(True, description="false: configured but never sent a request")
     timeout_s: float = Field(60, gt=0, description="seconds a request to this provider may take")
     domain: str | None = Field(
         None, description="failure domain (endpoint / credential pool) shared with other providers; None: its name"
     )
-    rpm: int | None = Field(None, ge=1, description="requests per minute this gateway may send; None: unlimited")
-    tpm: int | None = Field(None, ge=1, description="tokens (prompt + max_tokens) per minute; None: unlimited")
+    rpm: int | None = Field(
+        None,
+        ge=1,
+        description="requests per minute this gateway replica may send (the provider's limit / gateway.replicas); "
+        "null: unlimited",
+    )
+    tpm: int | None = Field(
+        None,
+        ge=1,
+        description="tokens per minute this gateway replica may send (estimated prompt + max_tokens, settled with "
+        "the real usage); null: unlimited",
+    )
     models: dict[str, ProviderModelEntry] = Field(
         default_factory=dict,
-        description="model alias -> provider model: a bare name (capabilities unknown) or its capabilities",
+        description="model alias -> provider model: a bare name means capabilities unknown (never routed there; "
+        "capabilities are never inferred from names), or its capabilities",
     )
 
     @property
@@ -229,7 +260,10 @@ class Tenant(_Strict):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
         description="decision records and idempotency keys are scoped by it",
     )
-    api_key_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="env var holding the tenant's key")
+    api_key_env: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="environment variable holding its key on the gateway's node (never in the file)",
+    )
     residency: Literal["any", "local_only"] | list[str] = Field(
         "any",
         description="any, local_only or the regions its data may be processed in; narrows every request like "
@@ -239,9 +273,15 @@ class Tenant(_Strict):
         None, description="cloud providers its requests may use (like x-spillover-providers); null: any"
     )
     requests_per_minute: float | None = Field(
-        None, ge=1, description="per gateway replica, at least 1 (a smaller bucket never admits); None: unlimited"
+        None,
+        ge=1,
+        description="per gateway replica, at least 1; over it: 429 tenant_rate_limited with Retry-After; "
+        "null: unlimited",
     )
-    admin: bool = Field(False, description="may call operator endpoints (POST /v1/spillover/resilience/reset)")
+    admin: bool = Field(
+        False,
+        description="may call the operator routes: /v1/spillover/resilience (and its reset), /v1/spillover/cluster",
+    )
 
 
 class CloudSection(_Strict):

@@ -117,7 +117,14 @@ class ResilienceSection(_Strict):
 
 class SpendSection(_Strict):
     ledger: str | None = Field(
-        None, description="SQLite file of every attempt's cost; None: <cache>/spend.sqlite (SPILLOVER_CACHE)"
+        None,
+        description="SQLite file with a row per cloud attempt and its cost, failed ones included; null: "
+        "<cache>/spend.sqlite, <cache> being $SPILLOVER_CACHE or ~/.cache/spillover",
     )
-    monthly_budget_usd: float | None = Field(None, gt=0, description="soft: past half of it, cost weighs more")
+    monthly_budget_usd: float | None = Field(
+        None,
+        gt=0,
+        description="soft budget: past half of it the cost weight of every strategy rises, to max_cost_factor at "
+        "the budget (never a refusal); null: none",
+    )
     max_cost_factor: float = Field(4.0, ge=1, description="cost weight multiplier at and above the budget")

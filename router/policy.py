@@ -86,7 +86,8 @@ class Policy(BaseModel):
     )
     weights: dict[Strategy, dict[str, float]] = Field(
         default_factory=lambda: {s: dict(w) for s, w in DEFAULT_WEIGHTS.items()},
-        description="strategy -> scorer -> weight; a strategy left out keeps its default row",
+        description="strategy -> scorer (quality, cost, latency, locality) -> weight; a strategy left out keeps its "
+        "built-in row",
     )
 
     @field_validator("scenarios")

@@ -23,7 +23,12 @@ class Watermarks(BaseModel):
         "with the engine holding its reservation; must exceed the engine's gpu_memory_utilization",
     )
     queue: int = Field(8, ge=1, description="waiting requests at which a replica is saturated")
-    low: float = Field(0.75, gt=0, le=1, description="hysteresis: take work again below this")
+    low: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="hysteresis: a saturated replica takes work again only below saturation low / kv_cache",
+    )
 
     @model_validator(mode="after")
     def _low_below_high(self) -> Watermarks:
