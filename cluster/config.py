@@ -168,7 +168,7 @@ class ModelSpec(_Strict):
         description="concurrent requests per replica the gateway admits (set it from bench calibrate); null: "
         "admission.fraction of the maximum predicted from the engine's KV blocks",
     )
-    golden: GoldenProbe | None = Field(None, description="health L3: a prompt with a known answer; None: no L3")
+    golden: GoldenProbe | None = Field(None, description="health L3: a prompt with a known answer; null: no L3")
     replica_router: Literal["power_of_two", "prefix_affinity"] = Field(
         "prefix_affinity",
         description="with several replicas, which one takes a request: power_of_two (Ray Serve's default) or "
@@ -228,7 +228,7 @@ class CloudProvider(_Strict):
     enabled: bool = Field(True, description="false: configured but never sent a request")
     timeout_s: float = Field(60, gt=0, description="seconds a request to this provider may take")
     domain: str | None = Field(
-        None, description="failure domain (endpoint / credential pool) shared with other providers; None: its name"
+        None, description="failure domain (endpoint / credential pool) shared with other providers; null: its name"
     )
     rpm: int | None = Field(
         None,

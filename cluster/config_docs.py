@@ -172,7 +172,7 @@ def _tables(
         for suffix, inner in _models_in(field.annotation, MAP_KEYS.get(name, "<name>")):
             if inner in seen:
                 link = f"[`{seen[inner] or 'top level'}`](#{_anchor(seen[inner])})"
-                description = f"{description} Same keys as {link}."
+                description = f"{description}; same keys as {link}"
             else:
                 nested.append((key + suffix, inner, description))
                 kind += f"; keys: [`{key + suffix}`](#{_anchor(key + suffix)})"

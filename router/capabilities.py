@@ -39,7 +39,7 @@ class ProviderModel(BaseModel):
     name: str = Field(min_length=1, description="the provider's model id, sent as `model`")
     snapshot: str = Field(min_length=1, description="pinned version id, e.g. gpt-4o-mini-2024-07-18")
     context_window: int = Field(ge=1, description="prompt + output tokens the model accepts")
-    max_output_tokens: int | None = Field(None, ge=1, description="largest max_tokens it accepts; None: window")
+    max_output_tokens: int | None = Field(None, ge=1, description="largest max_tokens it accepts; null: the window")
     tools: bool = Field(False, description="tool calling")
     parallel_tool_calls: bool = Field(False, description="several tool calls in one answer (needs tools)")
     json_schema: bool = Field(False, description="response_format json_schema (structured outputs)")
@@ -51,8 +51,8 @@ class ProviderModel(BaseModel):
     data_policy: DataPolicy = Field(
         "retention", description="what the provider keeps of the data (L1 allows on_prem and no_retention only)"
     )
-    price_in_per_mtok: float | None = Field(None, ge=0, description="USD per 1M prompt tokens; None: unknown")
-    price_out_per_mtok: float | None = Field(None, ge=0, description="USD per 1M output tokens; None: unknown")
+    price_in_per_mtok: float | None = Field(None, ge=0, description="USD per 1M prompt tokens; null: unknown")
+    price_out_per_mtok: float | None = Field(None, ge=0, description="USD per 1M output tokens; null: unknown")
     quality: float = Field(0.5, ge=0, le=1, description="measured task quality, 0..1")
     expected_latency_ms: int | None = Field(None, ge=0, description="until measured; null: unknown")
 

@@ -78,7 +78,7 @@ class Policy(BaseModel):
 
     version: str = Field("1", min_length=1, description="quoted in every decision record")
     require_scenario: bool = Field(False, description="reject requests without x-business-scenario (400)")
-    default_scenario: str | None = Field(None, description="used without the header; None: the one named default")
+    default_scenario: str | None = Field(None, description="used without the header; null: the one named default")
     scenarios: dict[str, Scenario] = Field(
         default_factory=lambda: {"default": Scenario()},
         min_length=1,
