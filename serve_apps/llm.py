@@ -18,6 +18,7 @@ from cluster.config import ModelSpec, SpilloverConfig
 from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
 from router.watermarks import Watermarks
+from serve_apps.gpu_sim_workers import GPU_SIM_ENV
 from serve_apps.replica_router import ROUTER_PATH, ROUTING_STATS_PERIOD_S
 
 
@@ -89,6 +90,7 @@ def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None =
         bundle: dict[str, float] = {"CPU": spec.num_cpus}
         if spec.uses_gpus:  # gpu-sim: Ray places the replica on (simulated) GPUs it declares
             bundle["GPU"] = spec.num_gpus
+            env[GPU_SIM_ENV] = "1"
         extra["placement_group_config"] = {"bundles": [bundle]}
     else:
         extra["placement_group_config"] = {"bundle_per_worker": {"CPU": spec.num_cpus, "GPU": spec.num_gpus}}

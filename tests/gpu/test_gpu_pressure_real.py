@@ -21,7 +21,7 @@ import pytest
 from cluster.nvml import PynvmlReader
 from router.saturation import gpu_memory_pressure
 from router.snapshot import GpuMemory
-from serve_apps.stats_pusher import ReplicaGpus
+from serve_apps.engine_gpus import ReplicaGpus, own_processes
 
 GIB = 1024**3
 FRACTION = 0.3  # small enough to share the device with whatever else runs there
@@ -97,7 +97,7 @@ def test_engine_reservation_is_its_own_and_a_cotenant_raises_pressure(hold: Hold
     with PynvmlReader() as reader:
         total = next(g for g in reader.read().gpus if g.index == physical_index()).memory_total
         engine = hold(int(FRACTION * total) - 512 * 1024**2)  # minus room for its own CUDA context
-        gpus = ReplicaGpus(reader, [physical_index()], FRACTION, pid=engine.pid)
+        gpus = ReplicaGpus(reader, FRACTION, own_processes(engine.pid, [physical_index()]))
 
         idle = settled(gpus, lambda g: g.attribution == "pid" and g.engine_bytes >= 0.9 * FRACTION * total)
         baseline = gpu_memory_pressure(idle, WATERMARK)

@@ -18,8 +18,10 @@ import ray
 from ray import serve
 
 from cluster.nvml import reader_from_env
+from cluster.nvml_sim import announce_engine
 from router.snapshot import ReplicaStats
-from serve_apps.stats_pusher import ReplicaGpus, push_forever
+from serve_apps.engine_gpus import ReplicaGpus, own_processes
+from serve_apps.stats_pusher import push_forever
 from serve_apps.telemetry_board import get_or_create_board
 
 
@@ -29,8 +31,10 @@ class StatsReplica:
         self._model = model
         self._node_id = ray.get_runtime_context().get_node_id()
         gpu_ids = [int(i) for i in ray.get_gpu_ids()]
-        self._gpus = ReplicaGpus(reader_from_env(os.environ), gpu_ids, gpu_memory_utilization)
-        self._gpus.engine_started(os.environ)
+        announce_engine(os.environ, os.getpid(), gpu_ids, gpu_memory_utilization)  # an in-process "engine"
+        self._gpus = ReplicaGpus(
+            reader_from_env(os.environ), gpu_memory_utilization, own_processes(os.getpid(), gpu_ids)
+        )
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._pusher = asyncio.get_running_loop().create_task(push_forever(self._read, get_or_create_board()))
 

@@ -101,6 +101,46 @@ async def wait_for(
     raise AssertionError(f"timed out; last snapshot: {poller.latest().to_dict(time.time())}")
 
 
+@ray.remote(num_cpus=0.1)
+class ReplicaInGroup:
+    """Where a ray.serve.llm replica sits on real GPUs: in its placement group, holding no GPU itself."""
+
+    def footprint(self, fraction: float) -> tuple[list[int], list[int], list[int], str]:
+        import os
+
+        from cluster.nvml import reader_from_env
+        from serve_apps.engine_gpus import ReplicaGpus, replica_engine
+        from serve_apps.gpu_sim_workers import start_workers
+
+        workers = start_workers(fraction)  # stand-ins for vLLM's GPU workers (Ray actors in the group)
+        gpus = ReplicaGpus(reader_from_env(os.environ), fraction, replica_engine(os.getpid()))
+        (gpu,), error = gpus.read()
+        assert error is None, error
+        engine = [p.pid for p in gpu.processes if p.engine]
+        del workers
+        return list(gpus.footprint.gpu_ids), sorted(gpus.footprint.pids), engine, gpu.attribution
+
+
+def test_engine_gpus_are_found_through_the_placement_group(cluster: Cluster) -> None:
+    """On GPUs the engine's workers are Ray actors in the replica's placement group and the replica holds no
+    GPU (ray.get_gpu_ids() is empty in it): the replica must still find its GPU and the workers' PIDs."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = placement_group([{"CPU": 0.1, "GPU": 1}])
+    ray.get(group.ready(), timeout=60)
+    try:
+        strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
+        replica = ReplicaInGroup.options(scheduling_strategy=strategy).remote()
+        gpu_ids, pids, engine, attribution = ray.get(replica.footprint.remote(UTILIZATION), timeout=120)
+        print(f"\nplacement-group footprint: GPUs {gpu_ids}, PIDs {pids}, engine PIDs on the GPU {engine}")
+        assert len(gpu_ids) == 1 and attribution == "pid"
+        assert engine and set(engine) <= set(pids)  # the worker's reservation is attributed to the engine
+        ray.kill(replica)
+    finally:
+        remove_placement_group(group)
+
+
 def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss(
     cluster: Cluster, gpu_files: list[Path]
 ) -> None:
@@ -129,6 +169,7 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
         # a co-tenant takes 5 GiB on the worker's GPU only (room above the 5% floor is 4 GiB)
         worker_file = gpu_files[1]
         add_cotenant(worker_file, 5.0)
+
         def cotenant_seen(s: ClusterSnapshot) -> bool:
             return any(r.gpus and r.gpus[0].other_bytes for r in s.for_model(MODEL) if r.node_id != head_node)
 
