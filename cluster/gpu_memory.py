@@ -29,9 +29,7 @@ def attribute_device(gpu: GpuInfo, engine_pids: Collection[int], reserved_fracti
     `reserved_fraction`: the engine's `gpu_memory_utilization`, or None when no engine runs on
     the device (then everything used is "other")."""
     reserved = int(gpu.memory_total * reserved_fraction) if reserved_fraction else 0
-    processes = tuple(
-        GpuProcessMemory(p.pid, p.used_bytes, p.pid in engine_pids) for p in (gpu.processes or ())
-    )
+    processes = tuple(GpuProcessMemory(p.pid, p.used_bytes, p.pid in engine_pids) for p in (gpu.processes or ()))
     mine = [p for p in processes if p.engine]
     if reserved_fraction is None:
         engine, how = 0, "none"

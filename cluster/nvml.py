@@ -238,6 +238,7 @@ def reader_from_env(environ: Mapping[str, str], clock: Callable[[], float] = tim
 
     return PynvmlReader(clock=clock, nvml_module=SimulatedNvml(path))
 
+
 __all__ = [
     "FAKE_NVML_ENV",
     "GpuInfo",

@@ -119,7 +119,7 @@ RETRY_TABLE: Mapping[FailureClass, Rule] = MappingProxyType(
 )
 
 # `UpstreamError.code` -> class, for the codes the provider adapter and the local engine path
-# raise (see router/providers/openai_compat.py). Immutable, so not module-level mutable state.
+# raise (see serve_apps/providers/openai_compat.py). Immutable, so not module-level mutable state.
 _UPSTREAM_CODES: Mapping[str, FailureClass] = MappingProxyType(
     {
         "provider_unreachable": FailureClass.TRANSPORT,

@@ -31,7 +31,6 @@ from typing import Any
 
 from cluster.capacity import admission_limit, max_concurrent_sequences
 from cluster.config import SpilloverConfig
-from cluster.telemetry import ClusterSnapshot
 from router.burst import Route
 from router.cache_salt import salted
 from router.capabilities import Registry, Target
@@ -49,6 +48,7 @@ from router.output_contract import (
 )
 from router.plan import Plan, PlanInputs, plan_request
 from router.retry import AttemptBudget
+from router.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply, ModelBackend
 from serve_apps.dispatch_types import CloudBackend, Dispatched, DispatchObserver, NoObserver, header_target
 from serve_apps.resilience import Resilience

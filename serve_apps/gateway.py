@@ -23,7 +23,6 @@ from router.background_writer import BackgroundWriter
 from router.decision import DecisionStore, JsonlFile
 from router.errors import SpilloverError
 from router.idempotency import IdempotencyStore
-from router.providers import OpenAICompatProvider
 from router.saturation import Saturation, replica_saturation
 from router.snapshot import ClusterSnapshot
 from router.spend import SpendLedger
@@ -38,6 +37,7 @@ from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
+from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
 from serve_apps.telemetry_board import get_or_create_board
 

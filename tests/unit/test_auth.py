@@ -152,9 +152,9 @@ async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp
     from bench.cloud_sim import SimSettings
     from bench.cloud_sim import build_app as build_cloud_sim
     from cluster.config import dump_config, load_config
-    from router.providers import OpenAICompatProvider
     from router.snapshot import ClusterSnapshot, ReplicaStats
     from serve_apps.dispatch import Dispatcher
+    from serve_apps.providers import OpenAICompatProvider
     from tests.unit.test_openapi_fuzz import EchoBackend
 
     raw = dump_config(load_config(Path(__file__).resolve().parents[2] / "configs/local.yaml"))

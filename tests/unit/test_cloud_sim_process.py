@@ -17,7 +17,7 @@ import pytest
 
 from cluster.config import CloudProvider
 from router.errors import TargetUnavailable, UpstreamError
-from router.providers import OpenAICompatProvider
+from serve_apps.providers import OpenAICompatProvider
 from tests.unit.test_cloud_sim import chat
 
 REPO = Path(__file__).resolve().parents[2]

@@ -26,12 +26,12 @@ from cluster.config import dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
 from router.idempotency import IdempotencyStore
 from router.openai_request import Kind
-from router.providers import OpenAICompatProvider
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.idempotent import IdempotentReplies
+from serve_apps.providers import OpenAICompatProvider
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"

@@ -25,8 +25,8 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
-from router.providers import OpenAICompatProvider, ProviderReply
-from router.providers.openai_compat import retry_after_s, status_error
+from serve_apps.providers import OpenAICompatProvider, ProviderReply
+from serve_apps.providers.openai_compat import retry_after_s, status_error
 
 KEY = "sk-test-0123456789-very-secret"
 ENV = {"SIM_KEY": KEY}

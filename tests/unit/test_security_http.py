@@ -25,14 +25,14 @@ from cluster.tenants import authenticator_for
 from router.decision import DecisionStore, JsonlFile
 from router.errors import TargetUnavailable
 from router.openai_request import Kind
-from router.providers import OpenAICompatProvider
-from router.providers.openai_compat import CHAT_FIELDS
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.http_guards import client_redactions
 from serve_apps.ops_routes import OpsRoutes
+from serve_apps.providers import OpenAICompatProvider
+from serve_apps.providers.openai_compat import CHAT_FIELDS
 from serve_apps.resilience import Resilience
 from tests.unit.test_openapi_fuzz import EchoBackend
 

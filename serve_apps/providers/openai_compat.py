@@ -51,7 +51,7 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
-from router.providers.sse import ProviderEventStream
+from serve_apps.providers.sse import ProviderEventStream
 
 log = logging.getLogger("spillover.providers")
 

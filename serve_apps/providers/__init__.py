@@ -5,7 +5,7 @@
     sse.py            ProviderEventStream: a provider's SSE reply as complete events
 """
 
-from router.providers.openai_compat import OpenAICompatProvider, ProviderReply
-from router.providers.sse import ProviderEventStream
+from serve_apps.providers.openai_compat import OpenAICompatProvider, ProviderReply
+from serve_apps.providers.sse import ProviderEventStream
 
 __all__ = ["OpenAICompatProvider", "ProviderEventStream", "ProviderReply"]
