@@ -34,7 +34,7 @@ from typing import Any
 
 from router import contract_headers as h
 from router.errors import InvalidRequest
-from router.json_schema import check_client_schema
+from router.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
 from router.openai_request import max_tokens_of
 from router.policy import Level, Policy, Strategy
 
@@ -233,6 +233,14 @@ def derive_contract(
     deadline = h.narrowed_min(scenario.deadline_ms, h.DEADLINE_HEADER, hdr.get(h.DEADLINE_HEADER), int)
     providers = h.parse_providers(hdr.get(h.PROVIDERS_HEADER))
 
+    schemas = [body.get("response_format"), body.get("tools")]
+    if count_objects(schemas, MAX_SCHEMA_OBJECTS) > MAX_SCHEMA_OBJECTS:  # every schema of the request together
+        raise InvalidRequest(
+            f"response_format and tools hold more than {MAX_SCHEMA_OBJECTS} JSON objects together: send smaller "
+            "schemas",
+            param="tools" if body.get("tools") else "response_format",
+            code="invalid_json_schema",
+        )
     needs_schema, needs_json_mode, schema = _response_format(body)
     tool_schemas = _tools(body)
     messages = body.get("messages")

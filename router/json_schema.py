@@ -184,7 +184,7 @@ def _walk(param: str, schema: Mapping[str, Any]) -> None:
         )
 
 
-def _count_objects(value: Any, limit: int) -> int:
+def count_objects(value: Any, limit: int) -> int:
     """How many JSON objects `value` holds, counting stops past `limit` (iterative)."""
     count, todo = 0, [value]
     while todo and count <= limit:
@@ -201,7 +201,7 @@ def check_client_schema(schema: Any, param: str) -> dict[str, Any]:
     """The schema itself, or 400 `invalid_json_schema` naming what is wrong with it."""
     if not isinstance(schema, dict):
         raise _bad(param, "must be a JSON Schema object")
-    if _count_objects(schema, MAX_SCHEMA_OBJECTS) > MAX_SCHEMA_OBJECTS:
+    if count_objects(schema, MAX_SCHEMA_OBJECTS) > MAX_SCHEMA_OBJECTS:
         raise _bad(param, f"holds more than {MAX_SCHEMA_OBJECTS} objects: send a smaller schema")
     try:
         validator_for(schema).check_schema(schema)

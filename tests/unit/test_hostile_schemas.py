@@ -299,6 +299,18 @@ def test_huge_schema_is_400_before_the_costly_metaschema_check() -> None:
     assert time.monotonic() - began < GENEROUS_S
 
 
+async def test_many_tools_share_one_schema_size_bound() -> None:
+    """The bound holds for the request, not per schema: 50 tools of 200 objects each are refused."""
+    params = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(199)}}
+    tools = [{"type": "function", "function": {"name": f"f{i}", "parameters": params}} for i in range(50)]
+    local = Answering("{}")
+    async with await _client(local) as client:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
+        response = await client.post("/v1/chat/completions", json=body)
+    error = _assert_invalid_schema(response)
+    assert "more than" in error["message"] and local.calls == 0
+
+
 def test_pattern_that_does_not_compile_is_400() -> None:
     with pytest.raises(InvalidRequest, match=r"regex|does not compile"):
         check_client_schema({"type": "string", "pattern": "(unclosed"}, "p")
