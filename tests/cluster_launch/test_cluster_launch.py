@@ -13,6 +13,8 @@ A process of its own (one Ray per process, and the hosts need root): `pytest tes
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -105,9 +107,13 @@ def test_dashboard_listens_on_the_head_loopback_only_and_ray_dashboard_reaches_i
                 assert tunnel.poll() is None, "`ray dashboard` exited"
                 assert time.monotonic() < deadline, "no dashboard through `ray dashboard`"
                 time.sleep(1)
-    finally:
-        tunnel.terminate()
-        tunnel.wait(timeout=30)
+    finally:  # what Ctrl-C does to `ray dashboard`: signal its whole process group (ray and its ssh)
+        os.killpg(tunnel.pid, signal.SIGINT)
+        try:
+            tunnel.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(tunnel.pid, signal.SIGKILL)
+            tunnel.wait(timeout=15)
     say(f"dashboard through `ray dashboard` (127.0.0.1:{port} here -> head loopback): {version}")
     assert version["ray_version"].startswith("2.")
 
