@@ -170,17 +170,6 @@ class DecisionRecord:
         return cls.from_dict(json.loads(line))
 
 
-class JsonlFile:
-    """A decision-log sink: appends one line per call to the file at `path`."""
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-
-    def __call__(self, line: str) -> None:
-        with open(self._path, "a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-
-
 class DecisionStore:
     """The last `max_records` decision records by request id; `put` of a known id replaces it
     when the owner is the same (see the module docstring for owners and claims)."""

@@ -19,15 +19,15 @@ from ray.serve.handle import DeploymentHandle
 from cluster.config import parse_config
 from cluster.models import CATALOG, cache_dir
 from cluster.tenants import authenticator_for
-from router.background_writer import BackgroundWriter
-from router.decision import DecisionStore, JsonlFile
+from router.decision import DecisionStore
 from router.errors import SpilloverError
 from router.idempotency import IdempotencyStore
 from router.saturation import Saturation, replica_saturation
 from router.snapshot import ClusterSnapshot
-from router.spend import SpendLedger
+from serve_apps.background_writer import BackgroundWriter
 from serve_apps.board_poller import BoardPoller
 from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap
+from serve_apps.decision_log import JsonlFile
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.http_guards import client_redactions
@@ -39,6 +39,7 @@ from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
+from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board
 
 log = logging.getLogger("spillover.gateway")

@@ -3,7 +3,7 @@
 A gateway replica holds one `Resilience`: circuit breakers per target and failure domain
 (`router.breaker`), a health machine per local model and cloud provider (`router.health`), the
 gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM windows
-(`router.quota`) and the spend ledger (`router.spend`). The dispatcher asks it three things:
+(`router.quota`) and the spend ledger (`serve_apps.spend_ledger`). The dispatcher asks it three things:
 
 * `unavailable(targets)` at plan time: red/black health, an open breaker, or (local) every
   replica's stats stale right now takes a target out of the ranked tiers (the decision record
@@ -34,6 +34,7 @@ from typing import Any
 
 from cluster.config import SpilloverConfig
 from router.breaker import Breakers, BreakerSettings
+from router.budget import cost_weight
 from router.capabilities import Target
 from router.errors import ProviderRateLimited, RequestError
 from router.failure import Rule, rule_for
@@ -42,8 +43,8 @@ from router.policy import Policy
 from router.quota import Quotas, Refusal, Reservation
 from router.retry import Backoff, RetryBudget
 from router.snapshot import ClusterSnapshot
-from router.spend import SpendLedger, cost_weight
 from serve_apps.dispatch_types import header_target
+from serve_apps.spend_ledger import SpendLedger
 
 DEFAULT_COOL_S = 1.0  # a 429 without Retry-After cools its domain this long
 POLICY_REFRESH_S = 10.0  # how often the month's spend is read back for the soft budget

@@ -1,4 +1,4 @@
-"""Cloud spend: a ledger that survives restarts, the soft monthly budget and the per-request cap.
+"""Cloud spend: a ledger that survives restarts (SQLite), written off the event loop.
 
 The monthly budget is only meaningful if the month's spend is remembered across gateway
 restarts and shared by the gateway's replicas, hence SQLite (stdlib, one file, WAL so several
@@ -12,14 +12,14 @@ an unusable path at start-up is an error (`ConfigError`), because then the opera
 before traffic arrives.
 
 With `background=True` (the gateway) nothing touches SQLite on the caller's thread: `add`
-stamps the row and queues it for one writer thread (router/background_writer.py; a full queue
+stamps the row and queues it for one writer thread (serve_apps/background_writer.py; a full queue
 drops the row and counts a write failure), and `recent_month_total()` answers the month's spend
 as last read by that thread, asking it to read again when the value is older than
 `month_refresh_s`. A locked database (another process inside its busy timeout) or a slow disk
 therefore never stalls the event loop that serves requests.
 
-`cost_weight` is pure: it turns the month's spend into the cost scorer's weight (a soft budget,
-never a refusal). The hard per-request cap is the contract pipeline's `cost` filter.
+What the month's spend does to routing is pure and lives in router/budget.py (a soft budget, never
+a refusal); the hard per-request cap is the contract pipeline's `cost` filter.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from router.background_writer import BackgroundWriter
 from router.errors import ConfigError
+from serve_apps.background_writer import BackgroundWriter
 
 log = logging.getLogger("spillover.spend")
 
@@ -209,26 +209,3 @@ class SpendLedger:
             if not self._closed:
                 self._closed = True
                 self._conn.close()
-
-
-def cost_weight(
-    month_total: float,
-    monthly_budget_usd: float | None,
-    *,
-    base_weight: float,
-    max_factor: float = 4.0,
-) -> float:
-    """The cost scorer's weight under a soft monthly budget.
-
-    Spending is not refused when the budget runs out (a refusal would turn a bookkeeping limit
-    into an outage); instead cost counts more and more in the ranking, so cheaper targets win
-    sooner. Up to 50% of the budget: `base_weight`; 50% → 100%: linear up to
-    `base_weight × max_factor`; beyond: stays there. No budget (None or <= 0): `base_weight`.
-    """
-    if monthly_budget_usd is None or monthly_budget_usd <= 0:
-        return base_weight
-    used = month_total / monthly_budget_usd
-    if used <= 0.5:
-        return base_weight
-    ramp = min(1.0, (used - 0.5) / 0.5)
-    return base_weight * (1.0 + (max_factor - 1.0) * ramp)

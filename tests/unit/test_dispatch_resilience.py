@@ -26,11 +26,11 @@ from router.errors import (
 from router.health import Health
 from router.policy import Policy
 from router.snapshot import ClusterSnapshot, ReplicaStats
-from router.spend import SpendLedger
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.resilience import Resilience
+from serve_apps.spend_ledger import SpendLedger
 
 T0 = 1_800_000_000.0
 CAPS = {

@@ -17,12 +17,13 @@ from pathlib import Path
 import httpx
 
 from cluster.config import parse_config
-from router.background_writer import BackgroundWriter
-from router.decision import DecisionRecord, DecisionStore, JsonlFile
-from router.spend import SpendLedger
+from router.decision import DecisionRecord, DecisionStore
+from serve_apps.background_writer import BackgroundWriter
+from serve_apps.decision_log import JsonlFile
 from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.resilience import Resilience
+from serve_apps.spend_ledger import SpendLedger
 from tests.unit.test_gateway_http import MODELS, FakeBackend
 
 CONFIG = {"models": [{"alias": "m", "source": "prepared:x", "family": "llama"}]}

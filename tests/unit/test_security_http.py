@@ -22,11 +22,12 @@ import pytest
 
 from cluster.config import GatewaySection, SpilloverConfig, dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
-from router.decision import DecisionStore, JsonlFile
+from router.decision import DecisionStore
 from router.errors import TargetUnavailable
 from router.openai_request import Kind
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
+from serve_apps.decision_log import JsonlFile
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.http_guards import client_redactions

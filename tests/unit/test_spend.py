@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from router.budget import cost_weight
 from router.errors import ConfigError
-from router.spend import SpendLedger, cost_weight, month_bounds
+from serve_apps.spend_ledger import SpendLedger, month_bounds
 
 
 def ts(*args: int) -> float:
