@@ -252,7 +252,7 @@ class Breakers:
         return out
 
     def states(self) -> dict[str, str]:
-        out = {f"target:{k}": b.state for k, b in self._targets.items()}
+        out: dict[str, str] = {f"target:{k}": b.state for k, b in self._targets.items()}
         out.update({f"domain:{k}": b.state for k, b in self._domains.items()})
         return out
 

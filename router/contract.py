@@ -150,7 +150,7 @@ def _tools(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         name = fn.get("name") if isinstance(fn, dict) else None
         if not isinstance(name, str) or not name:
             raise InvalidRequest(f"tools[{i}].function.name is required", param=f"tools[{i}].function.name")
-        params = fn.get("parameters", {})
+        params = fn.get("parameters", {}) if isinstance(fn, dict) else {}
         schemas[name] = check_json_schema(params, f"tools[{i}].function.parameters")
     return schemas
 
@@ -175,8 +175,8 @@ def _texts_and_modalities(body: Mapping[str, Any]) -> tuple[list[str], int, int,
     modalities = {"text"}
     messages = body.get("messages")
     if not isinstance(messages, list):
-        texts, ids = _prompt_parts(body.get("prompt"))
-        return texts, ids, 0, frozenset(modalities)
+        prompt_texts, ids = _prompt_parts(body.get("prompt"))
+        return prompt_texts, ids, 0, frozenset(modalities)
     texts: list[str] = []
     for message in messages:
         if not isinstance(message, dict):

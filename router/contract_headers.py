@@ -72,7 +72,7 @@ def stricter_level(scenario_level: Level, header: str | None) -> Level:
         raise InvalidRequest(
             f"header {LEVEL_HEADER} must be one of {', '.join(LEVELS)}, not {header!r}", param=LEVEL_HEADER
         )
-    return min(scenario_level, value, key=LEVELS.index)  # type: ignore[return-value]
+    return min(scenario_level, value, key=LEVELS.index)
 
 
 def _comma_list(header_name: str, raw: str) -> frozenset[str]:
@@ -104,7 +104,7 @@ def narrow_residency(scenario: Residency, header: Residency) -> Residency:
         return header
     if header == "any":
         return scenario
-    return scenario & header  # type: ignore[operator]
+    return scenario & header
 
 
 def scenario_residency(scenario: Scenario) -> Residency:

@@ -68,7 +68,7 @@ def placement_group_actors() -> EngineFootprint:
     pids: set[int] = set()
     gpus: set[int] = set()
     for raw in state._connect_and_get_accessor().get_actor_table(None, "ALIVE"):
-        actor = gcs_pb2.ActorTableData.FromString(raw)
+        actor = gcs_pb2.ActorTableData.FromString(raw)  # type: ignore[attr-defined]  # generated, no stubs
         if actor.placement_group_id != group.id.binary() or actor.address.node_id.hex() != node:
             continue
         pids.add(int(actor.pid))

@@ -12,9 +12,9 @@ replica then finds its engine's GPUs and PIDs exactly as on real GPUs (serve_app
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import ray
-from ray.actor import ActorHandle
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from cluster.nvml_sim import announce_engine
@@ -31,18 +31,18 @@ class SimulatedGpuWorker:
         return self._gpus
 
 
-def start_workers(gpu_memory_utilization: float) -> list[ActorHandle]:
+def start_workers(gpu_memory_utilization: float) -> list[Any]:
     """One worker per GPU bundle of the caller's placement group; returns once each holds its GPU."""
     group = ray.util.get_current_placement_group()
     if group is None:
         return []
-    workers = []
+    workers: list[Any] = []  # actor handles
     for index, bundle in enumerate(group.bundle_specs):
         gpus = bundle.get("GPU", 0)
         if not gpus:
             continue
         strategy = PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=index)
-        actor = ray.remote(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy)(SimulatedGpuWorker)
+        actor: Any = ray.remote(num_cpus=0, num_gpus=gpus, scheduling_strategy=strategy)(SimulatedGpuWorker)
         workers.append(actor.remote(gpu_memory_utilization))
     ray.get([w.gpu_ids.remote() for w in workers])
     return workers

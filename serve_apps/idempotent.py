@@ -60,7 +60,7 @@ class IdempotentReplies:
             raise
         if isinstance(response, JSONResponse) and 200 <= response.status_code < 300:
             headers = {k: v for k, v in response.headers.items() if k.lower().startswith(_KEPT_HEADER_PREFIX)}
-            stored = StoredResponse(response.status_code, json.loads(response.body), headers)
+            stored = StoredResponse(response.status_code, json.loads(bytes(response.body)), headers)
             self._store.complete(tenant, key, stored, size_bytes=len(response.body))
         else:
             self._store.abandon(tenant, key)

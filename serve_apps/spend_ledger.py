@@ -178,12 +178,12 @@ class SpendLedger:
         """Spend in the UTC calendar month of `now` (default: the clock). 0.0 when unreadable."""
         start, end = month_bounds(self._clock() if now is None else now)
         row = self._read_one("SELECT COALESCE(SUM(cost_usd), 0.0) FROM spend WHERE at >= ? AND at < ?", (start, end))
-        return float(row[0]) if row else 0.0
+        return float(row[0]) if row else 0.0  # type: ignore[arg-type]  # SUM(REAL) is a float
 
     def total_by_provider(self, since: float) -> dict[str, float]:
         """Spend per provider from `since` (POSIX time) on. Empty when unreadable."""
         rows = self._read_all("SELECT provider, SUM(cost_usd) FROM spend WHERE at >= ? GROUP BY provider", (since,))
-        return {provider: float(total) for provider, total in rows}
+        return {str(provider): float(total) for provider, total in rows}  # type: ignore[arg-type]  # SUM(REAL)
 
     def _read_all(self, sql: str, args: tuple[float, ...]) -> list[tuple[object, ...]]:
         """Run a read; failures are logged and counted: the budget is soft, a request must go on."""
