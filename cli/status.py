@@ -47,13 +47,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     for stats in replicas:
         marks = config.watermarks_for(stats.model)
         sat = replica_saturation(stats, marks, snapshot=snapshot, now=now)
-        data = stats.to_dict()
-        for gpu, row in zip(stats.gpus, data["gpus"], strict=True):
-            row["other_bytes"] = gpu.other_bytes
-            row["pressure"] = gpu_memory_pressure(gpu, marks.gpu_memory)
+        shown = stats.to_dict()
+        for gpu, gpu_row in zip(stats.gpus, shown["gpus"], strict=True):
+            gpu_row["other_bytes"] = gpu.other_bytes
+            gpu_row["pressure"] = gpu_memory_pressure(gpu, marks.gpu_memory)
         rows.append(
             {
-                **data,
+                **shown,
                 "age_s": round(stats.age(now), 2),
                 "saturation": sat.value,
                 "saturation_term": sat.term,
