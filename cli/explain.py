@@ -50,6 +50,12 @@ def render(record: dict[str, Any]) -> str:
     tiers = " | ".join(", ".join(t) or "-" for t in record.get("tiers", []))
     lines.append(f"  tiers (local | cloud): {tiers}")
     lines.append(f"  chosen: {record.get('chosen') or 'none'}")
+    if record.get("route"):
+        wait = ""
+        if record.get("waited_s") or record.get("replans"):
+            waited, replans = record.get("waited_s", 0), record.get("replans", 0)
+            wait = f" after {waited:.2f}s waiting for local room ({replans} re-plans)"
+        lines.append(f"  route: {record['route']}{wait}: {record.get('reason') or '-'}")
     for i, a in enumerate(record.get("attempts", []), 1):
         cost = "unpriced" if a.get("cost_usd") is None else f"${a['cost_usd']:.6f}"
         error = f" ({a['error']})" if a.get("error") else ""

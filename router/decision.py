@@ -86,6 +86,10 @@ class DecisionRecord:
     attempts: tuple[Attempt, ...] = ()
     finished_at: float | None = None
     health: Mapping[str, str] = field(default_factory=dict)  # target / domain -> health or breaker state
+    route: str | None = None  # what was executed: local | cloud | wait (a wait that never ended)
+    reason: str = ""  # why (the burst decision, a fail-over, or how the request ended)
+    waited_s: float = 0.0  # time in the waiting room for local capacity
+    replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
 
     @classmethod
     def from_pipeline(
@@ -163,6 +167,10 @@ class DecisionRecord:
             attempts=tuple(Attempt(**a) for a in data.get("attempts", ())),
             finished_at=data.get("finished_at"),
             health=dict(data.get("health") or {}),
+            route=data.get("route"),
+            reason=data.get("reason") or "",
+            waited_s=float(data.get("waited_s") or 0.0),
+            replans=int(data.get("replans") or 0),
         )
 
     @classmethod

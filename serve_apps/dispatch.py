@@ -29,36 +29,24 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from cluster.capacity import admission_limit, max_concurrent_sequences
 from cluster.config import SpilloverConfig
 from router.burst import Route
 from router.cache_salt import salted
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
-from router.errors import ContractViolation, LocalCapacityExhausted, RequestError, TargetUnavailable
+from router.errors import ContractViolation, RequestError, TargetUnavailable
 from router.openai_request import Kind
-from router.output_contract import (
-    CONTRACT_HEADER,
-    VALIDATION_TIMEOUT_S,
-    OutputVerdict,
-    check_output,
-    contract_violation,
-    enforce,
-)
 from router.plan import Plan, PlanInputs, plan_request
 from router.retry import AttemptBudget
 from router.snapshot import ClusterSnapshot
+from serve_apps.admission import Admission, Waited
 from serve_apps.backend import BackendReply, ModelBackend
 from serve_apps.dispatch_types import CloudBackend, Dispatched, DispatchObserver, NoObserver, header_target
+from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Resilience
 
 MAX_SAME_TARGET_RETRIES = 1  # a second failure of the same target moves on (or gives up)
-
-
-def _usage(reply: BackendReply) -> tuple[int, int]:
-    usage = (reply.body or {}).get("usage") or {}
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
 class Dispatcher:
@@ -89,32 +77,14 @@ class Dispatcher:
         self._observer = observer or NoObserver()
         self.decisions = decisions if decisions is not None else DecisionStore()  # an empty store is falsy
         self._resilience = resilience or Resilience(config, clock=clock)
-        self._inflight: dict[str, int] = defaultdict(int)
-        self._waiting: dict[str, int] = defaultdict(int)
+        self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
 
     def inflight(self, model: str) -> int:
-        return self._inflight[model]
+        return self._admission.inflight(model)
 
     def admission_limit(self, model: str, snapshot: ClusterSnapshot, now: float) -> int | None:
-        """Per model: the configured per-replica limit, else 80% of the KV-predicted maximum,
-        summed over the replicas with fresh stats."""
-        spec = self._config.model(model)
-        fresh = [r for r in snapshot.for_model(model) if not snapshot.is_stale(r, now)]
-        if spec is None or not fresh:
-            return None
-        if spec.admission_limit is not None:
-            return spec.admission_limit * len(fresh)
-        adm = self._config.admission
-        total = 0
-        for replica in fresh:
-            if replica.kv_budget_tokens is None:
-                return None
-            predicted = max_concurrent_sequences(
-                replica.kv_budget_tokens, adm.mean_prompt_tokens, adm.mean_output_tokens
-            )
-            total += admission_limit(predicted, adm.fraction)
-        return total
+        return self._admission.limit(model, snapshot, now)
 
     @property
     def resilience(self) -> Resilience:
@@ -128,8 +98,8 @@ class Dispatcher:
             policy=self._resilience.policy(self._config.policy),
             registry=self._registry,
             watermarks=self._config.watermarks_for(model),
-            inflight=self._inflight[model],
-            admission_limit=self.admission_limit(model, snapshot, now),
+            inflight=self._admission.inflight(model),
+            admission_limit=self._admission.limit(model, snapshot, now),
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
             unavailable=self._resilience.unavailable(self._registry.for_alias(model)),
@@ -148,27 +118,53 @@ class Dispatcher:
         started = self._clock()
         self._resilience.budget.deposit()
         plan = self.plan(contract, kind)
+        waited = Waited(plan, 0.0, 0)
+        done: Dispatched | None = None
+        ended = ""
+        trail: list[Attempt] = []
+        try:
+            if plan.route == "wait":
+                replan = lambda: self.plan(contract, kind)  # noqa: E731 - re-plans while waiting
+                waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
+                plan = waited.plan
+            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s)
+            return replace(done, waited_s=waited.waited_s)
+        except RequestError as exc:
+            ended = exc.message
+            raise
+        finally:
+            self._record(request_id, contract, plan, started, waited, trail, done, ended)
+
+    def _record(
+        self,
+        request_id: str,
+        contract: RequestContract,
+        plan: Plan,
+        started: float,
+        waited: Waited,
+        trail: list[Attempt],
+        done: Dispatched | None,
+        ended: str,
+    ) -> None:
+        """The decision record of the plan that was executed (after any wait and re-plans), its
+        attempts and how it ended; stored, and shown to the observer (metrics)."""
         record = DecisionRecord.from_pipeline(
             request_id,
             self._config.policy,
             contract,
             plan.pipeline,
-            clock=self._clock,
+            clock=lambda: started,
             unavailable=plan.unavailable,
             health=self._resilience.states(),
         )
-        chosen: str | None = None
-        trail: list[Attempt] = []
-        try:
-            if plan.route == "wait":
-                plan = await self._wait_for_room(contract, kind, plan, started + deadline_s)
-            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s)
-            chosen = done.target
-            return Dispatched(done.reply, done.route, done.target, done.reason, self._clock() - started, done.headers)
-        finally:
-            finished = replace(record, attempts=tuple(trail)).finished(chosen, clock=self._clock)
-            self.decisions.put(finished)
-            self._observer.recorded(finished)
+        route = done.route if done is not None else plan.route
+        reason = done.reason if done is not None else (ended or plan.reason)
+        executed = replace(
+            record, attempts=tuple(trail), route=route, reason=reason, waited_s=waited.waited_s, replans=waited.replans
+        )
+        finished = executed.finished(done.target if done is not None else None, clock=self._clock)
+        self.decisions.put(finished)
+        self._observer.recorded(finished)
 
     def _candidates(self, plan: Plan, contract: RequestContract) -> list[tuple[Target, str]]:
         if plan.route == "local" and plan.local is not None:
@@ -227,7 +223,7 @@ class Dispatcher:
             try:
                 sent = local_body if target.kind == "local" else body
                 reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
-                reply, headers = await self._checked(kind, reply, contract, target)
+                reply, headers = await checked(kind, reply, contract, target)
             except RequestError as exc:
                 rule = res.failed(target, exc)
                 res.settle(gate.reservation, 0)
@@ -249,10 +245,10 @@ class Dispatcher:
                 else:
                     reason = f"{header_target(target)} failed before the first byte: {exc.message}"[:300]
                 continue
-            attempt = Attempt.priced(target, "ok", self._clock() - began, *_usage(reply))
+            attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
             trail.append(attempt)
             res.charge(request_id, target, "ok", attempt.cost_usd)
-            res.settle(gate.reservation, sum(_usage(reply)) or tokens)
+            res.settle(gate.reservation, sum(usage(reply)) or tokens)
             if reply.chunks is None:
                 res.succeeded(target)
             else:
@@ -262,37 +258,6 @@ class Dispatcher:
         if last_error is not None:
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
-
-    async def _checked(
-        self, kind: Kind, reply: BackendReply, contract: RequestContract, target: Target
-    ) -> tuple[BackendReply, dict[str, str]]:
-        """Apply the output contract to a complete chat answer; raises `ContractViolation` (with
-        the tokens the answer spent) when an L1 answer breaks it. The check runs in a worker
-        thread, bounded by VALIDATION_TIMEOUT_S (router/output_contract.py): a hostile schema
-        or answer never holds the event loop that serves every other request."""
-        headers: dict[str, str] = {}
-        if kind != "chat" or reply.body is None or not contract.checks_output:
-            return reply, headers
-        choices = reply.body.get("choices") or [{}]
-        message = choices[0].get("message") or {}
-        try:
-            verdict = await asyncio.wait_for(
-                asyncio.to_thread(check_output, contract, message), VALIDATION_TIMEOUT_S + 1.0
-            )
-        except TimeoutError:
-            error = f"the answer could not be checked within {VALIDATION_TIMEOUT_S:g}s"
-            verdict = OutputVerdict("violated", (error,), error_count=1)
-        action = enforce(contract.level, verdict)
-        if action.kind == "retry_next_or_fail":
-            violation = contract_violation(verdict, target.id)
-            violation.usage = _usage(reply)
-            raise violation
-        if action.content is not None:
-            message = {**choices[0].get("message", {}), "content": action.content}
-            reply = BackendReply(body={**reply.body, "choices": [{**choices[0], "message": message}]})
-        if action.header:
-            headers[CONTRACT_HEADER] = action.header
-        return reply, headers
 
     async def _observed(self, target: Target, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
         """A stream's outcome reaches breakers and health when it ends (it is never re-sent)."""
@@ -313,34 +278,12 @@ class Dispatcher:
         reply = await self._providers[target.provider or ""].chat(target.alias, body, request_id)
         return BackendReply(body=reply.body, chunks=reply.chunks)
 
-    async def _wait_for_room(self, contract: RequestContract, kind: Kind, plan: Plan, deadline: float) -> Plan:
-        model, queue_max = contract.model, self._config.admission.queue_max
-        if self._waiting[model] >= queue_max:
-            self._observer.waited(model, 0.0, "rejected")
-            raise LocalCapacityExhausted(f"{plan.reason}; waiting room full ({queue_max} requests)")
-        self._waiting[model] += 1
-        self._observer.waiting(model, self._waiting[model])
-        started = self._clock()
-        try:
-            while plan.route == "wait":
-                if self._clock() >= deadline:
-                    waited = self._clock() - started
-                    self._observer.waited(model, waited, "timeout")
-                    raise LocalCapacityExhausted(f"{plan.reason}; no local room after {waited:.1f}s")
-                await self._sleep(self._poll_s)
-                plan = self.plan(contract, kind)
-            self._observer.waited(model, self._clock() - started, plan.route)
-            return plan
-        finally:
-            self._waiting[model] -= 1
-            self._observer.waiting(model, self._waiting[model])
-
     async def _local_unless_stale(
         self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool
     ) -> BackendReply:
         """The local call; with `watch`, abandoned (TargetUnavailable) if every replica of the
         model goes stale before the first byte arrives."""
-        call = asyncio.ensure_future(self._run_local(model, kind, body, request_id))
+        call = asyncio.ensure_future(self._admission.counted(model, self._local.call(model, kind, body, request_id)))
         if not watch:
             return await call
         try:
@@ -357,22 +300,3 @@ class Dispatcher:
                 call.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await call  # let the local call unwind (in-flight count, Serve cancel)
-
-    async def _run_local(self, model: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        self._inflight[model] += 1
-        try:
-            reply = await self._local.call(model, kind, body, request_id)
-        except BaseException:
-            self._inflight[model] -= 1
-            raise
-        if reply.chunks is None:
-            self._inflight[model] -= 1
-            return reply
-        return BackendReply(chunks=self._count_until_done(model, reply.chunks))
-
-    async def _count_until_done(self, model: str, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            self._inflight[model] -= 1

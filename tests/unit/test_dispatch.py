@@ -203,6 +203,10 @@ async def test_local_only_waits_for_room(world: World) -> None:
     assert done.waited_s == pytest.approx(0.3)
     assert observer.max_waiting == 1 and observer.outcomes == ["local"]
     assert observer.decisions == 4 and observer.records == ["r-3"]  # first plan + 3 re-plans while waiting
+    record = d.decisions.get("r-3")
+    assert record is not None  # built from the plan that ran, not the one made before the wait
+    assert (record.route, record.chosen, record.replans) == ("local", "local:m", 3)
+    assert record.waited_s == pytest.approx(0.3) and record.reason.startswith("local capacity")
 
 
 async def test_local_only_times_out_with_429(world: World) -> None:
@@ -215,6 +219,16 @@ async def test_local_only_times_out_with_429(world: World) -> None:
     assert caught.value.status_code == 429 and caught.value.retry_after_s >= 1
     assert "local_only" in caught.value.message and "no local room after 1.0s" in caught.value.message
     assert cloud.calls == []
+
+
+async def test_a_wait_that_times_out_is_recorded_as_such(world: World) -> None:
+    world.replica = stats(kv=0.91)
+    d = dispatcher(world)
+    with pytest.raises(LocalCapacityExhausted):
+        await run(d, "chat", CHAT, "r-4b", deadline_s=1.0, x_spillover_residency="local_only")
+    record = d.decisions.get("r-4b")
+    assert record is not None and (record.route, record.chosen, record.attempts) == ("wait", None, ())
+    assert "no local room after 1.0s" in record.reason
 
 
 async def test_full_waiting_room_rejects_at_once(world: World) -> None:

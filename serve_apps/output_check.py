@@ -1,0 +1,58 @@
+"""The output contract applied to a complete chat answer (router/output_contract.py decides).
+
+The check runs in a worker thread, bounded by VALIDATION_TIMEOUT_S: a hostile schema or answer never
+holds the event loop that serves every other request. An L1 answer that breaks its contract raises
+`ContractViolation` carrying the tokens the answer spent (the attempt is still paid for); L2 passes
+with the `x-spillover-contract` header; a repaired answer (JSON extracted from surrounding text)
+replaces the original.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from router.capabilities import Target
+from router.contract import RequestContract
+from router.openai_request import Kind
+from router.output_contract import (
+    CONTRACT_HEADER,
+    VALIDATION_TIMEOUT_S,
+    OutputVerdict,
+    check_output,
+    contract_violation,
+    enforce,
+)
+from serve_apps.backend import BackendReply
+
+
+def usage(reply: BackendReply) -> tuple[int, int]:
+    """(prompt, completion) tokens a complete answer reports (0, 0 without usage)."""
+    found = (reply.body or {}).get("usage") or {}
+    return int(found.get("prompt_tokens") or 0), int(found.get("completion_tokens") or 0)
+
+
+async def checked(
+    kind: Kind, reply: BackendReply, contract: RequestContract, target: Target
+) -> tuple[BackendReply, dict[str, str]]:
+    """The answer as the client may receive it, and the headers the check adds."""
+    headers: dict[str, str] = {}
+    if kind != "chat" or reply.body is None or not contract.checks_output:
+        return reply, headers
+    choices = reply.body.get("choices") or [{}]
+    message = choices[0].get("message") or {}
+    try:
+        verdict = await asyncio.wait_for(asyncio.to_thread(check_output, contract, message), VALIDATION_TIMEOUT_S + 1.0)
+    except TimeoutError:
+        error = f"the answer could not be checked within {VALIDATION_TIMEOUT_S:g}s"
+        verdict = OutputVerdict("violated", (error,), error_count=1)
+    action = enforce(contract.level, verdict)
+    if action.kind == "retry_next_or_fail":
+        violation = contract_violation(verdict, target.id)
+        violation.usage = usage(reply)
+        raise violation
+    if action.content is not None:
+        message = {**choices[0].get("message", {}), "content": action.content}
+        reply = BackendReply(body={**reply.body, "choices": [{**choices[0], "message": message}]})
+    if action.header:
+        headers[CONTRACT_HEADER] = action.header
+    return reply, headers
