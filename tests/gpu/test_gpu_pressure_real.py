@@ -22,24 +22,14 @@ from cluster.nvml import PynvmlReader
 from router.saturation import gpu_memory_pressure
 from router.snapshot import GpuMemory
 from serve_apps.engine_gpus import ReplicaGpus, own_processes
+from tests.gpu import cuda_torch_or_skip
 
 GIB = 1024**3
 FRACTION = 0.3  # small enough to share the device with whatever else runs there
 WATERMARK = 0.95
 
 
-def _state() -> str:
-    with PynvmlReader() as reader:
-        inventory = reader.read()
-    return inventory.state if inventory.gpus else f"{inventory.state}: {inventory.reason}"
-
-
-_STATE = _state()
-if _STATE != "ok":
-    pytest.skip(f"no GPU found by NVML ({_STATE})", allow_module_level=True)
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("torch has no CUDA here (CPU build?)", allow_module_level=True)
+torch = cuda_torch_or_skip()
 
 pytestmark = pytest.mark.gpu
 

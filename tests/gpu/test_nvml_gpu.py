@@ -10,23 +10,12 @@ import time
 import pytest
 
 from cluster.nvml import GpuInfo, PynvmlReader
+from tests.gpu import cuda_torch_or_skip
 
 GIB = 1024**3
 
 
-def _inventory_state() -> str:
-    with PynvmlReader() as reader:
-        inventory = reader.read()
-    return inventory.state if inventory.gpus else f"{inventory.state}: {inventory.reason}"
-
-
-_STATE = _inventory_state()
-if _STATE != "ok":
-    pytest.skip(f"no GPU found by NVML ({_STATE})", allow_module_level=True)
-
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("torch has no CUDA here (CPU build?)", allow_module_level=True)
+torch = cuda_torch_or_skip()
 
 pytestmark = pytest.mark.gpu
 
