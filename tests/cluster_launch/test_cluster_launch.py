@@ -121,7 +121,8 @@ def test_dashboard_listens_on_the_head_loopback_only_and_ray_dashboard_reaches_i
 def test_spillover_deploy_serves_chat_through_the_gateway_with_the_model_on_a_worker(up: Launched) -> None:
     started = time.monotonic()
     output = up.on_head(f"spillover deploy --config {up.spillover_config}", timeout=480)
-    say(f"`spillover deploy` on the head took {time.monotonic() - started:.0f}s: {output.strip().splitlines()[-2:]}")
+    said = [line for line in output.splitlines() if line.startswith(("ready after", "deployed:"))]
+    say(f"`spillover deploy` on the head took {time.monotonic() - started:.0f}s: {said}")
     assert httpx.get(f"{GATEWAY}/v1/models", timeout=10).status_code == 401  # auth is on
     answer = ask(up)
     say(f"chat through {GATEWAY}: {answer!r}")
@@ -147,9 +148,12 @@ def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: L
     assert replica["ip"] == WORKER.ip
 
 
-def test_ray_down_stops_the_head_and_ray_stop_the_workers(up: Launched) -> None:
-    """Ray's local provider stops Ray only on the head at `ray down`; a worker's raylet exits once the
-    head is gone, but not all of Ray's processes there: README says to run `ray stop` on each worker."""
+def test_serve_shutdown_ray_down_and_ray_stop_on_workers_leave_only_sshd(up: Launched) -> None:
+    """README's stop sequence. `serve shutdown` first: vLLM's engine processes are children of a
+    replica that `ray stop` does not know, and they outlived a `ray stop` of the worker without it.
+    Ray's local provider stops Ray only on the head at `ray down`; a worker's raylet exits once the
+    head is gone, but not all of Ray's processes there: hence `ray stop` on each worker."""
+    up.on_head("serve shutdown -y", timeout=180)
     up.ray("down", "-y", str(up.config), timeout=180)
     up.down = True
     started = time.monotonic()

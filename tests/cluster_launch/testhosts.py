@@ -234,7 +234,8 @@ class TestHosts:
         )
         hidden = (Path("/tmp"), Path(os.path.expanduser("~" + self.user)))
         before, after = [], []
-        for i, shared in enumerate(d for d in shared_dirs if any(d.is_relative_to(h) for h in hidden)):
+        hidden_dirs = [d for d in shared_dirs if d.is_dir() and any(d.is_relative_to(h) for h in hidden)]
+        for i, shared in enumerate(hidden_dirs):
             keep, path = root / f"shared{i}", shlex.quote(str(shared))
             keep.mkdir()
             before.append(f"mount --bind {path} {keep}")  # set aside before /tmp and the home are replaced
