@@ -35,6 +35,7 @@ from typing import Any
 import httpx
 
 from bench.target import BenchError
+from router import headers as hdr
 
 FAULTS: tuple[str, ...] = ("error_5xx", "rate_limit", "timeout", "reset", "midstream_cut", "malformed")
 TOOL = {
@@ -105,7 +106,7 @@ async def _json_request(client: httpx.AsyncClient, opts: FaultOptions, request_i
     """'ok' or the error code / status the client got."""
     try:
         response = await client.post(
-            f"{opts.url}/chat/completions", json=_body(opts.model, False), headers={"x-request-id": request_id}
+            f"{opts.url}/chat/completions", json=_body(opts.model, False), headers={hdr.REQUEST_ID: request_id}
         )
     except httpx.HTTPError as exc:
         return f"transport:{type(exc).__name__}"
@@ -125,7 +126,7 @@ async def _stream_request(client: httpx.AsyncClient, opts: FaultOptions, request
             "POST",
             f"{opts.url}/chat/completions",
             json=_body(opts.model, True),
-            headers={"x-request-id": request_id},
+            headers={hdr.REQUEST_ID: request_id},
         ) as response:
             if response.status_code != 200:
                 return "broken"

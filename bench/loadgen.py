@@ -34,11 +34,12 @@ import httpx
 from bench.progress import NullProgress, ProgressSink
 from bench.request_result import CANCELLED, RequestResult
 from bench.workload import WorkItem
+from router import headers as hdr
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-ROUTE_HEADER = "x-spillover-route"
-TARGET_HEADER = "x-spillover-target"
+ROUTE_HEADER = hdr.ROUTE
+TARGET_HEADER = hdr.TARGET
 
 
 class BadBaseUrl(ValueError):

@@ -29,6 +29,7 @@ import httpx
 
 from bench.stats import percentile
 from bench.target import BenchError
+from router import headers as hdr
 
 PATHS = ("direct", "ray", "gateway")
 
@@ -66,7 +67,7 @@ def tiny_body(model: str) -> dict[str, Any]:
 
 def http_call(client: httpx.AsyncClient, url: str, model: str) -> Call:
     async def call(request_id: str) -> None:
-        response = await client.post(url, json=tiny_body(model), headers={"x-request-id": request_id})
+        response = await client.post(url, json=tiny_body(model), headers={hdr.REQUEST_ID: request_id})
         if response.status_code != 200 or not response.json().get("choices"):
             raise BenchError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
 

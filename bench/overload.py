@@ -40,9 +40,10 @@ from bench.progress import LineProgress, NullProgress, ProgressSink
 from bench.report import environment
 from bench.target import BenchError, api_key_from_env, preflight
 from bench.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec, poisson_arrivals
+from router import headers as hdr
 
-RESIDENCY_HEADER = "x-spillover-residency"
-DEADLINE_HEADER = "x-spillover-deadline-ms"
+RESIDENCY_HEADER = hdr.RESIDENCY
+DEADLINE_HEADER = hdr.DEADLINE
 DEFAULT_MULTIPLES = (0.5, 1.0, 1.5, 2.0, 3.0)
 TransportFor = Callable[[str], httpx.AsyncBaseTransport | None]
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from router import headers as hdr
 from router.capabilities import ProviderModel, Registry, Target, cloud_target, local_target
 from router.contract import RequestContract, derive_contract
 from router.pipeline import run_pipeline
@@ -72,7 +73,7 @@ def build_contract(policy: Policy) -> RequestContract:
         "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": {"type": "object"}}},
         "max_tokens": 300,
     }
-    return derive_contract(body, {"x-spillover-max-cost-usd": "0.05"}, policy)
+    return derive_contract(body, {hdr.MAX_COST: "0.05"}, policy)
 
 
 def run_microbench(iterations: int = 2000, candidates: int = 20) -> MicrobenchResult:

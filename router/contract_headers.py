@@ -23,15 +23,16 @@ import math
 from collections.abc import Mapping
 from typing import Literal
 
+from router import headers as hdr
 from router.errors import InvalidRequest
 from router.policy import LEVELS, Level, Policy, Scenario
 
-SCENARIO_HEADER = "x-business-scenario"
-LEVEL_HEADER = "x-spillover-level"
-RESIDENCY_HEADER = "x-spillover-residency"
-PROVIDERS_HEADER = "x-spillover-providers"
-MAX_COST_HEADER = "x-spillover-max-cost-usd"
-DEADLINE_HEADER = "x-spillover-deadline-ms"
+SCENARIO_HEADER = hdr.SCENARIO
+LEVEL_HEADER = hdr.LEVEL
+RESIDENCY_HEADER = hdr.RESIDENCY
+PROVIDERS_HEADER = hdr.PROVIDERS
+MAX_COST_HEADER = hdr.MAX_COST
+DEADLINE_HEADER = hdr.DEADLINE
 
 Residency = Literal["any", "local_only"] | frozenset[str]
 

@@ -40,6 +40,7 @@ from typing import Any, Literal
 from jsonschema.exceptions import SchemaError
 from referencing.exceptions import Unresolvable
 
+from router import headers as hdr
 from router.contract import RequestContract
 from router.errors import ContractViolation
 from router.json_schema import ValidationTimeout, schema_validator
@@ -50,7 +51,7 @@ MAX_ERROR_CHARS = 200
 VALIDATION_TIMEOUT_S = 2.0  # one message's whole check (JSON parse, schema, tool arguments)
 MAX_JSON_CANDIDATES = 16  # openings extract_json tries: each costs one linear scan
 _SPECIAL = re.compile(r'[\\"{}\[\]]')
-CONTRACT_HEADER = "x-spillover-contract"
+CONTRACT_HEADER = hdr.CONTRACT
 Status = Literal["ok", "repaired", "violated"]
 ActionKind = Literal["pass", "pass_with_warning", "retry_next_or_fail"]
 

@@ -54,6 +54,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
@@ -72,11 +73,11 @@ from serve_apps.ops_routes import OpsRoutes
 
 log = logging.getLogger("spillover.gateway")
 
-REQUEST_ID = "x-request-id"
-ROUTE = "x-spillover-route"
-TARGET = "x-spillover-target"
-REASON = "x-spillover-reason"
-USED_ID = "x-spillover-request-id"  # the id a request ran under when it is not the x-request-id it sent
+REQUEST_ID = hdr.REQUEST_ID
+ROUTE = hdr.ROUTE
+TARGET = hdr.TARGET
+REASON = hdr.REASON
+USED_ID = hdr.USED_REQUEST_ID
 
 
 def _header_text(text: str) -> str:

@@ -18,12 +18,13 @@ from collections.abc import Awaitable, Callable
 
 from starlette.responses import JSONResponse, Response
 
+from router import headers as hdr
 from router.errors import InvalidRequest
 from router.idempotency import Fresh, IdempotencyStore, StoredResponse, fingerprint, validate_key
 
-KEY_HEADER = "idempotency-key"
-REPLAY_HEADER = "x-spillover-idempotent-replay"
-_KEPT_HEADER_PREFIX = "x-spillover-"
+KEY_HEADER = hdr.IDEMPOTENCY_KEY
+REPLAY_HEADER = hdr.IDEMPOTENT_REPLAY
+_KEPT_HEADER_PREFIX = hdr.SPILLOVER_PREFIX
 
 
 class IdempotentReplies:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from router import headers as hdr
+
 ERROR = {
     "type": "object",
     "required": ["error"],
@@ -66,16 +68,16 @@ def _header(name: str) -> dict[str, Any]:
     return {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
 
 
-COMMON_HEADERS = [_header("x-request-id"), _header("authorization")]
+COMMON_HEADERS = [_header(hdr.REQUEST_ID), _header(hdr.AUTHORIZATION)]
 SPILLOVER_HEADERS = [
     *COMMON_HEADERS,
-    _header("idempotency-key"),
-    {"name": "x-spillover-residency", "in": "header", "required": False, "schema": {"type": "string"}},
-    {"name": "x-spillover-deadline-ms", "in": "header", "required": False, "schema": {"type": "string"}},
-    {"name": "x-spillover-level", "in": "header", "required": False, "schema": {"type": "string"}},
-    {"name": "x-spillover-providers", "in": "header", "required": False, "schema": {"type": "string"}},
-    {"name": "x-spillover-max-cost-usd", "in": "header", "required": False, "schema": {"type": "string"}},
-    {"name": "x-business-scenario", "in": "header", "required": False, "schema": {"type": "string"}},
+    _header(hdr.IDEMPOTENCY_KEY),
+    {"name": hdr.RESIDENCY, "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": hdr.DEADLINE, "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": hdr.LEVEL, "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": hdr.PROVIDERS, "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": hdr.MAX_COST, "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": hdr.SCENARIO, "in": "header", "required": False, "schema": {"type": "string"}},
 ]
 _OPEN = {"parameters": COMMON_HEADERS}
 

@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from cluster.config import CloudProvider
+from router import headers as hdr
 from router.capabilities import provider_model_name
 from router.errors import (
     ModelNotFound,
@@ -55,7 +56,7 @@ from serve_apps.providers.sse import ProviderEventStream
 
 log = logging.getLogger("spillover.providers")
 
-KEPT_HEADERS = frozenset({"x-request-id", "retry-after", "retry-after-ms", "content-type"})
+KEPT_HEADERS = frozenset({hdr.REQUEST_ID, "retry-after", "retry-after-ms", "content-type"})
 CHAT_FIELDS = frozenset(
     {
         "messages",
@@ -81,7 +82,7 @@ CHAT_FIELDS = frozenset(
         "reasoning_effort",
     }
 )
-FORWARDED_HEADERS = frozenset({"x-spillover-attempt"})
+FORWARDED_HEADERS = frozenset({hdr.ATTEMPT})
 KEPT_HEADER_PREFIXES = ("openai-", "x-ratelimit-")
 _MAX_DETAIL = 500
 
@@ -144,7 +145,7 @@ class OpenAICompatProvider:
         payload["model"] = model
         stream = payload.get("stream") is True
         headers = {k.lower(): v for k, v in (extra_headers or {}).items() if k.lower() in FORWARDED_HEADERS}
-        headers["x-request-id"] = request_id
+        headers[hdr.REQUEST_ID] = request_id
         headers["accept"] = "text/event-stream" if stream else "application/json"
         if key:
             headers["authorization"] = f"Bearer {key}"
