@@ -84,14 +84,12 @@ class RequestError(SpilloverError):
             self.code = code
 
     def to_openai(self) -> dict[str, Any]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.error_type,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
+        return error_body(self.message, self.error_type, self.code, self.param)
+
+
+def error_body(message: str, error_type: str, code: str | None, param: str | None = None) -> dict[str, Any]:
+    """The OpenAI error shape every error answer of the gateway has (the one place that builds it)."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
 
 
 class InvalidRequest(RequestError):

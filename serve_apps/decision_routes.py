@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from router.auth import TenantPolicy
 from router.decision import DecisionStore
-from router.errors import RequestError
+from router.errors import RequestError, error_body
 
 log = logging.getLogger("spillover.gateway")
 
@@ -67,8 +67,8 @@ class OwnedDecisions:
             if record is None:
                 shown = wanted[:128].encode("ascii", "replace").decode()
                 message = f"no decision record for request {shown!r} (kept: your recent ones, on this gateway replica)"
-                error = {"message": message, "type": "invalid_request_error", "param": None, "code": "not_found"}
-                return JSONResponse({"error": error}, 404, headers=headers_for(request))
+                body = error_body(message, "invalid_request_error", "not_found")
+                return JSONResponse(body, 404, headers=headers_for(request))
             return JSONResponse(scrub(record.to_dict()), headers=headers_for(request))
 
         return Route("/v1/spillover/decisions/{request_id}", decision, methods=["GET"])

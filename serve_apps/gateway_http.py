@@ -58,7 +58,7 @@ from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
-from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout
+from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout, error_body
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
 from router.snapshot import ClusterSnapshot
@@ -126,10 +126,6 @@ class LocalDispatch:
     ) -> Dispatched:
         reply = await self._local.call(contract.model, kind, body, request_id)
         return Dispatched(reply, "local", f"local:{contract.model}", "local (burst not configured)", 0.0)
-
-
-def _error_body(message: str, err_type: str, code: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": err_type, "param": None, "code": code}}
 
 
 class GatewayHTTP:
@@ -319,7 +315,7 @@ class GatewayHTTP:
             yield f"data: {_json(self._public(exc))}\n\ndata: [DONE]\n\n"
         except Exception:
             log.exception("request %s failed mid-stream", request_id)
-            error = _error_body("the model failed while streaming", "upstream_error", "upstream_error")
+            error = error_body("the model failed while streaming", "upstream_error", "upstream_error")
             yield f"data: {_json(error)}\n\ndata: [DONE]\n\n"
 
     def _authorize(self, request: Request) -> TenantPolicy | None:
@@ -361,7 +357,7 @@ class GatewayHTTP:
             return denied
         headers = self._headers(self._request_id(request))
         if self._snapshot is None:
-            body = _error_body("this gateway has no telemetry source", "invalid_request_error", "no_telemetry")
+            body = error_body("this gateway has no telemetry source", "invalid_request_error", "no_telemetry")
             return JSONResponse(body, status_code=404, headers=headers)
         now = self._clock()
         body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
@@ -385,7 +381,7 @@ class GatewayHTTP:
         assert isinstance(exc, HTTPException)
         codes = {404: "not_found", 405: "method_not_allowed"}
         message = f"{request.method} {request.url.path}: {exc.detail}"
-        body = _error_body(message, "invalid_request_error", codes.get(exc.status_code, "http_error"))
+        body = error_body(message, "invalid_request_error", codes.get(exc.status_code, "http_error"))
         return JSONResponse(body, status_code=exc.status_code, headers=self._headers(self._request_id(request)))
 
     async def _request_error(self, request: Request, exc: Exception) -> Response:
@@ -396,7 +392,7 @@ class GatewayHTTP:
     async def _unexpected(self, request: Request, exc: Exception) -> Response:
         request_id = self._request_id(request)
         log.error("request %s: internal error", request_id, exc_info=exc)
-        body = _error_body(f"internal gateway error (request id {request_id})", "internal_error", "internal_error")
+        body = error_body(f"internal gateway error (request id {request_id})", "internal_error", "internal_error")
         return JSONResponse(body, status_code=500, headers=self._headers(request_id))
 
 
