@@ -6,19 +6,12 @@ from typing import Any
 
 from router.breaker import Breakers, BreakerSettings
 from serve_apps.breaker_exchange import BreakerExchange, BreakerSync
+from tests.fakes import FakeClock
 
 PERIOD_S = 0.5
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def replica(name: str, exchange: BreakerExchange, clock: Clock) -> tuple[Breakers, BreakerSync]:
+def replica(name: str, exchange: BreakerExchange, clock: FakeClock) -> tuple[Breakers, BreakerSync]:
     breakers = Breakers(BreakerSettings(min_requests=2, failure_ratio=0.5, open_s=10), clock)
 
     async def swap(r: str, export: dict[str, Any], epoch: int) -> tuple[int, list[dict[str, Any]]]:
@@ -27,7 +20,7 @@ def replica(name: str, exchange: BreakerExchange, clock: Clock) -> tuple[Breaker
     return breakers, BreakerSync(breakers, swap, name, period_s=PERIOD_S)
 
 
-async def tick(clock: Clock, *syncs: BreakerSync) -> None:
+async def tick(clock: FakeClock, *syncs: BreakerSync) -> None:
     """One sync period: every replica exchanges once, in order."""
     for sync in syncs:
         await sync.once()
@@ -35,7 +28,7 @@ async def tick(clock: Clock, *syncs: BreakerSync) -> None:
 
 
 async def test_a_breaker_opened_on_one_replica_is_honoured_by_the_other_within_two_periods() -> None:
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     exchange = BreakerExchange(clock)
     a, sync_a = replica("a", exchange, clock)
     b, sync_b = replica("b", exchange, clock)
@@ -55,7 +48,7 @@ async def test_a_breaker_opened_on_one_replica_is_honoured_by_the_other_within_t
 
 
 async def test_a_429_cooling_travels_too() -> None:
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     exchange = BreakerExchange(clock)
     a, sync_a = replica("a", exchange, clock)
     b, sync_b = replica("b", exchange, clock)
@@ -68,7 +61,7 @@ async def test_a_429_cooling_travels_too() -> None:
 
 
 async def test_an_operator_reset_is_not_undone_by_the_other_replicas_copies() -> None:
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     exchange = BreakerExchange(clock)
     a, sync_a = replica("a", exchange, clock)
     b, sync_b = replica("b", exchange, clock)
@@ -83,7 +76,7 @@ async def test_an_operator_reset_is_not_undone_by_the_other_replicas_copies() ->
 
 
 async def test_a_peer_with_a_foreign_export_is_skipped() -> None:
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     exchange = BreakerExchange(clock)
     _, sync_a = replica("a", exchange, clock)
     exchange.swap("old-version", {"version": 99, "open": {}}, 0)
@@ -91,7 +84,7 @@ async def test_a_peer_with_a_foreign_export_is_skipped() -> None:
 
 
 def test_silent_replicas_are_forgotten() -> None:
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     exchange = BreakerExchange(clock, forget_after_s=60)
     exchange.swap("gone", {"version": 1, "open": {}}, 0)
     clock.now += 61

@@ -16,18 +16,11 @@ from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.idempotent import IdempotentReplies
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.resilience import Resilience
+from tests.fakes import FakeClock
 from tests.unit.test_gateway_http import CHAT, MODELS, FakeBackend
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def resilience(clock: Clock) -> Resilience:
+def resilience(clock: FakeClock) -> Resilience:
     config = parse_config(
         {
             "models": [{"alias": "small", "source": "prepared:x", "family": "llama"}],
@@ -38,7 +31,7 @@ def resilience(clock: Clock) -> Resilience:
     return Resilience(config, clock=clock)
 
 
-def gateway(backend: FakeBackend, clock: Clock, res: Resilience, auth: Authenticator | None = None) -> GatewayHTTP:
+def gateway(backend: FakeBackend, clock: FakeClock, res: Resilience, auth: Authenticator | None = None) -> GatewayHTTP:
     store = IdempotencyStore(ttl_s=60, clock=clock)
     return GatewayHTTP(
         backend,
@@ -51,8 +44,8 @@ def gateway(backend: FakeBackend, clock: Clock, res: Resilience, auth: Authentic
 
 
 @pytest.fixture
-async def setup() -> AsyncIterator[tuple[httpx.AsyncClient, FakeBackend, Clock, Resilience]]:
-    backend, clock = FakeBackend(), Clock()
+async def setup() -> AsyncIterator[tuple[httpx.AsyncClient, FakeBackend, FakeClock, Resilience]]:
+    backend, clock = FakeBackend(), FakeClock(1_800_000_000.0)
     res = resilience(clock)
     transport = httpx.ASGITransport(app=gateway(backend, clock, res).app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
@@ -115,7 +108,7 @@ async def test_resilience_view_and_reset(setup: Any) -> None:
 
 
 async def test_only_admin_tenants_may_reset() -> None:
-    backend, clock = FakeBackend(), Clock()
+    backend, clock = FakeBackend(), FakeClock(1_800_000_000.0)
     res = resilience(clock)
     auth = Authenticator(
         [TenantPolicy("ops", admin=True), TenantPolicy("app")], {"ops": "sk-ops-key", "app": "sk-app-key"}

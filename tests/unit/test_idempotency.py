@@ -8,15 +8,7 @@ import pytest
 
 from router.errors import IdempotencyConflict, InvalidRequest
 from router.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse, fingerprint, validate_key
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.fakes import FakeClock as Clock
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 FP = fingerprint(BODY)

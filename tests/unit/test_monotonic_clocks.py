@@ -19,15 +19,7 @@ from router.errors import ConfigError, ProviderRateLimited, TargetUnavailable, T
 from router.rate_limit import TokenBucket
 from serve_apps.prober import Prober
 from serve_apps.resilience import Resilience
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
+from tests.fakes import FakeClock as Clock
 
 CONFIG = {
     "models": [{"alias": "m", "source": "prepared:x", "family": "llama"}],

@@ -11,16 +11,9 @@ from router.health import Health, HealthBoard, HealthSettings
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.prober import ProbeCheck, Prober, cloud_checks, local_checks
+from tests.fakes import FakeClock
 
 T0 = 1_800_000_000.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def config(**golden: Any) -> Any:
@@ -49,12 +42,12 @@ class Backend:
         return None
 
 
-def board(clock: Clock, **settings: Any) -> HealthBoard:
+def board(clock: FakeClock, **settings: Any) -> HealthBoard:
     return HealthBoard(HealthSettings(**settings), clock)
 
 
 async def test_liveness_follows_fresh_stats_and_three_misses_make_the_model_red() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     stats = ReplicaStats("m", "r1", "n1", T0, 0.1, 0, 0, 0, 0, 364, 128)
     snapshot = ClusterSnapshot(taken_at=T0, replicas=(stats,), max_age_s=1.0)
     health = board(clock)
@@ -70,7 +63,7 @@ async def test_liveness_follows_fresh_stats_and_three_misses_make_the_model_red(
 
 
 async def test_checks_run_on_their_own_periods() -> None:
-    clock, calls = Clock(), []
+    clock, calls = FakeClock(T0), []
 
     async def check() -> bool:
         calls.append(clock.now)
@@ -86,7 +79,7 @@ async def test_checks_run_on_their_own_periods() -> None:
 
 
 async def test_a_slow_latency_probe_fails_it() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
 
     async def slow() -> bool:
         await asyncio.sleep(0.2)
@@ -100,7 +93,7 @@ async def test_a_slow_latency_probe_fails_it() -> None:
 
 
 async def test_the_golden_prompt_must_be_answered_right() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     cfg = config(prompt="What is the capital of France?", expect="paris")
     backend = Backend(answer="The capital is Lyon.")
     alive = ClusterSnapshot(T0, (ReplicaStats("m", "r1", "n1", T0, 0.1, 0, 0, 0, 0, 364, 128),), 1.0)
@@ -127,7 +120,7 @@ class Provider:
 
 
 async def test_a_refused_key_found_by_the_liveness_probe_makes_the_provider_black() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     health = board(clock)
     refused = UpstreamError("cloud provider 'sim' refused our credentials (HTTP 401)", code="provider_auth_failed")
     checks = [c for c in cloud_checks(Provider(refused), "m", config()) if c.level == "liveness"]
@@ -137,7 +130,7 @@ async def test_a_refused_key_found_by_the_liveness_probe_makes_the_provider_blac
 
 
 async def test_an_unreachable_provider_is_a_failed_probe_not_black() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     health = board(clock)
     down = TargetUnavailable("unreachable", code="provider_unreachable")
     checks = [c for c in cloud_checks(Provider(down), "m", config()) if c.level == "liveness"]
@@ -146,7 +139,7 @@ async def test_an_unreachable_provider_is_a_failed_probe_not_black() -> None:
 
 
 async def test_a_model_not_up_yet_is_no_evidence_and_stays_green() -> None:
-    clock = Clock()
+    clock = FakeClock(T0)
     health = board(clock)
     backend = Backend()
     empty = ClusterSnapshot(taken_at=T0, replicas=(), max_age_s=1.0)

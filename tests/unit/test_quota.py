@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from router.quota import ProviderQuota, Quotas, Refusal, Reservation
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes import FakeClock as Clock
 
 
 def quota(clock: Clock, *, rpm: int | None = None, tpm: int | None = None) -> ProviderQuota:

@@ -10,20 +10,7 @@ import random
 import pytest
 
 from router.retry import AttemptBudget, Backoff, RetryBudget
-
-
-class FakeClock:
-    """A clock the test advances by hand."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
+from tests.fakes import FakeClock
 
 # --- Backoff ---------------------------------------------------------------------------------
 

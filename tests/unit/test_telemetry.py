@@ -9,6 +9,7 @@ from typing import Any
 from cluster.stats_tap import StatsTap
 from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from serve_apps.board_poller import BoardPoller
+from tests.fakes import FakeClock as Clock
 
 
 @dataclass
@@ -23,14 +24,6 @@ class SchedulerStats:  # the attributes vLLM's SchedulerStats has
     num_waiting_reqs: int = 0
     kv_cache_usage: float = 0.0
     prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
-
-
-class Clock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_tap_keeps_latest_and_accumulates_prefix_counters() -> None:
