@@ -7,21 +7,9 @@ import json
 import pytest
 
 from router.breaker import Breakers, BreakerSettings, CircuitBreaker
+from tests.fakes import FakeClock
 
 SETTINGS = BreakerSettings()  # window 30s, min 5, ratio 0.5, open 10s, 1 half-open probe
-
-
-class FakeClock:
-    """Epoch-like seconds that move only when a test says so."""
-
-    def __init__(self, t: float = 1_700_000_000.0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 def feed(breaker: CircuitBreaker, clock: FakeClock, outcomes: list[tuple[float, bool]]) -> None:
@@ -44,8 +32,8 @@ def feed(breaker: CircuitBreaker, clock: FakeClock, outcomes: list[tuple[float, 
     ],
 )
 def test_closed_breaker_trips_on_ratio_and_min_count(outcomes: list[tuple[float, bool]], state: str) -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(SETTINGS, clock)
     feed(breaker, clock, outcomes)
     assert breaker.state == state
     assert breaker.allow() is (state == "closed")
@@ -56,10 +44,10 @@ def test_closed_breaker_trips_on_ratio_and_min_count(outcomes: list[tuple[float,
     [(0.0, "open", 10.0), (4.0, "open", 6.0), (9.9, "open", 0.1), (10.0, "half_open", None), (60.0, "half_open", None)],
 )
 def test_open_turns_half_open_lazily(after: float, state: str, retry_in: float | None) -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(SETTINGS, clock)
     feed(breaker, clock, [(0, False)] * 5)
-    opened_at = clock.t
+    opened_at = clock.now
     clock.advance(after)
     assert breaker.state == state
     assert breaker.retry_in_s() == (None if retry_in is None else pytest.approx(retry_in))
@@ -68,8 +56,8 @@ def test_open_turns_half_open_lazily(after: float, state: str, retry_in: float |
 
 @pytest.mark.parametrize("probes", [1, 2, 3])
 def test_half_open_lets_through_at_most_the_probe_limit(probes: int) -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(BreakerSettings(half_open_probes=probes), clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(BreakerSettings(half_open_probes=probes), clock)
     breaker.cool(5.0)
     clock.advance(5.0)
     assert [breaker.allow() for _ in range(probes + 2)] == [True] * probes + [False, False]
@@ -81,8 +69,8 @@ def test_half_open_lets_through_at_most_the_probe_limit(probes: int) -> None:
     [(True, "closed", True), (False, "open", False)],
 )
 def test_half_open_trial_outcome(trial_ok: bool, state: str, allows_after: bool) -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(SETTINGS, clock)
     feed(breaker, clock, [(0, False)] * 5)
     clock.advance(10.0)
     assert breaker.allow()
@@ -90,12 +78,12 @@ def test_half_open_trial_outcome(trial_ok: bool, state: str, allows_after: bool)
     assert breaker.state == state
     assert breaker.allow() is allows_after
     if not trial_ok:
-        assert breaker.open_until() == pytest.approx(clock.t + 10.0)
+        assert breaker.open_until() == pytest.approx(clock.now + 10.0)
 
 
 def test_closing_clears_the_window() -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(SETTINGS, clock)
     feed(breaker, clock, [(0, True)] * 4 + [(0, False)] * 5)
     clock.advance(10.0)
     breaker.allow()
@@ -107,8 +95,8 @@ def test_closing_clears_the_window() -> None:
 
 
 def test_late_result_while_open_is_ignored() -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(SETTINGS, clock)
     feed(breaker, clock, [(0, False)] * 5)
     until = breaker.open_until()
     clock.advance(3.0)
@@ -119,8 +107,8 @@ def test_late_result_while_open_is_ignored() -> None:
 
 
 def test_lost_trial_frees_its_slot_after_probe_timeout() -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(BreakerSettings(probe_timeout_s=60.0), clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(BreakerSettings(probe_timeout_s=60.0), clock)
     breaker.cool(1.0)
     clock.advance(1.0)
     assert breaker.allow()
@@ -141,8 +129,8 @@ def test_lost_trial_frees_its_slot_after_probe_timeout() -> None:
     ],
 )
 def test_cool_forces_open_then_half_open(first: float, second: float | None, open_for: float) -> None:
-    clock = FakeClock()
-    breaker = CircuitBreaker(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    breaker = CircuitBreaker(SETTINGS, clock)
     breaker.cool(first)
     if second is not None:
         breaker.cool(second)
@@ -177,8 +165,8 @@ def test_settings_reject_nonsense(bad: dict[str, float]) -> None:
 
 
 def test_429_cools_the_whole_domain_but_not_other_domains() -> None:
-    clock = FakeClock()
-    board = Breakers(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock)
     board.cool_domain("sim", 3.0)
     gpt = board.allows("cloud:sim/gpt", "sim")
     glm = board.allows("cloud:sim/glm", "sim")
@@ -192,8 +180,8 @@ def test_429_cools_the_whole_domain_but_not_other_domains() -> None:
 
 
 def test_target_breaker_refuses_with_retry_time() -> None:
-    clock = FakeClock()
-    board = Breakers(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock)
     for _ in range(5):
         board.record("cloud:sim/gpt", "sim", ok=False)
     clock.advance(5.8)
@@ -209,8 +197,8 @@ def test_target_breaker_refuses_with_retry_time() -> None:
     ],
 )
 def test_domain_trips_only_on_failures_from_several_targets(failing_targets: list[str], domain_state: str) -> None:
-    clock = FakeClock()
-    board = Breakers(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock)
     for i in range(6):
         board.record(failing_targets[i % len(failing_targets)], "sim", ok=False)
     assert board.states()["domain:sim"] == domain_state
@@ -221,8 +209,8 @@ def test_domain_trips_only_on_failures_from_several_targets(failing_targets: lis
 
 
 def test_half_open_domain_admits_one_trial_across_its_targets() -> None:
-    clock = FakeClock()
-    board = Breakers(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock)
     board.cool_domain("sim", 2.0)
     clock.advance(2.0)
     assert board.allows("cloud:sim/gpt", "sim") == (True, "half-open trial for domain sim")
@@ -233,8 +221,8 @@ def test_half_open_domain_admits_one_trial_across_its_targets() -> None:
 
 
 def test_refused_target_does_not_spend_the_domains_trial() -> None:
-    clock = FakeClock()
-    board = Breakers(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock)
     for _ in range(5):
         board.record("a", "sim", ok=False)  # target a open for 10s
     board.cool_domain("sim", 1.0)
@@ -245,8 +233,8 @@ def test_refused_target_does_not_spend_the_domains_trial() -> None:
 
 
 def test_export_merge_between_two_replicas() -> None:
-    clock = FakeClock()
-    here, there = Breakers(SETTINGS, clock.now), Breakers(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    here, there = Breakers(SETTINGS, clock), Breakers(SETTINGS, clock)
     here.cool_domain("sim", 30.0)
     for _ in range(5):
         here.record("local:qwen", "local:qwen", ok=False)
@@ -268,8 +256,8 @@ def test_export_merge_between_two_replicas() -> None:
     ],
 )
 def test_merge_keeps_the_later_open_until(local_s: float | None, remote_s: float, kept_s: float, changed: int) -> None:
-    clock = FakeClock()
-    here, there = Breakers(SETTINGS, clock.now), Breakers(SETTINGS, clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    here, there = Breakers(SETTINGS, clock), Breakers(SETTINGS, clock)
     if local_s is not None:
         there.cool_domain("sim", local_s)
     here.cool_domain("sim", remote_s)
@@ -278,9 +266,9 @@ def test_merge_keeps_the_later_open_until(local_s: float | None, remote_s: float
 
 
 def test_merge_ignores_expired_entries_and_export_omits_closed() -> None:
-    clock = FakeClock()
-    board = Breakers(SETTINGS, clock.now)
-    stale = {"version": 1, "open": {"domain:sim": {"until": clock.t - 1.0, "cause": "cooling"}}}
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock)
+    stale = {"version": 1, "open": {"domain:sim": {"until": clock.now - 1.0, "cause": "cooling"}}}
     assert board.merge(stale) == 0
     assert board.states()["domain:sim"] == "closed"
     assert board.export() == {"version": 1, "open": {}}
@@ -298,14 +286,14 @@ def test_merge_ignores_expired_entries_and_export_omits_closed() -> None:
     ],
 )
 def test_merge_rejects_malformed_exports(bad: dict) -> None:
-    board = Breakers(SETTINGS, FakeClock().now)
+    board = Breakers(SETTINGS, FakeClock(1_700_000_000.0))
     with pytest.raises(ValueError, match="breaker export"):
         board.merge(bad)
 
 
 def test_reset_forgets_the_breakers_of_one_provider_or_of_all() -> None:
-    clock = FakeClock()
-    board = Breakers(BreakerSettings(min_requests=1, failure_ratio=0.5), clock.now)
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(BreakerSettings(min_requests=1, failure_ratio=0.5), clock)
     for target, domain in (("cloud:sim/m", "sim"), ("cloud:other/m", "other")):
         board.record(target, domain, ok=False)
     board.cool_domain("sim", 30)

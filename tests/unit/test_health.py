@@ -8,21 +8,11 @@ from typing import Any
 import pytest
 
 from router.health import MAX_TRANSITIONS, Health, HealthBoard, HealthMachine, HealthSettings
+from tests.fakes import FakeClock
 
 SETTINGS = HealthSettings()
 G, Y, R, B = Health.GREEN, Health.YELLOW, Health.RED, Health.BLACK
 T0 = 1_000.0
-
-
-class FakeClock:
-    def __init__(self, t: float = T0) -> None:
-        self.t = t
-
-    def now(self) -> float:
-        return self.t
-
-    def advance(self, seconds: float) -> None:
-        self.t += seconds
 
 
 Step = tuple[Any, ...]
@@ -48,8 +38,8 @@ def run(machine: HealthMachine, clock: FakeClock, steps: list[Step]) -> None:
 
 
 def fresh(settings: HealthSettings = SETTINGS) -> tuple[HealthMachine, FakeClock]:
-    clock = FakeClock()
-    return HealthMachine("local:qwen", settings, clock.now), clock
+    clock = FakeClock(T0)
+    return HealthMachine("local:qwen", settings, clock), clock
 
 
 GOOD5: list[Step] = [("wait", 10), ("probe", "liveness", True)] * 5  # five good probes over 50s
@@ -171,7 +161,7 @@ def test_full_recovery_red_cooldown_probes_then_20_50_100() -> None:
         (150.0, G, 1.0, False),
     ]
     for at, state, share, ramping in expected:
-        clock.t = T0 + at
+        clock.now = T0 + at
         assert (machine.state, machine.share(), machine.ramping) == (state, share, ramping), at
     assert [(t.at - T0, t.from_state, t.to_state, t.share, t.reason) for t in machine.transitions] == [
         (0.0, G, R, 0.0, "every replica's stats stale"),
@@ -226,14 +216,14 @@ def test_failure_mid_ramp_goes_back_to_red_and_starts_over(ramp_at: float, failu
     machine, clock = fresh()
     machine.mark_down("stale")
     run(machine, clock, GOOD5)
-    clock.t = T0 + ramp_at
+    clock.now = T0 + ramp_at
     assert machine.ramping
     run(machine, clock, [failure])
     assert (machine.state, machine.share(), machine.ramping, machine.reason) == (R, 0.0, False, reason)
 
     run(machine, clock, GOOD5)  # five fresh probes, but the new cool-down runs 60s from the new red
     assert machine.state is R
-    clock.t = T0 + ramp_at + 60.0
+    clock.now = T0 + ramp_at + 60.0
     assert (machine.state, machine.share()) == (Y, 0.2)
 
 
@@ -255,7 +245,7 @@ def test_transitions_are_bounded() -> None:
     run(machine, clock, [("probe", "latency", False), ("wait", 30)] * 40)  # 80 transitions
     log = machine.transitions
     assert len(log) == MAX_TRANSITIONS
-    assert (log[-1].from_state, log[-1].to_state, log[-1].at) == (Y, G, clock.t)
+    assert (log[-1].from_state, log[-1].to_state, log[-1].at) == (Y, G, clock.now)
 
 
 def test_a_ramp_that_starts_at_full_share_reports_green() -> None:
@@ -292,8 +282,8 @@ def test_unknown_probe_level_is_refused() -> None:
 
 
 def test_board_creates_machines_on_demand() -> None:
-    clock = FakeClock()
-    board = HealthBoard(SETTINGS, clock.now)
+    clock = FakeClock(T0)
+    board = HealthBoard(SETTINGS, clock)
     assert board.states() == {}
     board.get("cloud:sim/gpt").credential_failed()
     board.get("local:qwen").probe("latency", False)
@@ -305,8 +295,8 @@ def test_board_creates_machines_on_demand() -> None:
 
 
 def test_board_reset_brings_a_black_target_back_green() -> None:
-    clock = FakeClock()
-    board = HealthBoard(HealthSettings(), clock.now)
+    clock = FakeClock(T0)
+    board = HealthBoard(HealthSettings(), clock)
     board.get("cloud:sim").credential_failed("provider_auth_failed")
     board.get("local:m").mark_down("stale")
     assert board.reset("cloud:sim") == ["health:cloud:sim"]

@@ -11,18 +11,11 @@ import pytest
 from router.budget import cost_weight
 from router.errors import ConfigError
 from serve_apps.spend_ledger import SpendLedger, month_bounds
+from tests.fakes import FakeClock as Clock
 
 
 def ts(*args: int) -> float:
     return datetime(*args, tzinfo=UTC).timestamp()
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_totals_survive_close_and_reopen(tmp_path: Path) -> None:
