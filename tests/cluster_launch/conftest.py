@@ -117,8 +117,9 @@ def hosts(tenant_key: str) -> Iterator[TestHosts]:
     profile |= {name: os.environ[name] for name in PASSED_ON if os.environ.get(name)}
     try:
         started = time.monotonic()
-        # the prepared models, and the interpreter the .venv links to (it may live in the home)
-        shared = [cache_dir(), Path(sys.base_prefix)]
+        # the prepared models, the interpreter the .venv links to (it may live in the home), and the
+        # checkout itself (a clone under /tmp or the home would otherwise be hidden on the hosts)
+        shared = [cache_dir(), Path(sys.base_prefix), REPO]
         test_hosts.start({HEAD.name: profile, WORKER.name: profile}, shared_dirs=shared)
         for host in (HEAD, WORKER):  # the shared checkout's venv must run there before Ray may use it
             check = [*test_hosts.ssh_args(host), f"{REPO}/.venv/bin/python -c 'import ray, vllm'"]
