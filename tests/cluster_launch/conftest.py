@@ -85,10 +85,16 @@ class Launched:
 
 
 def _launcher(state: Path, args: list[str]) -> list[str]:
+    """`args` with a private /tmp of their own; a checkout under /tmp (a CI clone) stays visible."""
     tmp = state / "launcher" / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
-    script = 'mount --bind "$0" /tmp && exec "$@"'
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, str(tmp), *args]
+    steps = [f"mount --bind {shlex.quote(str(tmp))} /tmp"]
+    if REPO.is_relative_to("/tmp"):
+        keep, repo = state / "launcher" / "checkout", shlex.quote(str(REPO))
+        keep.mkdir(exist_ok=True)
+        steps = [f"mount --bind {repo} {keep}", *steps, f"mkdir -p {repo}", f"mount --bind {keep} {repo}"]
+    script = " && ".join([*steps, 'exec "$@"'])
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "launcher", *args]
 
 
 def _launcher_env(state: Path) -> dict[str, str]:
