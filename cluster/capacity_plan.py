@@ -19,8 +19,8 @@ from types import MappingProxyType
 from typing import Any
 
 from cluster.capacity import CapacityReport, plan_capacity
-from cluster.config import DEFAULT_GPU_MEMORY_UTILIZATION, ModelSpec
 from cluster.model_shape import LLAMA_3_1_8B, QWEN2_5_7B, ModelShape, load_model_shape
+from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION, ModelSpec
 from cluster.models import CATALOG, is_prepared, model_dir
 from router.errors import ConfigError
 

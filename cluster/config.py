@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from cluster.resilience_config import GoldenProbe, ResilienceSection, SpendSection
+from cluster.config_base import StrictModel
+from cluster.model_spec import ModelSpec
+from cluster.resilience_config import ResilienceSection, SpendSection
 from router.capabilities import ProviderModelEntry
 from router.errors import ConfigError
 from router.policy import Policy
@@ -30,16 +32,10 @@ def _no_duplicates(names: list[str], what: str) -> None:
         raise ValueError(f"duplicate {what}: {', '.join(dupes)}")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-PREPARED_PREFIX = "prepared:"
 DEFAULT_CONFIG = "configs/local.yaml"  # the embedded default: `spillover serve` without --config
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default `gpu_memory_utilization`
 
 
-class ClusterSection(_Strict):
+class ClusterSection(StrictModel):
     num_cpus: int | None = Field(
         8,
         ge=1,
@@ -57,14 +53,14 @@ class ClusterSection(_Strict):
     )
 
 
-class TelemetrySection(_Strict):
+class TelemetrySection(StrictModel):
     """The direct engine-stats path (router/snapshot.py)."""
 
     poll_period_s: float = Field(0.2, gt=0, le=5, description="how often the gateway reads the replicas' engine stats")
     max_age_s: float = Field(1.0, gt=0, description="older replica stats are stale (counted as saturated)")
 
 
-class AdmissionSection(_Strict):
+class AdmissionSection(StrictModel):
     """Gateway-enforced admission (router/burst.py, serve_apps/dispatch.py)."""
 
     mean_prompt_tokens: int = Field(512, ge=1, description="for the computed admission limit")
@@ -79,7 +75,7 @@ class AdmissionSection(_Strict):
     queue_timeout_s: float = Field(30, gt=0, description="longest wait for local room without x-spillover-deadline-ms")
 
 
-class GatewayAutoscaling(_Strict):
+class GatewayAutoscaling(StrictModel):
     """Serve autoscaling of the gateway deployment (replaces `gateway.replicas` when set)."""
 
     min_replicas: int = Field(1, ge=1, description="fewest gateway replicas")
@@ -93,7 +89,7 @@ class GatewayAutoscaling(_Strict):
         return self
 
 
-class GatewaySection(_Strict):
+class GatewaySection(StrictModel):
     host: str = Field(
         "127.0.0.1",
         description="Serve HTTP listener address; a host that is not a loopback address needs gateway.auth: true "
@@ -142,84 +138,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-class ModelSpec(_Strict):
-    alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$", description="the `model` name clients use")
-    source: str = Field(description="prepared:<catalog name>, a local folder with config.json, or a hub id")
-    family: Literal["qwen", "llama"] = Field(description="model family")
-    accelerator: Literal["cpu", "gpu", "gpu-sim"] = Field(
-        "cpu",
-        description="cpu: vLLM-CPU; gpu: vLLM on CUDA; gpu-sim: vLLM-CPU placed by Ray on num_gpus simulated GPUs "
-        "(SPILLOVER_FAKE_NVML), GPU routing without a GPU",
-    )
-    replicas: int = Field(1, ge=1, description="Serve replicas of the model")
-    num_cpus: float = Field(1, gt=0, description="Ray logical CPUs per replica")
-    num_gpus: int = Field(1, ge=0, description="GPUs per replica (gpu and gpu-sim accelerators)")
-    kv_cache_space_gib: int = Field(2, ge=1, description="vLLM-CPU (cpu, gpu-sim): VLLM_CPU_KVCACHE_SPACE in whole GiB")
-    engine_args: dict[str, Any] = Field(
-        default_factory=dict,
-        validate_default=True,
-        description="vLLM engine and frontend arguments; unknown names are rejected; enable_prefix_caching is "
-        "always true",
-    )
-    watermarks: Watermarks | None = Field(None, description="this model's own watermarks; null: the global ones")
-    admission_limit: int | None = Field(
-        None,
-        ge=1,
-        description="concurrent requests per replica the gateway admits (set it from bench calibrate); null: "
-        "admission.fraction of the maximum predicted from the engine's KV blocks",
-    )
-    golden: GoldenProbe | None = Field(None, description="health L3: a prompt with a known answer; null: no L3")
-    replica_router: Literal["power_of_two", "prefix_affinity"] = Field(
-        "prefix_affinity",
-        description="with several replicas, which one takes a request: power_of_two (Ray Serve's default) or "
-        "prefix_affinity (the prompt's first prefix_chars characters rank the replicas by rendezvous hashing, so "
-        "a shared system prompt lands where it is cached; saturated replicas are left out)",
-    )
-    imbalanced_threshold: float = Field(
-        4, ge=0, description="prefix_affinity: queue-length spread above which power-of-two decides instead"
-    )
-    prefix_chars: int = Field(2000, ge=1, description="prefix_affinity: prompt characters that key a request")
-
-    @field_validator("engine_args")
-    @classmethod
-    def _engine_args(cls, value: dict[str, Any]) -> dict[str, Any]:
-        value = {"enable_prefix_caching": True, **value}
-        if value["enable_prefix_caching"] is not True:
-            raise ValueError("enable_prefix_caching must be true: the gateway relies on prefix caching")
-        max_len = value.get("max_model_len")
-        if max_len is not None and (not isinstance(max_len, int) or max_len < 16):
-            raise ValueError("max_model_len must be an integer >= 16")
-        util = value.get("gpu_memory_utilization")
-        if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
-            raise ValueError("gpu_memory_utilization must be a number in (0, 1]")
-        return value
-
-    @property
-    def runs_vllm_cpu(self) -> bool:
-        """The engine is vLLM-CPU (also for gpu-sim, whose GPUs are simulated)."""
-        return self.accelerator != "gpu"
-
-    @property
-    def uses_gpus(self) -> bool:
-        return self.accelerator != "cpu" and self.num_gpus > 0
-
-    @property
-    def gpu_reserved_fraction(self) -> float | None:
-        """What the engine reserves of each of its GPUs at start (None: it has no GPU)."""
-        if not self.uses_gpus:
-            return None
-        return float(self.engine_args.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
-
-    @property
-    def is_prepared_source(self) -> bool:
-        return self.source.startswith(PREPARED_PREFIX)
-
-    @property
-    def prepared_name(self) -> str:
-        return self.source[len(PREPARED_PREFIX) :]
-
-
-class CloudProvider(_Strict):
+class CloudProvider(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="the provider in target ids: cloud:<name>")
     base_url: str = Field(pattern=r"^https?://", description="base URL of its OpenAI-compatible API, e.g. .../v1")
     api_key_env: str | None = Field(
@@ -253,7 +172,7 @@ class CloudProvider(_Strict):
         return self.domain or self.name
 
 
-class Tenant(_Strict):
+class Tenant(StrictModel):
     """A client of the gateway: its key (from the environment) and what its data may do."""
 
     name: str = Field(
@@ -284,7 +203,7 @@ class Tenant(_Strict):
     )
 
 
-class CloudSection(_Strict):
+class CloudSection(StrictModel):
     providers: list[CloudProvider] = Field(
         default_factory=list, description="OpenAI-compatible cloud APIs requests may burst to"
     )
@@ -296,7 +215,7 @@ class CloudSection(_Strict):
         return value
 
 
-class SpilloverConfig(_Strict):
+class SpilloverConfig(StrictModel):
     version: Literal[1] = Field(1, description="config format")
     cluster: ClusterSection = Field(ClusterSection(), description="the Ray cluster: started here, or one to connect to")
     gateway: GatewaySection = Field(GatewaySection(), description="the OpenAI-compatible gateway every client calls")

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from cluster.config_base import StrictModel
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class GoldenProbe(_Strict):
+class GoldenProbe(StrictModel):
     """Health L3 (correctness) for one local model: a prompt whose answer must match `expect`."""
 
     prompt: str = Field(min_length=1, description="the probe's user message")
@@ -34,7 +32,7 @@ class GoldenProbe(_Strict):
         return value
 
 
-class RetrySection(_Strict):
+class RetrySection(StrictModel):
     max_attempts: int = Field(3, ge=1, le=10, description="attempts per request, the first one included")
     backoff_base_s: float = Field(0.1, gt=0, description="full jitter: uniform(0, min(cap, base * 2^n))")
     backoff_cap_s: float = Field(2.0, gt=0, description="longest backoff (never shorter than Retry-After)")
@@ -46,7 +44,7 @@ class RetrySection(_Strict):
     )
 
 
-class BreakerSection(_Strict):
+class BreakerSection(StrictModel):
     window_s: float = Field(30.0, gt=0, description="outcomes considered")
     min_requests: int = Field(5, ge=1, description="outcomes needed in the window before it can open")
     failure_ratio: float = Field(0.5, gt=0, le=1, description="share of failed outcomes in the window that opens it")
@@ -54,7 +52,7 @@ class BreakerSection(_Strict):
     half_open_probes: int = Field(1, ge=1, description="trial requests let through when half-open")
 
 
-class HealthSection(_Strict):
+class HealthSection(StrictModel):
     liveness_probe_s: float = Field(10.0, gt=0, description="L1: is the target reachable at all")
     latency_probe_s: float = Field(30.0, gt=0, description="L2: a tiny prompt within latency_slo_s")
     correctness_probe_s: float = Field(300.0, gt=0, description="L3: a golden prompt with a known answer")
@@ -87,14 +85,14 @@ class HealthSection(_Strict):
         return self
 
 
-class IdempotencySection(_Strict):
+class IdempotencySection(StrictModel):
     ttl_s: float = Field(600.0, gt=0, description="how long a completed answer is replayed for its key")
     max_entries: int = Field(10_000, ge=1, description="per gateway replica")
     max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="stored answers' JSON bytes, per gateway replica")
     wait_s: float = Field(300.0, gt=0, description="a repeat of an in-flight key waits this long for it")
 
 
-class ResilienceSection(_Strict):
+class ResilienceSection(StrictModel):
     retry: RetrySection = Field(
         RetrySection(), description="attempts per request, backoff and the gateway-wide retry budget"
     )
@@ -115,7 +113,7 @@ class ResilienceSection(_Strict):
     )
 
 
-class SpendSection(_Strict):
+class SpendSection(StrictModel):
     ledger: str | None = Field(
         None,
         description="SQLite file with a row per cloud attempt and its cost, failed ones included; null: "

@@ -14,7 +14,8 @@ from typing import Any
 
 from ray.serve.llm import LLMConfig
 
-from cluster.config import ModelSpec, SpilloverConfig
+from cluster.config import SpilloverConfig
+from cluster.model_spec import ModelSpec
 from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
 from router.watermarks import Watermarks

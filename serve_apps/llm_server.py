@@ -20,7 +20,7 @@ import ray
 from ray import serve
 from ray.serve.llm import LLMServer
 
-from cluster.config import DEFAULT_GPU_MEMORY_UTILIZATION
+from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
 from cluster.nvml import reader_from_env
 from cluster.stats_tap import StatsTap
 from router.snapshot import ReplicaStats

@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from cluster.config import ModelSpec, SpilloverConfig
+from cluster.config import SpilloverConfig
+from cluster.model_spec import ModelSpec
 from router.errors import RequestError
 from router.failure import rule_for
 from router.health import HealthBoard
