@@ -187,9 +187,8 @@ def write_default_file(path: str | os.PathLike[str], num_gpus: int, total_gib: f
     file named by SPILLOVER_FAKE_NVML does not exist yet)."""
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
-    gpus = [{"name": f"SIM-H100-{total_gib:g}GB", "total_gib": total_gib, "utilization": 0} for _ in range(num_gpus)]
-    for gpu in gpus:
-        gpu["processes"] = []
+    gpu = {"name": f"SIM-H100-{total_gib:g}GB", "total_gib": total_gib, "utilization": 0, "processes": []}
+    gpus = [gpu] * num_gpus
     tmp = file.with_name(f".{file.name}.tmp")
     tmp.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")
     tmp.replace(file)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from router.saturation import Saturation, gpu_term, replica_saturation
+from router.saturation import Saturation, replica_saturation
 from router.snapshot import ClusterSnapshot
 from router.watermarks import Watermarks
 
@@ -84,9 +84,9 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
     else:
         free = len(sats) - len(latched)
         reason = f"local capacity ({free}/{len(sats)} replicas)"
-        roomiest = min((r for r in replicas if r.replica_id not in latched), key=lambda r: sats[r.replica_id].value)
-        if roomiest.gpus:  # say what the GPUs hold: the engine's reservation is its own, not pressure
-            reason += f"; {gpu_term(roomiest.gpus, inputs.watermarks.gpu_memory)[1]}"
+        roomiest = min((sats[r] for r in sats if r not in latched), key=lambda sat: sat.value)
+        if roomiest.gpu_detail:  # say what the GPUs hold: the engine's reservation is its own, not pressure
+            reason += f"; {roomiest.gpu_detail}"
         return RouteDecision("local", f"local:{inputs.model}", reason, latched)
 
     if inputs.local_only:

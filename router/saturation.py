@@ -41,27 +41,29 @@ class Saturation:
     value: float
     term: str  # which term binds: kv_cache | gpu_memory | queue | inflight | stale
     detail: str  # e.g. "kv_usage 0.91 >= 0.85"
+    gpu_detail: str = ""  # the GPU memory term's line, also when another term binds ("" without GPUs)
 
     @property
     def saturated(self) -> bool:
         return self.value >= 1.0
 
 
+def _room(gpu: GpuMemory, watermark: float) -> float:
+    return watermark * gpu.total_bytes - max(gpu.engine_bytes, gpu.reserved_bytes)
+
+
 def gpu_memory_pressure(gpu: GpuMemory, watermark: float) -> float:
     """The pressure term of one device (see the module docstring)."""
-    room = watermark * gpu.total_bytes - max(gpu.engine_bytes, gpu.reserved_bytes)
-    if room <= 0:
-        return math.inf
-    return gpu.other_bytes / room
+    room = _room(gpu, watermark)
+    return gpu.other_bytes / room if room > 0 else math.inf
 
 
 def gpu_term(gpus: tuple[GpuMemory, ...], watermark: float) -> tuple[float, str]:
     """The most pressed device's pressure and a line saying why (0.0 and "" without GPUs)."""
     if not gpus:
         return 0.0, ""
-    gpu = max(gpus, key=lambda g: gpu_memory_pressure(g, watermark))
-    pressure = gpu_memory_pressure(gpu, watermark)
-    room = watermark * gpu.total_bytes - max(gpu.engine_bytes, gpu.reserved_bytes)
+    pressure, gpu = max(((gpu_memory_pressure(g, watermark), g) for g in gpus), key=lambda pg: pg[0])
+    room = _room(gpu, watermark)
     engine = ""
     if gpu.attribution != "none":
         share = gpu.engine_bytes / gpu.total_bytes if gpu.total_bytes else 0.0
@@ -94,9 +96,10 @@ def replica_saturation(
     if admission_limit:
         terms.append((inflight / admission_limit, "inflight", f"inflight {inflight}"))
         limits["inflight"] = f"{admission_limit:g}"
+    gpu_detail = ""
     if stats.gpus:
-        pressure, why = gpu_term(stats.gpus, watermarks.gpu_memory)
-        terms.append((pressure, "gpu_memory", why))
+        pressure, gpu_detail = gpu_term(stats.gpus, watermarks.gpu_memory)
+        terms.append((pressure, "gpu_memory", gpu_detail))
     value, term, what = max(terms, key=lambda t: t[0])
     relation = ">=" if value >= 1.0 else "<"
-    return Saturation(value, term, f"{what} {relation} {limits.get(term, '1')}")
+    return Saturation(value, term, f"{what} {relation} {limits.get(term, '1')}", gpu_detail)

@@ -27,6 +27,7 @@ import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from cluster.config import SpilloverConfig
@@ -124,7 +125,7 @@ class Dispatcher:
         trail: list[Attempt] = []
         try:
             if plan.route == "wait":
-                replan = lambda: self.plan(contract, kind)  # noqa: E731 - re-plans while waiting
+                replan = partial(self.plan, contract, kind)
                 waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
                 plan = waited.plan
             done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s)
