@@ -1,0 +1,121 @@
+"""The gateway's real HTTP layer in-process, for the hostile-input tests (test_security_*.py).
+
+The gateway runs with its real dispatcher, contract pipeline, authenticator, decision store and
+cloud provider adapter. Two things are stand-ins: the local engine (`EchoBackend`, the same
+`ModelBackend` protocol as the Ray one) and the cloud provider's server, an `httpx.MockTransport`
+that answers like OpenAI's chat endpoint (a JSON chat completion, or the error body OpenAI sends)
+and records every request exactly as it arrived — what arrives is what these tests are about.
+Time bounds are generous: they catch a hang or a quadratic blow-up, not a slow machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
+from cluster.tenants import authenticator_for
+from router.decision import DecisionStore
+from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.dispatch import Dispatcher
+from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.http_guards import client_redactions
+from serve_apps.ops_routes import OpsRoutes
+from serve_apps.providers import OpenAICompatProvider
+from serve_apps.resilience import Resilience
+from tests.unit.test_openapi_fuzz import EchoBackend
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL = "smollm2-135m-instruct"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+KEYS = {"APPS_KEY": "sk-apps", "OTHER_KEY": "sk-other", "OPS_KEY": "sk-ops"}
+APPS, OTHER, OPS = ({"authorization": f"Bearer {k}"} for k in KEYS.values())
+BOUND_S = 20.0  # generous: a hang or a blow-up, not a slow CI box
+
+
+def config(attempts: int = 1, **gateway: Any) -> SpilloverConfig:
+    raw = dump_config(load_config(REPO / "configs/local.yaml"))
+    raw["cloud"]["providers"][0].update(enabled=True, api_key_env="SIM_PROVIDER_KEY")
+    raw["gateway"].update(auth=True, **gateway)
+    raw["tenants"] = [
+        {"name": "apps", "api_key_env": "APPS_KEY"},
+        {"name": "other", "api_key_env": "OTHER_KEY"},
+        {"name": "ops", "api_key_env": "OPS_KEY", "admin": True},
+    ]
+    raw["resilience"] = {"retry": {"max_attempts": attempts, "backoff_base_s": 0.001}, "probes": False}
+    return parse_config(raw, "test")
+
+
+def completion(request: httpx.Request) -> httpx.Response:
+    message = {"role": "assistant", "content": "ok"}
+    usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+    return httpx.Response(
+        200, json={"object": "chat.completion", "choices": [{"index": 0, "message": message}], "usage": usage}
+    )
+
+
+@dataclass
+class Gateway:
+    app: Any
+    decisions: DecisionStore
+    provider_requests: list[httpx.Request] = field(default_factory=list)
+
+    def client(self) -> httpx.AsyncClient:
+        transport = httpx.ASGITransport(app=self.app, raise_app_exceptions=False)
+        return httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=BOUND_S)
+
+
+def build(
+    *,
+    saturated: bool = False,
+    provider: Callable[[httpx.Request], httpx.Response] = completion,
+    env: dict[str, str] | None = None,
+    decisions: DecisionStore | None = None,
+    local: EchoBackend | None = None,
+    attempts: int = 1,
+    **gateway: Any,
+) -> Gateway:
+    cfg = config(attempts, **gateway)
+    env = {"SIM_PROVIDER_KEY": "sk-provider-secret", **KEYS} if env is None else env
+    seen: list[httpx.Request] = []
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return provider(request)
+
+    adapter = OpenAICompatProvider(cfg.cloud.providers[0], transport=httpx.MockTransport(recording), env=env)
+    kv = 0.99 if saturated else 0.1  # 0.99 > the 0.85 watermark: the request bursts to the cloud
+    replica = ReplicaStats(MODEL, "r1", "n1", 0.0, kv, 0, 0, 0, 0, 364, 128)
+    snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
+    resilience = Resilience(cfg, clock=lambda: 0.0)
+    store = decisions if decisions is not None else DecisionStore(cfg.gateway.decisions_kept)
+    local = local or EchoBackend()
+    dispatcher = Dispatcher(
+        cfg,
+        local,
+        {"cloud-sim": adapter},
+        lambda: snapshot,
+        clock=lambda: 0.0,
+        poll_s=0.001,
+        decisions=store,
+        resilience=resilience,
+    )
+    http = GatewayHTTP(
+        local,
+        [ServedModel(MODEL, "llama", "cpu", 4096)],
+        created=1,
+        dispatcher=dispatcher,
+        policy=cfg.policy,
+        snapshot=lambda: snapshot,
+        decisions=dispatcher.decisions,
+        authenticator=authenticator_for(cfg, env),
+        ops=OpsRoutes(resilience),
+        max_body_bytes=cfg.gateway.max_body_bytes,
+        redact=client_redactions(cfg),
+        request_timeout_s=10,
+    )
+    return Gateway(http.app, dispatcher.decisions, seen)
