@@ -21,7 +21,7 @@ import time
 
 import httpx
 import pytest
-from openai import InternalServerError, OpenAI
+from openai import OpenAI
 
 from tests.cluster_launch.cluster_report import MARKER
 from tests.cluster_launch.conftest import HEAD, REPO, WORKER, Launched, say
@@ -44,22 +44,12 @@ def model_replicas(report: dict) -> list[dict]:
     return [a for a in report["actors"] if a["class"].startswith("ServeReplica:") and "LLMServer" in a["class"]]
 
 
-def ask(run: Launched, settle_s: float = 30.0) -> str:
-    """One chat. A 503 within `settle_s` is retried: /readyz checks the engine, not yet that its first
-    engine-stats reading has reached the gateway (right after a redeploy the board may hold only the
-    previous replica's stale one), so the first request can find the model unavailable."""
+def ask(run: Launched) -> str:
     client = OpenAI(base_url=f"{GATEWAY}/v1", api_key=run.tenant_key, timeout=120, max_retries=0)
-    deadline = time.monotonic() + settle_s
-    while True:
-        try:
-            reply = client.chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=32
-            )
-            return reply.choices[0].message.content or ""
-        except InternalServerError as exc:
-            if exc.status_code != 503 or time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=32
+    )
+    return reply.choices[0].message.content or ""
 
 
 def wait_ready(timeout_s: float) -> None:
