@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import psutil
-import ray
 
 from cluster.gpu_memory import replica_gpus
 from cluster.nvml import GpuReader
@@ -58,6 +57,8 @@ def own_processes(pid: int, gpu_ids: Sequence[int]) -> Locate:
 
 def placement_group_actors() -> EngineFootprint:
     """PIDs and GPU ids of the live actors of the caller's placement group on the caller's node."""
+    import ray  # here, not at the top: the NVML side (ReplicaGpus, own_processes) runs without Ray
+
     group = ray.util.get_current_placement_group()
     if group is None:
         return EngineFootprint(frozenset(), ())
@@ -82,6 +83,8 @@ def replica_engine(pid: int) -> Locate:
     """What a SpilloverLLMServer replica's engine occupies (see the module docstring)."""
 
     def locate() -> EngineFootprint:
+        import ray
+
         own = EngineFootprint(process_tree(pid), tuple(int(i) for i in ray.get_gpu_ids()))
         return own | placement_group_actors()
 
