@@ -23,6 +23,13 @@ and fraction beside the file (`<file>.engines/<pid>.json`); every poll adds the 
 announced engine whose process is still alive, so a dead engine's memory is freed as a real
 driver frees it. The device's used memory is the sum of its processes plus `driver_gib`.
 
+Measured on a real GPU (an H200, driver 580, `python -m tests.gpu.nvml_facts`; the readings are
+in tests/gpu/h200-nvml-facts.json): NVML counts about 0.6 GiB as used before any process holds a
+CUDA context (the driver's own; `driver_gib`), and each process's entry includes its CUDA context,
+about 0.5 GiB with torch, so a co-tenant that allocates 2 GiB shows as about 2.5 GiB. Files that
+`spillover serve` writes (`write_default_file`) carry that driver memory; a co-tenant's `used_gib`
+is what NVML would list for it, context included.
+
 A file that is missing or malformed makes the poll fail with an NVML error naming the file and
 the problem, so the reader reports state "error" (a replica with such GPUs is then stale).
 """
@@ -40,6 +47,7 @@ from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_fake import GIB, NVML_ERROR_UNKNOWN, FakeGpu, FakeNvml, FakeProcess, NVMLError_Unknown
 
 ENGINES_SUFFIX = ".engines"
+DRIVER_GIB = 0.6  # NVML's used memory on an idle H200 with no process (see the module docstring)
 
 
 class SimulatedFileError(NVMLError_Unknown):
@@ -184,10 +192,16 @@ def announce_engine(
 
 def write_default_file(path: str | os.PathLike[str], num_gpus: int, total_gib: float = 80) -> Path:
     """A simulation file with `num_gpus` idle devices (what `spillover serve` writes when the
-    file named by SPILLOVER_FAKE_NVML does not exist yet)."""
+    file named by SPILLOVER_FAKE_NVML does not exist yet), each with the driver's own memory."""
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
-    gpu = {"name": f"SIM-H100-{total_gib:g}GB", "total_gib": total_gib, "utilization": 0, "processes": []}
+    gpu = {
+        "name": f"SIM-H100-{total_gib:g}GB",
+        "total_gib": total_gib,
+        "utilization": 0,
+        "driver_gib": DRIVER_GIB,
+        "processes": [],
+    }
     gpus = [gpu] * num_gpus
     tmp = file.with_name(f".{file.name}.tmp")
     tmp.write_text(json.dumps({"gpus": gpus}, indent=2) + "\n")

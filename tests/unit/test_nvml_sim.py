@@ -17,7 +17,9 @@ import pytest
 
 from cluster.nvml import FAKE_NVML_ENV, PynvmlReader, reader_from_env
 from cluster.nvml_fake import GIB
-from cluster.nvml_sim import SimulatedNvml, announce_engine, write_default_file
+from cluster.nvml_sim import DRIVER_GIB, SimulatedNvml, announce_engine, write_default_file
+
+DRIVER = int(DRIVER_GIB * GIB)
 
 
 def write(path: Path, data: object) -> None:
@@ -31,15 +33,15 @@ def test_default_file_reads_as_idle_gpus(tmp_path: Path) -> None:
     inventory = reader_from_env({FAKE_NVML_ENV: str(file)}).read()
     assert inventory.state == "ok"
     assert [(g.index, g.uuid, g.memory_total, g.memory_used, g.processes) for g in inventory.gpus] == [
-        (0, "GPU-sim-0", 80 * GIB, 0, ()),
-        (1, "GPU-sim-1", 80 * GIB, 0, ()),
-    ]
+        (0, "GPU-sim-0", 80 * GIB, DRIVER, ()),
+        (1, "GPU-sim-1", 80 * GIB, DRIVER, ()),
+    ]  # idle, but NVML counts the driver's own memory as used, as on a real GPU
 
 
 def test_file_is_reread_on_every_poll(tmp_path: Path) -> None:
     file = write_default_file(tmp_path / "gpus.json", num_gpus=1)
     reader = PynvmlReader(nvml_module=SimulatedNvml(file))
-    assert reader.read().gpus[0].memory_used == 0
+    assert reader.read().gpus[0].memory_used == DRIVER
     write(
         file,
         {"gpus": [{"total_gib": 80, "utilization": 40, "driver_gib": 0.5, "processes": [{"pid": 7, "used_gib": 3}]}]},
@@ -57,13 +59,13 @@ def test_an_announced_engine_shows_its_reservation_until_it_dies(tmp_path: Path)
         assert entry is not None and entry.exists()
         reader = PynvmlReader(nvml_module=SimulatedNvml(file))
         idle, mine = reader.read().gpus
-        assert idle.memory_used == 0
-        assert mine.memory_used == int(0.9 * 80 * GIB)
+        assert idle.memory_used == DRIVER
+        assert mine.memory_used == int(0.9 * 80 * GIB) + DRIVER
         assert [(p.pid, p.used_bytes) for p in mine.processes or ()] == [(engine.pid, int(0.9 * 80 * GIB))]
     finally:
         engine.kill()
         engine.wait()
-    assert reader.read().gpus[1].memory_used == 0  # the driver freed the dead engine's memory
+    assert reader.read().gpus[1].memory_used == DRIVER  # the driver freed the dead engine's memory
     assert not entry.exists()
 
 
