@@ -345,8 +345,14 @@ class GatewayHTTP:
         return JSONResponse({"status": "ok"}, headers=self._headers(self._request_id(request)))
 
     async def _readyz(self, request: Request) -> Response:
+        """Ready when every model passes its health check and, with a telemetry source, has a fresh
+        stats reading here: until the first one arrives (after a deploy, the board may hold only an
+        earlier replica's last reading) the gateway would divert the model's traffic."""
         aliases = list(self._models)
         reasons = await asyncio.gather(*(self._backend.check_health(a, self._health_timeout_s) for a in aliases))
+        if self._snapshot is not None:
+            snapshot, now = self._snapshot(), self._clock()
+            reasons = [reason or _unread(snapshot, alias, now) for alias, reason in zip(aliases, reasons, strict=True)]
         models = {alias: (reason or "ok") for alias, reason in zip(aliases, reasons, strict=True)}
         ready = all(reason is None for reason in reasons)
         body = {"status": "ready" if ready else "not_ready", "models": models}
@@ -394,6 +400,16 @@ class GatewayHTTP:
         log.error("request %s: internal error", request_id, exc_info=exc)
         body = error_body(f"internal gateway error (request id {request_id})", "internal_error", "internal_error")
         return JSONResponse(body, status_code=500, headers=self._headers(request_id))
+
+
+def _unread(snapshot: ClusterSnapshot, model: str, now: float) -> str | None:
+    """Why `model` has no fresh stats reading on `snapshot` (None when it has one)."""
+    replicas = snapshot.for_model(model)
+    if any(not snapshot.is_stale(r, now) for r in replicas):
+        return None
+    if not replicas:
+        return "no engine stats reading yet"
+    return f"no fresh engine stats reading (newest {min(r.age(now) for r in replicas):.1f}s old)"
 
 
 def _json(value: Any) -> str:

@@ -95,6 +95,7 @@ class Resilience:
         self._policy_cache: tuple[float, Policy] | None = None
         self._stale_red_s = r.health.stale_red_s
         self._stale_local: dict[str, str] = {}  # alias -> why, while every replica's stats are stale
+        self._watched: dict[str, float] = {}  # alias -> the snapshot time watch_local first saw it
 
     # -- plan time ---------------------------------------------------------------------------------
     def domain(self, target: Target) -> str:
@@ -111,15 +112,22 @@ class Resilience:
         first fresh reading. Health turns red only once the newest reading is older than
         `max_age_s + resilience.health.stale_red_s` (30 s by default, three liveness periods), or
         when the liveness probes fail `red_probe_failures` times in a row: one late stats push
-        must not take the model off for a whole red cool-down and ramp."""
+        must not take the model off for a whole red cool-down and ramp.
+
+        Only staleness this gateway watched counts towards red: a reading older than the gateway's
+        first look at the model (the board keeps a replaced replica's last reading for a while after
+        a redeploy) diverts traffic but starts the red clock at that first look."""
+        first_look = self._watched.setdefault(alias, now)
         replicas = snapshot.for_model(alias)
         if not replicas or not all(snapshot.is_stale(r, now) for r in replicas):
             self._stale_local.pop(alias, None)
             return
-        stale_for = min(r.age(now) for r in replicas) - snapshot.max_age_s
+        newest = min(r.age(now) for r in replicas)
+        stale_for = newest - snapshot.max_age_s
         self._stale_local[alias] = f"every replica of {alias} stale ({stale_for:.1f}s past max_age_s)"
+        watched_for = min(stale_for, now - first_look)
         machine = self.health.get(f"local:{alias}")
-        if stale_for >= self._stale_red_s and machine.state not in (Health.RED, Health.BLACK):
+        if watched_for >= self._stale_red_s and machine.state not in (Health.RED, Health.BLACK):
             machine.mark_down(f"every replica of {alias} stopped reporting stats for {stale_for:.0f}s")
 
     def unavailable(self, targets: Iterable[Target]) -> dict[str, str]:

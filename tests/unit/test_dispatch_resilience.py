@@ -309,7 +309,7 @@ async def test_local_only_with_the_local_model_down_is_503_not_a_wait() -> None:
     with pytest.raises(TargetUnavailable):
         await s.send("r1", {"messages": [{"role": "user", "content": "hi"}]}, **{"x-spillover-residency": "local_only"})
     assert s.resilience.health.get("local:m").state is Health.GREEN  # unavailable while stale, not (yet) red
-    s.world.replica = ReplicaStats("m", "r1", "n1", T0 - 60, 0.1, 0, 0, 0, 0, 364, 128)  # stale for a minute
+    s.world.now += 55  # no push since: stale for a minute, 55 s of it watched by this gateway
     with pytest.raises(TargetUnavailable):
         await s.send("r2", {"messages": [{"role": "user", "content": "hi"}]}, **{"x-spillover-residency": "local_only"})
     assert s.resilience.health.get("local:m").state is Health.RED

@@ -301,6 +301,30 @@ async def test_cluster_snapshot_endpoint(backend: FakeBackend) -> None:
     assert (row["kv_cache_usage"], row["age_s"], row["stale"]) == (0.4, 1.0, False)
 
 
+async def test_readiness_waits_for_a_fresh_stats_reading_of_each_model(backend: FakeBackend) -> None:
+    """After a redeploy the telemetry board can hold only the previous replica's last reading:
+    ready means the gateway would route to the model now, so a fresh reading is needed too."""
+    from router.snapshot import ClusterSnapshot, ReplicaStats
+
+    def stats(model: str, read_at: float) -> ReplicaStats:
+        return ReplicaStats(model, f"{model}-r", "n1", read_at, 0.1, 0, 0, 0, 0, 364, 128)
+
+    replicas = (stats("small", 58.7),)  # the old replica's reading; nothing yet from tiny-qwen
+    gateway = GatewayHTTP(
+        backend, MODELS, created=1, snapshot=lambda: ClusterSnapshot(100.0, replicas, 1.0), clock=lambda: 100.0
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
+        waiting = await c.get("/readyz")
+        assert waiting.status_code == 503
+        assert waiting.json()["models"] == {
+            "small": "no fresh engine stats reading (newest 41.3s old)",
+            "tiny-qwen": "no engine stats reading yet",
+        }
+        replicas = (stats("small", 58.7), stats("small", 99.8), stats("tiny-qwen", 99.9))  # first pushes arrive
+        ready = await c.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["models"] == {"small": "ok", "tiny-qwen": "ok"}
+
+
 async def test_cluster_endpoint_without_telemetry_is_404(client: httpx.AsyncClient) -> None:
     _assert_openai_error(await client.get("/v1/spillover/cluster"), 404, "no_telemetry")
 

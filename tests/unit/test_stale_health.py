@@ -53,16 +53,52 @@ async def test_one_stale_reading_does_not_turn_local_red() -> None:
     assert machine.state is Health.GREEN
 
 
+def stop_pushing_for(world: StaleOnce, late: float) -> None:
+    """The replica's last push was `late` seconds ago: time passes, the reading stays."""
+    world.now += late - world.late_by
+    world.late_by = late
+
+
 async def test_sustained_staleness_turns_local_red() -> None:
     s, world = _setup()
+    assert (await s.send("r0", CHAT)).route == "local"  # type: ignore[attr-defined]
     for late in (3.0, 15.0, 30.0):  # still below max_age_s + stale_red_s (1 + 30 s)
-        world.late_by = late
+        stop_pushing_for(world, late)
         assert (await s.send(f"r{late}", CHAT)).route == "cloud"  # type: ignore[attr-defined]
         assert s.resilience.health.get("local:m").state is Health.GREEN  # type: ignore[attr-defined]
-    world.late_by = 31.0
+    stop_pushing_for(world, 31.0)
     await s.send("r-red", CHAT)  # type: ignore[attr-defined]
     machine = s.resilience.health.get("local:m")  # type: ignore[attr-defined]
     assert machine.state is Health.RED and "30s" in machine.reason
+
+
+async def test_a_reading_older_than_the_gateway_diverts_but_does_not_redden() -> None:
+    """After `serve shutdown` and a redeploy the detached TelemetryBoard still holds the old
+    replica's last reading (it forgets a replica a minute after its last push) while the new
+    replica's engine starts: a new gateway's first look finds only that reading, minutes old. It
+    must divert (nothing fresh to route on) but not redden the model for a whole cool-down: the
+    staleness happened before this gateway watched."""
+    s, world = _setup()
+    world.late_by = 600.0  # the board's only reading of the model: the previous deploy's, 10 min old
+    assert (await s.send("r1", CHAT)).route == "cloud"  # type: ignore[attr-defined]
+    machine = s.resilience.health.get("local:m")  # type: ignore[attr-defined]
+    assert machine.state is Health.GREEN
+    world.now += 20.0  # the new replica's engine is still loading
+    await s.send("r2", CHAT)  # type: ignore[attr-defined]
+    assert machine.state is Health.GREEN
+    world.late_by = 0.0  # its first push arrives
+    assert (await s.send("r3", CHAT)).route == "local"  # type: ignore[attr-defined]
+    assert machine.state is Health.GREEN and machine.transitions == []
+
+
+async def test_a_replica_that_never_reports_reddens_after_the_gateway_watched_long_enough() -> None:
+    s, world = _setup()
+    world.late_by = 600.0
+    await s.send("r1", CHAT)  # type: ignore[attr-defined]
+    world.now += 31.0  # this gateway has now seen no fresh reading for max_age_s + stale_red_s
+    world.late_by += 31.0
+    await s.send("r2", CHAT)  # type: ignore[attr-defined]
+    assert s.resilience.health.get("local:m").state is Health.RED  # type: ignore[attr-defined]
 
 
 async def test_staleness_that_never_ends_between_requests_is_judged_on_the_snapshot() -> None:
