@@ -102,11 +102,16 @@ class Gateway:
         telemetry = self._config.telemetry
         metrics = GatewayMetrics()
         resilience = Resilience(self._config, spend=self._spend_ledger())
+        # the decision log is written by its own thread: a slow disk never stalls the event loop
+        log_path = self._config.gateway.decisions_log
+        sink = BackgroundWriter(JsonlFile(log_path), name="decision-log") if log_path else None
 
         def refreshed(snapshot: ClusterSnapshot, now: float) -> None:
             marks = self._config.watermarks_for
             metrics.replicas(snapshot, self._saturations(snapshot, now), lambda model: marks(model).gpu_memory)
             metrics.resilience(resilience.view())
+            if sink is not None:
+                metrics.decision_log(failed=sink.failures, dropped=sink.dropped)
 
         self._poller = BoardPoller(
             get_or_create_board(),
@@ -129,10 +134,6 @@ class Gateway:
         )
         self._sync_task = loop.create_task(sync.run())
         gateway = self._config.gateway
-        # the decision log is written by its own thread: a slow disk never stalls the event loop
-        sink = (
-            BackgroundWriter(JsonlFile(gateway.decisions_log), name="decision-log") if gateway.decisions_log else None
-        )
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
         dispatcher = Dispatcher(
             self._config,

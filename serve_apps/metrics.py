@@ -22,6 +22,7 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_breaker_open{breaker}                          1 while a target / domain breaker is not closed
     spillover_retry_budget_tokens                            retries the gateway-wide budget allows now
     spillover_spend_ledger_failures_total{op}                spend ledger writes (incl. dropped) / reads that failed
+    spillover_decision_log_failures_total{reason}            decision log lines lost (reason: write | dropped)
 """
 
 from __future__ import annotations
@@ -98,6 +99,13 @@ class GatewayMetrics:
             "spillover_spend_ledger_failures", "Spend ledger failures (op: write, read)", ["op"], registry=r
         )
         self._ledger_seen: dict[str, int] = {"write": 0, "read": 0}
+        self.decision_log_failures = Counter(
+            "spillover_decision_log_failures",
+            "Decision log lines lost (reason: write, dropped)",
+            ["reason"],
+            registry=r,
+        )
+        self._log_seen: dict[str, int] = {"write": 0, "dropped": 0}
 
     # DispatchObserver
     def waiting(self, model: str, count: int) -> None:
@@ -137,6 +145,12 @@ class GatewayMetrics:
             total = (view.get("spend_ledger") or {}).get(f"{op}_failures", 0)
             self.ledger_failures.labels(op).inc(max(0, total - self._ledger_seen[op]))
             self._ledger_seen[op] = max(total, self._ledger_seen[op])
+
+    def decision_log(self, *, failed: int, dropped: int) -> None:
+        """The decision log writer's running totals (serve_apps/background_writer.py)."""
+        for reason, total in (("write", failed), ("dropped", dropped)):
+            self.decision_log_failures.labels(reason).inc(max(0, total - self._log_seen[reason]))
+            self._log_seen[reason] = max(total, self._log_seen[reason])
 
     def replicas(
         self,

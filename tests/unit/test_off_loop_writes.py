@@ -1,5 +1,5 @@
-"""SQLite spend ledger and decision-log writes leave the event loop; ledger failures show in
-/metrics.
+"""SQLite spend ledger and decision-log writes leave the event loop; ledger and decision-log
+failures show in /metrics.
 
 Real parts: a real SQLite file locked by a second connection (what another gateway process
 inside its transaction looks like), a real FIFO as the decision log (an `open()` that blocks
@@ -102,3 +102,21 @@ async def test_ledger_failures_show_in_metrics(tmp_path: Path) -> None:
     assert 'spillover_spend_ledger_failures_total{op="read"} 0.0' in page
     metrics.resilience(res.view())  # counted once, not again on the next refresh
     assert 'spillover_spend_ledger_failures_total{op="write"} 1.0' in metrics.render().decode()
+
+
+async def test_decision_log_failures_show_in_metrics(tmp_path: Path) -> None:
+    """A decision log that cannot be written (its folder is a file: every open() fails) loses
+    lines; the gateway counts them on /metrics instead of failing requests."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    writer: BackgroundWriter[str] = BackgroundWriter(JsonlFile(str(blocker / "decisions.jsonl")), name="decision-log")
+    writer.submit('{"request_id": "r1"}')
+    assert writer.flush(30.0) and writer.failures == 1
+    writer.close()
+    writer.submit('{"request_id": "r2"}')  # after close: dropped
+    metrics = GatewayMetrics()
+    metrics.decision_log(failed=writer.failures, dropped=writer.dropped)  # what each telemetry refresh does
+    metrics.decision_log(failed=writer.failures, dropped=writer.dropped)  # counted once
+    page = metrics.render().decode()
+    assert 'spillover_decision_log_failures_total{reason="write"} 1.0' in page
+    assert 'spillover_decision_log_failures_total{reason="dropped"} 1.0' in page
