@@ -70,6 +70,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                     "local_gpus": gpus.to_dict(),
                     "models": data["models"],
                     "replicas": rows,
+                    "golden": data.get("golden", {}),
                     "errors": data["errors"],
                 },
                 indent=2,
@@ -114,6 +115,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"  {r['replica_id'][:10]} GPUs unreadable: {r['gpu_error']}")
     if not rows:
         print("(no replica has reported engine stats yet)")
+    for model, golden in data.get("golden", {}).items():
+        if golden["state"] in ("pending", "failed"):  # kept out of routing (serve_apps/golden_gate.py)
+            print(f"{model}: not routed: {golden['reason']}")
     for error in data["errors"]:
         print(f"warning: {error}")
     return 0

@@ -12,6 +12,8 @@ from router.watermarks import Watermarks
 
 PREPARED_PREFIX = "prepared:"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default `gpu_memory_utilization`
+DEFAULT_GOLDEN_PROMPT = "What is the capital of France?"
+DEFAULT_GOLDEN_EXPECT = "paris"
 
 
 class ModelSpec(StrictModel):
@@ -40,7 +42,12 @@ class ModelSpec(StrictModel):
         description="concurrent requests per replica the gateway admits (set it from bench calibrate); null: "
         "admission.fraction of the maximum predicted from the engine's KV blocks",
     )
-    golden: GoldenProbe | None = Field(None, description="health L3: a prompt with a known answer; null: no L3")
+    golden: GoldenProbe | None = Field(
+        default_factory=lambda: GoldenProbe(prompt=DEFAULT_GOLDEN_PROMPT, expect=DEFAULT_GOLDEN_EXPECT),
+        description="a prompt with a known answer: each gateway replica routes to the model only after it answered "
+        "this right at start-up, and health L3 re-asks it every correctness_probe_s; null: neither (models whose "
+        "text is noise, such as synthetic weights)",
+    )
     replica_router: Literal["power_of_two", "prefix_affinity"] = Field(
         "prefix_affinity",
         description="with several replicas, which one takes a request: power_of_two (Ray Serve's default) or "

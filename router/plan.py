@@ -79,7 +79,11 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
 
     if local is None:
         if not cloud:
-            raise TargetUnavailable(f"every target able to serve {contract.model} under this contract is unavailable")
+            why = "; ".join(f"{i}: {inputs.unavailable[i]}" for i in result.unavailable if i in inputs.unavailable)
+            raise TargetUnavailable(
+                f"every target able to serve {contract.model} under this contract is unavailable"
+                + (f" ({why})" if why else "")
+            )
         removal = next((r for r in result.removed if r.target.startswith("local:")), None)
         down = next((inputs.unavailable[i] for i in result.unavailable if i.startswith("local:")), None)
         if removal is not None:

@@ -30,6 +30,7 @@ from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray
 from serve_apps.decision_log import JsonlFile
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.golden_gate import GoldenGate
 from serve_apps.http_guards import client_redactions
 from serve_apps.idempotent import IdempotentReplies
 from serve_apps.local_backend import ServeHandleBackend
@@ -101,7 +102,9 @@ class Gateway:
         ]
         telemetry = self._config.telemetry
         metrics = GatewayMetrics()
-        resilience = Resilience(self._config, spend=self._spend_ledger())
+        # no local model takes traffic before it answered its golden prompt right
+        golden = GoldenGate({spec.alias: spec.golden for spec in self._config.models})
+        resilience = Resilience(self._config, spend=self._spend_ledger(), golden=golden)
         # the decision log is written by its own thread: a slow disk never stalls the event loop
         log_path = self._config.gateway.decisions_log
         sink = BackgroundWriter(JsonlFile(log_path), name="decision-log") if log_path else None
@@ -122,6 +125,7 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self._poll_task = loop.create_task(self._poller.run())
         backend = ServeHandleBackend(self._handles)
+        self._golden_task = loop.create_task(golden.run(backend))
         providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
         if self._config.resilience.probes:
             self._probe_task = loop.create_task(self._prober(backend, providers, resilience).run())
@@ -166,5 +170,6 @@ class Gateway:
             ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote()),
             max_body_bytes=gateway.max_body_bytes,
             redact=client_redactions(self._config),
+            golden=golden,
         )
         return http.app

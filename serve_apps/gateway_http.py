@@ -5,10 +5,12 @@ Routes
     POST /v1/completions        JSON or SSE
     GET  /v1/models             every configured model
     GET  /healthz               the gateway process answers (liveness)
-    GET  /readyz                every model deployment passes its health check (readiness)
+    GET  /readyz                every model deployment passes its health check and its start-up golden
+                                check (serve_apps/golden_gate.py); 503 names each model's reason
     GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
     GET  /openapi.json          this surface as OpenAPI 3.0 (serve_apps/openapi.py)
-    GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age
+    GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age,
+                                  and each model's golden check
     GET  /v1/spillover/resilience        health, breakers, retry budget, quotas (serve_apps/ops_routes.py)
     POST /v1/spillover/resilience/reset  operator reset of health and breaker state
 
@@ -65,6 +67,7 @@ from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatched
+from serve_apps.golden_gate import GoldenGate
 from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
@@ -153,7 +156,9 @@ class GatewayHTTP:
         ops: OpsRoutes | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         redact: Iterable[str] = (),
+        golden: GoldenGate | None = None,
     ) -> None:
+        self._golden = golden
         self._client_text = ClientText(redact)
         self._request_timeout_s = request_timeout_s
         self._idempotent = idempotent
@@ -353,6 +358,8 @@ class GatewayHTTP:
         if self._snapshot is not None:
             snapshot, now = self._snapshot(), self._clock()
             reasons = [reason or _unread(snapshot, alias, now) for alias, reason in zip(aliases, reasons, strict=True)]
+        if self._golden is not None:  # up but not (yet) answering its golden prompt right: not ready
+            reasons = [reason or self._golden.blocked(a) for a, reason in zip(aliases, reasons, strict=True)]
         models = {alias: (reason or "ok") for alias, reason in zip(aliases, reasons, strict=True)}
         ready = all(reason is None for reason in reasons)
         body = {"status": "ready" if ready else "not_ready", "models": models}
@@ -367,6 +374,7 @@ class GatewayHTTP:
             return JSONResponse(body, status_code=404, headers=headers)
         now = self._clock()
         body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
+        body["golden"] = self._golden.view() if self._golden is not None else {}
         return JSONResponse(body, headers=headers)
 
     async def _openapi(self, request: Request) -> Response:

@@ -5,7 +5,8 @@ A gateway replica holds one `Resilience`: circuit breakers per target and failur
 gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM windows
 (`router.quota`) and the spend ledger (`serve_apps.spend_ledger`). The dispatcher asks it three things:
 
-* `unavailable(targets)` at plan time: red/black health, an open breaker, or (local) every
+* `unavailable(targets)` at plan time: a local model that has not passed its start-up golden
+  check (`serve_apps.golden_gate`), red/black health, an open breaker, or (local) every
   replica's stats stale right now takes a target out of the ranked tiers (the decision record
   says why); health reddens on sustained staleness only (`watch_local`);
 * `gate(target, ...)` just before an attempt: a half-open breaker's trial slot, the health share
@@ -44,6 +45,7 @@ from router.quota import Quotas, Refusal, Reservation
 from router.retry import Backoff, RetryBudget
 from router.snapshot import ClusterSnapshot
 from serve_apps.dispatch_types import header_target
+from serve_apps.golden_gate import GoldenGate
 from serve_apps.spend_ledger import SpendLedger
 
 DEFAULT_COOL_S = 1.0  # a 429 without Retry-After cools its domain this long
@@ -70,8 +72,10 @@ class Resilience:
         wall: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         spend: SpendLedger | None = None,
+        golden: GoldenGate | None = None,
     ) -> None:
         r = config.resilience
+        self.golden = golden
         self._config = config
         self._clock = clock
         self._wall = wall
@@ -133,6 +137,9 @@ class Resilience:
     def unavailable(self, targets: Iterable[Target]) -> dict[str, str]:
         out: dict[str, str] = {}
         for target in targets:
+            if target.kind == "local" and self.golden is not None and (why := self.golden.blocked(target.alias)):
+                out[target.id] = why
+                continue
             if target.kind == "local" and target.alias in self._stale_local:
                 out[target.id] = self._stale_local[target.alias]
                 continue
@@ -241,6 +248,7 @@ class Resilience:
         spend = self.spend
         return {
             "health": health,
+            "golden": self.golden.view() if self.golden is not None else {},
             "spend_ledger": {
                 "write_failures": spend.write_failures if spend is not None else 0,
                 "read_failures": spend.read_failures if spend is not None else 0,

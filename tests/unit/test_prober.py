@@ -17,9 +17,7 @@ T0 = 1_800_000_000.0
 
 
 def config(**golden: Any) -> Any:
-    model: dict[str, Any] = {"alias": "m", "source": "prepared:x", "family": "llama"}
-    if golden:
-        model["golden"] = golden
+    model: dict[str, Any] = {"alias": "m", "source": "prepared:x", "family": "llama", "golden": golden or None}
     return parse_config(
         {
             "models": [model],
