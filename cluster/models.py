@@ -73,6 +73,12 @@ def cache_dir() -> Path:
     return Path(root) / "models"
 
 
+def compile_cache_dir() -> Path:
+    """vLLM's cache root (`VLLM_CACHE_ROOT`) for model replicas: torch.compile / Inductor artefacts
+    live under it, so a warm start skips the compile. Next to the models, under the same root."""
+    return cache_dir().parent / "vllm"
+
+
 def model_dir(name: str, root: Path | None = None) -> Path:
     return (root or cache_dir()) / name
 

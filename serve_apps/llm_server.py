@@ -21,6 +21,7 @@ from ray import serve
 from ray.serve.llm import LLMServer
 
 from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
+from cluster.models import compile_cache_dir
 from cluster.nvml import reader_from_env
 from cluster.stats_tap import StatsTap
 from router.snapshot import ReplicaStats
@@ -30,10 +31,14 @@ from serve_apps.stats_pusher import push_forever
 from serve_apps.telemetry_board import get_or_create_board
 
 log = logging.getLogger("spillover.replica")
+VLLM_CACHE_ROOT_ENV = "VLLM_CACHE_ROOT"
 
 
 class SpilloverLLMServer(LLMServer):
     async def start(self) -> None:
+        # a compiled engine (no enforce_eager) keeps its torch.compile / Inductor cache between starts
+        # under the project's cache, on the node the replica runs on; an operator's own setting wins
+        os.environ.setdefault(VLLM_CACHE_ROOT_ENV, str(compile_cache_dir()))
         await super().start()
         self._tap = StatsTap()
         engine_kwargs = self._llm_config.engine_kwargs or {}

