@@ -15,6 +15,7 @@ from bench.faults import FAULTS, FaultOptions, FaultRun, run_faults
 from bench.faults import summary_lines as faults_summary_lines
 from bench.overhead import OverheadOptions, run_overhead
 from bench.overhead import summary_lines as overhead_summary
+from bench.overhead_streams import DEFAULT_LEVELS, StreamOptions
 from bench.target import api_key_from_env
 
 
@@ -75,7 +76,27 @@ def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
     add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=60.0, help="per request (60)")
     add("--out", default=None, help="report directory (default bench/results/overhead-<time>)")
     add("--seed", type=int, default=0, help="order of the paths in each round (default 0)")
+    add("--vllm-url", default=None, metavar="URL",
+        help="a plain vLLM OpenAI server of the same model and dtype (…/v1): adds the vllm path")  # fmt: skip
+    add("--http-region", default=None, metavar="REGION",
+        help="region of the gateway's provider whose base_url is --vllm-url: adds the gateway-http path")  # fmt: skip
+    add("--litellm-url", default=None, metavar="URL", help="a LiteLLM proxy in front of --vllm-url (…/v1)")
+    add("--streams", action="store_true", help="also measure streams: TTFT, TPOT, output tok/s per path")
+    add("--levels", type=_levels, default=DEFAULT_LEVELS, help="stream concurrency levels (1,4,16)")
+    add("--stream-rounds", type=_number(int, 1), default=3, help="measured stream rounds per level (3)")
+    add("--prompt-words", type=_number(int, 1), default=220, help="stream prompt length in words (220)")
+    add("--output-tokens", type=_number(int, 2), default=64, help="stream answer length in tokens (64)")
     add("--no-progress", action="store_true", help="no progress lines on stderr")
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        levels = ()
+    if not levels or any(level < 1 for level in levels):
+        raise argparse.ArgumentTypeError(f"comma list of concurrencies >= 1: {text!r}")
+    return levels
 
 
 def cmd_overhead(args: argparse.Namespace) -> int:
@@ -92,6 +113,20 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         seed=args.seed,
         request_timeout_s=args.request_timeout_s,
+        vllm_url=args.vllm_url,
+        http_region=args.http_region,
+        litellm_url=args.litellm_url,
+        streams=StreamOptions(
+            {},
+            args.model,
+            levels=args.levels,
+            rounds=args.stream_rounds,
+            prompt_words=args.prompt_words,
+            output_tokens=args.output_tokens,
+            seed=args.seed,
+        )
+        if args.streams
+        else None,
     )
     return _run(lambda: run_overhead(opts, str(args.config), out, progress=not args.no_progress), overhead_summary)
 

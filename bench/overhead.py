@@ -9,9 +9,16 @@ shuffled order, along three paths to the *same* model replica:
               at /ray and removed after)
     gateway   HTTP through spillover's gateway (contract, routing decision, admission, records)
 
+    vllm          (`--vllm-url`) a plain vLLM OpenAI server of the same model, dtype and engine args
+    gateway-http  (with `--http-region`) the gateway to that same server through its HTTP-provider path
+    litellm       (`--litellm-url`) a LiteLLM proxy in front of the plain server, when one runs
+
 Interleaving puts every path under the same machine noise; the report gives p50/p95 per path and
-the ratios and differences of the medians (gateway vs ray is spillover's own overhead). The run must
-happen on a node of the cluster (it joins Ray to get the handles).
+the ratios and differences of the medians (gateway vs ray is spillover's own overhead on the local
+path, gateway-http vs vllm on the HTTP-provider path). `--streams` adds what users feel: TTFT,
+TPOT and output tok/s of streams at concurrency 1, 4, 16 along the same paths
+(`bench/overhead_streams.py`). The run must happen on a node of the cluster (it joins Ray to get
+the handles).
 """
 
 from __future__ import annotations
@@ -20,13 +27,14 @@ import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.overhead_streams import StreamOptions, StreamRun, check_paths, extra_headers, run_streams, stream_markdown
 from bench.stats import percentile
 from bench.target import BenchError
 from router import headers as hdr
@@ -42,6 +50,10 @@ class OverheadOptions:
     warmup: int = 3
     seed: int = 0
     request_timeout_s: float = 60.0
+    vllm_url: str | None = None  # a plain vLLM OpenAI server of the same model (…/v1): paths vllm, gateway-http
+    http_region: str | None = None  # region of the gateway's provider whose base_url is vllm_url
+    litellm_url: str | None = None  # a LiteLLM proxy in front of vllm_url (…/v1), optional
+    streams: StreamOptions | None = None  # also measure streams (bench/overhead_streams.py)
 
 
 @dataclass
@@ -65,9 +77,10 @@ def tiny_body(model: str) -> dict[str, Any]:
     return {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1, "temperature": 0}
 
 
-def http_call(client: httpx.AsyncClient, url: str, model: str) -> Call:
+def http_call(client: httpx.AsyncClient, url: str, model: str, headers: dict[str, str] | None = None) -> Call:
     async def call(request_id: str) -> None:
-        response = await client.post(url, json=tiny_body(model), headers={hdr.REQUEST_ID: request_id})
+        sent = {hdr.REQUEST_ID: request_id, **(headers or {})}
+        response = await client.post(url, json=tiny_body(model), headers=sent)
         if response.status_code != 200 or not response.json().get("choices"):
             raise BenchError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
 
@@ -99,7 +112,14 @@ def comparisons(stats: list[PathStats]) -> list[dict[str, Any]]:
     """Ratio and difference of the medians for every pair (later path over earlier)."""
     by = {s.path: s for s in stats}
     out = []
-    for a, b in (("ray", "direct"), ("gateway", "direct"), ("gateway", "ray")):
+    pairs = (
+        ("ray", "direct"),
+        ("gateway", "direct"),
+        ("gateway", "ray"),
+        ("gateway-http", "vllm"),
+        ("litellm", "vllm"),
+    )
+    for a, b in pairs:
         if a in by and b in by and by[a].p(50) and by[b].p(50):
             pa, pb = by[a].p(50) or 0.0, by[b].p(50) or 0.0
             out.append({"path": a, "baseline": b, "ratio_p50": pa / pb, "extra_ms_p50": (pa - pb) * 1000})
@@ -113,10 +133,12 @@ class OverheadRun:
     started_at: str
     environment: dict[str, Any]
     exit_code: int = 0
+    streams: StreamRun | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"started_at": self.started_at, "options": asdict(self.options),
                 "paths": [s.to_dict() for s in self.stats], "comparisons": comparisons(self.stats),
+                "streams": self.streams.to_dict() if self.streams else None,
                 "environment": self.environment}  # fmt: skip
 
 
@@ -146,7 +168,11 @@ def render_markdown(run: OverheadRun) -> str:
         ),
         "",
         "direct = a DeploymentHandle call from the bench process (engine + Serve handle, no HTTP); ray = Ray's "
-        "OpenAiIngress over the same replica; gateway = spillover. *gateway vs ray* is what spillover adds.",
+        "OpenAiIngress over the same replica; gateway = spillover. *gateway vs ray* is what spillover adds. "
+        "vllm = a plain vLLM OpenAI server of the same model and dtype; gateway-http = spillover's gateway to "
+        "that same server through its HTTP-provider path; litellm = a LiteLLM proxy in front of it.",
+        "",
+        *(stream_markdown(run.streams) if run.streams else []),
         *environment_and_plots(run.environment, []),
     ]
     return "\n".join(lines) + "\n"
@@ -197,9 +223,21 @@ def run_overhead(
                     "ray": http_call(client, f"{base}{prefix}/v1/chat/completions", opts.model),
                     "gateway": http_call(client, f"{base}/v1/chat/completions", opts.model),
                 }
+                for name, url in http_paths(opts).items():
+                    headers = extra_headers(
+                        name, opts.streams or StreamOptions({}, opts.model, http_region=opts.http_region)
+                    )
+                    calls[name] = http_call(client, f"{url}/chat/completions", opts.model, headers)
                 return await measure(calls, opts, say)
 
         stats = asyncio.run(main())
+        streams = None
+        if opts.streams is not None:
+            paths = {"gateway": f"{opts.base_url.rstrip('/')}/v1", "ray": f"{opts.base_url.rstrip('/')}{prefix}/v1"}
+            paths |= http_paths(opts)
+            check_paths(paths)
+            say(f"streams along {', '.join(paths)} at concurrency {', '.join(map(str, opts.streams.levels))} ...")
+            streams = run_streams(replace(opts.streams, paths=paths, http_region=opts.http_region), say)
     except SpilloverError as exc:
         raise BenchError(exc.message) from None
     finally:
@@ -208,10 +246,23 @@ def run_overhead(
         finally:
             ray.shutdown()
     failed = any(not s.latencies_s for s in stats)
-    run = OverheadRun(opts, stats, started, environment(), exit_code=1 if failed else 0)
+    failed = failed or (streams is not None and any(not s.ok for s in streams.stats))
+    run = OverheadRun(opts, stats, started, environment(), exit_code=1 if failed else 0, streams=streams)
     if out_dir is not None:
         write_overhead_report(run, out_dir)
     return run
+
+
+def http_paths(opts: OverheadOptions) -> dict[str, str]:
+    """The HTTP paths around a plain vLLM server, by name (base URLs ending in /v1)."""
+    paths: dict[str, str] = {}
+    if opts.vllm_url:
+        paths["vllm"] = opts.vllm_url.rstrip("/")
+        if opts.http_region:
+            paths["gateway-http"] = f"{opts.base_url.rstrip('/')}/v1"
+    if opts.litellm_url:
+        paths["litellm"] = opts.litellm_url.rstrip("/")
+    return paths
 
 
 def summary_lines(run: OverheadRun) -> list[str]:
@@ -220,4 +271,9 @@ def summary_lines(run: OverheadRun) -> list[str]:
         f"{c['path']} vs {c['baseline']}: x{c['ratio_p50']:.2f} ({c['extra_ms_p50']:+.1f} ms at p50)"
         for c in comparisons(run.stats)
     ]
+    for level in run.streams.stats if run.streams else []:
+        lines.append(
+            f"streams c={level.concurrency:<3} {level.path:13s} TTFT p50 {_ms(level.ttft(50))} ms  "
+            f"TPOT p50 {_ms(level.tpot(50))} ms  {level.tokens_per_s or 0:.1f} tok/s  errors {level.errors}"
+        )
     return lines
