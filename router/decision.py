@@ -25,7 +25,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
 from router.capabilities import Target, estimate_cost_usd
@@ -72,6 +72,26 @@ class Candidate:
     reason: str | None = None
     scores: Mapping[str, Mapping[str, float]] | None = None  # scorer -> {raw, score, weight}
     total: float | None = None
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready copy of dataclasses, mappings and sequences. `dataclasses.asdict` does the same
+    but deep-copies every leaf: on the gateway's profile it was the largest single cost of a
+    request (`bench/gateway_profile.py`). Leaves and plain dicts are checked first (most nodes)."""
+    if isinstance(value, _LEAVES):
+        return value
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+_LEAVES = (str, int, float, type(None))
 
 
 @dataclass(frozen=True)
@@ -145,7 +165,7 @@ class DecisionRecord:
         return all(a.cost_usd is not None for a in self.attempts)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = _plain(self)
         data["tiers"] = [list(t) for t in self.tiers]
         data["health"] = dict(self.health)
         data["total_cost_usd"] = self.total_cost_usd
