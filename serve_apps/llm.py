@@ -87,6 +87,10 @@ def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None =
     if spec.runs_vllm_cpu:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(spec.kv_cache_space_gib)
         env["VLLM_HOST_IP"] = "127.0.0.1"
+        # vLLM 0.32 on torch 2.13 saves AOT-compiled artefacts by default and fails to load them on CPU
+        # ("'function' object has no attribute 'finalize_loading'"): every start compiled again. Its
+        # classic compile cache loads (a warm start ~34 s instead of ~70 s; docs/dtype.md)
+        env["VLLM_USE_AOT_COMPILE"] = "0"
         extra["accelerator_config"] = {"kind": "cpu"}
         bundle: dict[str, float] = {"CPU": spec.num_cpus}
         if spec.uses_gpus:  # gpu-sim: Ray places the replica on (simulated) GPUs it declares
