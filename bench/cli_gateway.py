@@ -81,6 +81,8 @@ def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
     add("--http-region", default=None, metavar="REGION",
         help="region of the gateway's provider whose base_url is --vllm-url: adds the gateway-http path")  # fmt: skip
     add("--litellm-url", default=None, metavar="URL", help="a LiteLLM proxy in front of --vllm-url (…/v1)")
+    add("--no-ray-paths", action="store_true",
+        help="HTTP paths only: skip direct and ray (no joining the Ray cluster)")  # fmt: skip
     add("--streams", action="store_true", help="also measure streams: TTFT, TPOT, output tok/s per path")
     add("--levels", type=_levels, default=DEFAULT_LEVELS, help="stream concurrency levels (1,4,16)")
     add("--stream-rounds", type=_number(int, 1), default=3, help="measured stream rounds per level (3)")
@@ -116,6 +118,7 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         vllm_url=args.vllm_url,
         http_region=args.http_region,
         litellm_url=args.litellm_url,
+        ray_paths=not args.no_ray_paths,
         streams=StreamOptions(
             {},
             args.model,

@@ -54,6 +54,7 @@ class OverheadOptions:
     http_region: str | None = None  # region of the gateway's provider whose base_url is vllm_url
     litellm_url: str | None = None  # a LiteLLM proxy in front of vllm_url (…/v1), optional
     streams: StreamOptions | None = None  # also measure streams (bench/overhead_streams.py)
+    ray_paths: bool = True  # direct and ray (joins the Ray cluster); False: the HTTP paths only
 
 
 @dataclass
@@ -201,14 +202,17 @@ def run_overhead(
     if config.model(opts.model) is None:
         raise BenchError(f"model {opts.model!r} is not in {config_path}", exit_code=2)
     started = datetime.now(UTC).isoformat(timespec="seconds")
+    if opts.ray_paths:
+        try:
+            ray.init(address=config.cluster.address or "auto", namespace="serve", log_to_driver=False)
+        except ConnectionError as exc:
+            raise BenchError(f"no Ray cluster to join ({exc}); run this on a node of the running cluster") from None
     try:
-        ray.init(address=config.cluster.address or "auto", namespace="serve", log_to_driver=False)
-    except ConnectionError as exc:
-        raise BenchError(f"no Ray cluster to join ({exc}); run this on a node of the running cluster") from None
-    try:
-        say("deploying Ray's OpenAiIngress at /ray over the running replicas ...")
-        prefix = deploy_ray_ingress(config, config_path=config_path)
-        backend = ServeHandleBackend(model_handles(config))
+        prefix = None
+        if opts.ray_paths:
+            say("deploying Ray's OpenAiIngress at /ray over the running replicas ...")
+            prefix = deploy_ray_ingress(config, config_path=config_path)
+            backend = ServeHandleBackend(model_handles(config))
 
         async def direct(request_id: str) -> None:
             reply = await backend.call(opts.model, "chat", tiny_body(opts.model), request_id)
@@ -218,11 +222,11 @@ def run_overhead(
         async def main() -> list[PathStats]:
             base = opts.base_url.rstrip("/")
             async with httpx.AsyncClient(timeout=opts.request_timeout_s) as client:
-                calls = {
-                    "direct": direct,
-                    "ray": http_call(client, f"{base}{prefix}/v1/chat/completions", opts.model),
-                    "gateway": http_call(client, f"{base}/v1/chat/completions", opts.model),
-                }
+                calls: dict[str, Call] = {}
+                if prefix is not None:
+                    calls["direct"] = direct
+                    calls["ray"] = http_call(client, f"{base}{prefix}/v1/chat/completions", opts.model)
+                calls["gateway"] = http_call(client, f"{base}/v1/chat/completions", opts.model)
                 for name, url in http_paths(opts).items():
                     headers = extra_headers(
                         name, opts.streams or StreamOptions({}, opts.model, http_region=opts.http_region)
@@ -233,7 +237,9 @@ def run_overhead(
         stats = asyncio.run(main())
         streams = None
         if opts.streams is not None:
-            paths = {"gateway": f"{opts.base_url.rstrip('/')}/v1", "ray": f"{opts.base_url.rstrip('/')}{prefix}/v1"}
+            paths = {"gateway": f"{opts.base_url.rstrip('/')}/v1"}
+            if prefix is not None:
+                paths["ray"] = f"{opts.base_url.rstrip('/')}{prefix}/v1"
             paths |= http_paths(opts)
             check_paths(paths)
             say(f"streams along {', '.join(paths)} at concurrency {', '.join(map(str, opts.streams.levels))} ...")
@@ -241,10 +247,11 @@ def run_overhead(
     except SpilloverError as exc:
         raise BenchError(exc.message) from None
     finally:
-        try:
-            remove_ray_ingress()
-        finally:
-            ray.shutdown()
+        if opts.ray_paths:
+            try:
+                remove_ray_ingress()
+            finally:
+                ray.shutdown()
     failed = any(not s.latencies_s for s in stats)
     failed = failed or (streams is not None and any(not s.ok for s in streams.stats))
     run = OverheadRun(opts, stats, started, environment(), exit_code=1 if failed else 0, streams=streams)
