@@ -330,3 +330,21 @@ async def test_probes_alone_bring_a_recovered_provider_back_within_30s_on_the_de
     ramp_start = min(at for at, state, _ in log if at >= 77 and state != "red")
     assert ramp_start - 77 <= 30, log
     assert health.get("cloud:sim").state is Health.GREEN  # ramp complete 30 s after it started
+
+
+@pytest.mark.parametrize(
+    ("health", "field"),
+    [
+        ({"half_open_share": 1.5}, "half_open_share"),
+        ({"half_open_share": "most"}, "half_open_share"),
+        ({"red_live_failures": 0}, "red_live_failures"),
+        ({"recovery_probe_s": 0}, "recovery_probe_s"),
+        ({"live_evidence_s": -1}, "live_evidence_s"),
+        ({"recovery_probes": 0}, "recovery_probes"),
+        ({"probe_everything": True}, "probe_everything"),
+    ],
+)
+def test_hostile_health_settings_are_config_errors(health: dict[str, Any], field: str) -> None:
+    model = {"alias": "m", "source": "prepared:x", "family": "llama"}
+    with pytest.raises(ConfigError, match=rf"resilience\.health\.{field}"):
+        parse_config({"models": [model], "resilience": {"health": health}}, "test")
