@@ -115,13 +115,14 @@ def test_a_provider_down_60s_gets_traffic_back_within_30s_of_recovery(stack: Sta
         time.sleep(1.5)
     health = _health(stack)
     first_back = min((a.sent_at for a in after if a.target == PRIMARY), default=None)
+    ramp = [t for t in health["transitions"] if t["from"] == "red" and t["to"] != "red"]
     print(
-        f"\noutage 60 s: {len(during)} requests during it, all answered; after recovery "
+        f"\noutage 60 s: {len(during)} requests during it, all answered; after recovery the ramp began at "
+        f"{[round(t['at'] - wall_recovered_at, 1) for t in ramp]} s ({ramp[-1]['reason'] if ramp else '-'}), and "
         f"{[round(a.sent_at - recovered_at, 1) for a in after if a.target == PRIMARY]} s went back to {PRIMARY}"
     )
     assert first_back is not None, f"no traffic back to {PRIMARY}: {after}, health {health}"
     assert first_back - recovered_at <= 30, (first_back - recovered_at, health["transitions"])
-    ramp = [t for t in health["transitions"] if t["from"] == "red" and t["to"] != "red"]
     assert ramp and ramp[-1]["at"] - wall_recovered_at <= 30, health["transitions"]
 
 
