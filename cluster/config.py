@@ -19,7 +19,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cluster.config_base import StrictModel
 from cluster.model_spec import ModelSpec
-from cluster.resilience_config import ResilienceSection, SpendSection
+from cluster.resilience_config import ProviderProbe, ResilienceSection, SpendSection
 from router.capabilities import ProviderModelEntry
 from router.errors import ConfigError
 from router.policy import Policy
@@ -165,6 +165,11 @@ class CloudProvider(StrictModel):
         default_factory=dict,
         description="model alias -> provider model: a bare name means capabilities unknown (never routed there; "
         "capabilities are never inferred from names), or its capabilities",
+    )
+    probe: ProviderProbe = Field(
+        ProviderProbe(),
+        description="the latency probe's chat (to the first model of `models`); a probe the provider rejects "
+        "as a client error (a 4xx other than 401/403/408/429) is logged and changes no health",
     )
 
     @property

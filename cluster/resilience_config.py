@@ -2,8 +2,8 @@
 
 Defaults follow common practice: retries ≤ ~10% of requests (gRPC retry throttling), backoff with
 full jitter, breakers that need a minimum count before they judge, probes at 10 s / 30 s /
-5 min, yellow moving ~30% of new requests away, recovery after consecutive good probes and a
-cool-down, then a 20% → 50% → 100% ramp (router/health.py).
+5 min, yellow moving ~30% of new requests away, recovery after a short cool-down through a half-open
+phase (a few live trials, probes every 5 s), then a 20% → 50% → 100% ramp (router/health.py).
 """
 
 from __future__ import annotations
@@ -30,6 +30,20 @@ class GoldenProbe(StrictModel):
         except re.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
         return value
+
+
+class ProviderProbe(StrictModel):
+    """The one-message chat a cloud provider's latency probe sends. The defaults are what any capable
+    chat model accepts: no temperature (some reasoning models refuse anything but their own) and room
+    for a short answer (some refuse a budget of a single token)."""
+
+    prompt: str = Field(
+        "Reply with the word OK.", min_length=1, max_length=2000, description="the probe's user message"
+    )
+    max_tokens: int | None = Field(16, ge=1, le=256, description="max_tokens of the probe's request; null: not sent")
+    temperature: float | None = Field(
+        None, ge=0, le=2, description="temperature of the probe's request; null: not sent"
+    )
 
 
 class RetrySection(StrictModel):
@@ -64,10 +78,29 @@ class HealthSection(StrictModel):
     yellow_share: float = Field(0.7, ge=0, le=1, description="share of new requests a yellow target keeps")
     red_after_s: float = Field(120.0, gt=0, description="yellow this long becomes red")
     red_probe_failures: int = Field(3, ge=1, description="consecutive failed liveness probes: red at once")
-    recovery_probes: int = Field(5, ge=1, description="consecutive good probes needed to leave red")
-    cooldown_s: float = Field(60.0, ge=0, description="minimum time in red")
+    red_live_failures: int = Field(5, ge=1, description="consecutive failed live requests: red at once")
+    recovery_probes: int = Field(
+        2, ge=1, description="consecutive good probes that start the ramp back (once the cool-down is over)"
+    )
+    cooldown_s: float = Field(10.0, ge=0, description="minimum time in red; then half-open")
+    half_open_share: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="share of new requests a half-open target (red, cool-down over) takes as trials; the first "
+        "that succeeds starts the ramp, one that fails restarts the cool-down",
+    )
+    recovery_probe_s: float = Field(
+        5.0, gt=0, description="liveness and latency probes of a red target run this often (when shorter)"
+    )
+    live_evidence_s: float = Field(
+        10.0,
+        ge=0,
+        description="a live outcome at most this old outranks liveness and latency probes: they are recorded "
+        "(and counted as overruled when they disagree) but do not move the state",
+    )
     ramp: tuple[float, ...] = Field((0.2, 0.5, 1.0), min_length=1, description="shares while ramping back")
-    ramp_step_s: float = Field(30.0, ge=0, description="each ramp share held this long without failures")
+    ramp_step_s: float = Field(10.0, ge=0, description="each ramp share held this long without failures")
     black_retry_s: float = Field(600.0, ge=0, description="after a credential failure, probes believed after this")
     yellow_clear_s: float = Field(30.0, ge=0, description="yellow with a clean window this long: green")
     stale_red_s: float = Field(

@@ -2,36 +2,57 @@
 
 Why a state machine and not "switch on the first timeout": most timeouts are jitter, and moving all
 traffic at once floods the fallback. So a suspect target (yellow) keeps ~70% of new requests and sheds
-~30%; only persistent or certain failure (red) moves everything; and recovery is earned slowly — a
-cool-down, a streak of good probes, then a 20% → 50% → 100% ramp — because targets that were flipped
-back at once have been seen to fall over again. Black is for credential failures, which no amount of
-retrying fixes; its probes are only believed after `black_retry_s`.
+~30%; only persistent or certain failure (red) moves everything. Recovery is quick but graded: after a
+short cool-down the target is half-open (a small share of live requests go to it as trials, and its
+probes run more often); the first live success, or a short streak of good probes, starts a 20% → 50%
+→ 100% ramp, because targets that were flipped back to full traffic at once have been seen to fall
+over again. Black is for credential failures, which no amount of retrying fixes; its probes are only
+believed after `black_retry_s`.
+
+Live traffic outranks probes (router/health_evidence.py): while a live outcome is at most
+`live_evidence_s` old, liveness and latency probes are recorded but do not move the state.
 
 Pure: inputs are method calls, time comes from the injected clock, and time-driven transitions are
 evaluated lazily (on every input and read), stamped with the moment they became due.
 
     from            event                                                    to
     --------------  -------------------------------------------------------  -------------------------
-    green           any failed probe (liveness, latency, correctness)        yellow
+    green           a failed probe that counts (any level)                   yellow
     green           live error ratio >= yellow_error_ratio over window_s
                     with >= min_requests outcomes                            yellow
-    green / yellow  red_probe_failures consecutive failed liveness probes    red
+    green / yellow  red_probe_failures consecutive counted failed liveness
+                    probes                                                   red
+    green / yellow  red_live_failures consecutive failed live requests       red
     yellow          no failure (probe or live) for yellow_clear_s            green
     yellow          still yellow red_after_s after entering it               red
     any but black   mark_down(reason), e.g. every replica's stats stale      red
-    red             >= recovery_probes consecutive good probes AND
-                    cooldown_s since entering red                           ramping at ramp[0] (yellow)
+    red             cooldown_s since entering red                            half-open (red, share
+                                                                             half_open_share)
+    red, half-open  >= recovery_probes consecutive good counted probes AND
+                    cooldown_s since entering red                            ramping at ramp[0] (yellow)
+    half-open       a live request succeeds                                  ramping at ramp[0]
+    half-open       a live request fails, or a counted probe fails           red (the cool-down restarts)
     ramping         ramp_step_s at a share without a failure                 next share (yellow < 1.0,
                                                                              green at 1.0)
     ramping at end  ramp_step_s at the last share                            green, ramp complete
-    ramping         any failed probe or live failure                         red (recovery starts over)
+    ramping         any counted failed probe or live failure                 red (recovery starts over)
     any             credential_failed()                                      black
     black           good probe at least black_retry_s after entering black   red
     black           anything else (probes before black_retry_s, live traffic,
                     mark_down)                                               black
 
-Inside red a failed probe or live failure resets the good-probe streak. Shares: green 1.0, yellow
-`yellow_share`, red and black 0, ramping the current ramp share; `admits(draw)` is `draw < share()`.
+Inside red a failed probe or live failure resets the good-probe streak; a live request that was
+sent before the target went red and succeeds during the cool-down proves nothing new (as for a
+breaker). Shares: green 1.0, yellow `yellow_share`, red 0 (half-open `half_open_share`), black 0,
+ramping the current ramp share; `admits(draw)` is `draw < share()`.
+
+Timeline with the defaults, a provider that is down and comes back: detection by live traffic
+(5 consecutive failures: red at once; a 20% error ratio: yellow) or, without traffic, by 3 failed
+liveness probes (~30 s); red holds 10 s (`cooldown_s`), then half-open: 10% of new requests are
+trials and probes run every `resilience.health.recovery_probe_s` (5 s). Once the target answers, the
+first live trial that succeeds starts the ramp at once; without traffic 2 good probes do (live
+evidence older than `live_evidence_s`, 10 s, no longer outranks them): the ramp starts within
+~15 s of recovery, then 20% and 50% for 10 s each and 100% 20 s later.
 """
 
 from __future__ import annotations
@@ -40,12 +61,14 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal, get_args
+from typing import get_args
+
+from router.health_evidence import Evidence, ProbeLevel
 
 Clock = Callable[[], float]
-ProbeLevel = Literal["liveness", "latency", "correctness"]
 
 MAX_TRANSITIONS = 50  # how many transitions each machine keeps for metrics / decision records
+_NEVER = float("inf")
 
 
 class Health(StrEnum):
@@ -63,28 +86,35 @@ class HealthSettings:
     yellow_share: float = 0.7  # yellow keeps 70% of new requests, sheds ~30%
     red_after_s: float = 120.0  # yellow lasting this long is persistent degradation -> red
     red_probe_failures: int = 3  # consecutive failed liveness probes -> red at once
-    recovery_probes: int = 5  # consecutive good probes needed to leave red
-    cooldown_s: float = 60.0  # minimum time in red before recovery
+    red_live_failures: int = 5  # consecutive failed live requests -> red at once
+    recovery_probes: int = 2  # consecutive good probes that start the ramp (after the cool-down)
+    cooldown_s: float = 10.0  # minimum time in red before half-open
+    half_open_share: float = 0.1  # share of new requests a half-open target takes as trials
     ramp: tuple[float, ...] = (0.2, 0.5, 1.0)
-    ramp_step_s: float = 30.0  # each ramp share is held this long without failures
+    ramp_step_s: float = 10.0  # each ramp share is held this long without failures
     black_retry_s: float = 600.0  # after a credential failure probes are only believed after this long
     yellow_clear_s: float = 30.0  # yellow with no failure this long -> green
+    live_evidence_s: float = 10.0  # a live outcome this recent outranks liveness / latency probes
 
     def __post_init__(self) -> None:
         if not self.ramp or any(not 0.0 < s <= 1.0 for s in self.ramp) or list(self.ramp) != sorted(self.ramp):
             raise ValueError(f"health ramp must be non-empty, ascending shares in (0, 1], got {self.ramp}")
-        for name in ("yellow_error_ratio", "yellow_share"):
+        for name in ("yellow_error_ratio", "yellow_share", "half_open_share"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"health {name} must be in [0, 1], got {getattr(self, name)}")
-        if min(self.min_requests, self.red_probe_failures, self.recovery_probes) < 1:
-            raise ValueError("health min_requests, red_probe_failures and recovery_probes must be >= 1")
+        if min(self.min_requests, self.red_probe_failures, self.recovery_probes, self.red_live_failures) < 1:
+            raise ValueError(
+                "health min_requests, red_probe_failures, red_live_failures and recovery_probes must be >= 1"
+            )
+        if self.live_evidence_s < 0:
+            raise ValueError(f"health live_evidence_s must be >= 0, got {self.live_evidence_s}")
 
 
 @dataclass(frozen=True)
 class Transition:
     at: float  # when the transition became due (clock seconds)
     from_state: Health
-    to_state: Health  # equal to from_state for ramp steps and "ramp complete"
+    to_state: Health  # equal to from_state for ramp steps, half-open and "ramp complete"
     reason: str
     share: float  # the share of new requests the target takes after the transition
 
@@ -97,17 +127,20 @@ class HealthMachine:
         self._s = settings
         self._clock = clock
         self._state = Health.GREEN
-        self._since = clock()  # when the current state was entered
+        self._since = clock()  # when the current state was entered (red: when its cool-down began)
         self._reason = "no failures seen"
+        self._half_open = False
         self._ramp_step: int | None = None  # index into settings.ramp while ramping
         self._ramp_since = 0.0
         self._outcomes: deque[tuple[float, bool]] = deque()
         self._last_failure = self._since
-        self._liveness_failures = 0  # consecutive
+        self._liveness_failures = 0  # consecutive, counted probes
+        self._live_failures = 0  # consecutive live outcomes
         self._good_probes = 0  # consecutive, counted while red
         self._streak_done_at: float | None = None  # when the good-probe streak reached recovery_probes
         self._transitions: deque[Transition] = deque(maxlen=MAX_TRANSITIONS)
         self.transitions_total = 0  # every transition ever, including those the deque dropped
+        self.evidence = Evidence(settings.live_evidence_s)
 
     # -- outputs ---------------------------------------------------------------------------------
     @property
@@ -119,6 +152,12 @@ class HealthMachine:
     def ramping(self) -> bool:
         self._tick(self._clock())
         return self._ramp_step is not None
+
+    @property
+    def half_open(self) -> bool:
+        """Red, its cool-down over: a small share of live requests go to it as trials."""
+        self._tick(self._clock())
+        return self._half_open
 
     @property
     def reason(self) -> str:
@@ -145,10 +184,13 @@ class HealthMachine:
         now = self._clock()
         self._tick(now)
         if self._state is Health.BLACK:
+            self.evidence.saw_probe(now, level, ok)
             waited = now - self._since
             if ok and waited >= self._s.black_retry_s:
                 self._enter_red(now, f"good {level} probe {waited:.0f}s after the credential failure")
             return  # earlier probes are not believed: the credential was rejected, not the network
+        if not self.evidence.saw_probe(now, level, ok):
+            return  # live traffic outranks this probe: recorded, state kept
         if level == "liveness":
             self._liveness_failures = 0 if ok else self._liveness_failures + 1
         if ok:
@@ -163,23 +205,38 @@ class HealthMachine:
             self._enter_red(now, f"{self._liveness_failures} consecutive liveness probes failed")
         elif self._ramp_step is not None:
             self._enter_red(now, f"{level} probe failed while ramping at {self._share():.0%}: recovery starts over")
+        elif self._half_open:
+            self._enter_red(now, f"{level} probe failed while half-open: the cool-down starts again")
         elif self._state is Health.GREEN:
             self._enter(Health.YELLOW, now, f"{level} probe failed")
+
+    def probe_rejected(self, level: ProbeLevel, detail: str) -> None:
+        """The target refused the probe's request itself (a client-side 4xx): no evidence of ill
+        health either way; counted and kept for the operator, the state is kept."""
+        self.evidence.saw_rejection(level, detail)
 
     def outcome(self, ok: bool) -> None:
         now = self._clock()
         self._tick(now)
         if self._state is Health.BLACK:
             return
+        self.evidence.saw_live(now, ok)
         self._outcomes.append((now, ok))
         horizon = now - self._s.window_s
         while self._outcomes and self._outcomes[0][0] <= horizon:
             self._outcomes.popleft()
+        self._live_failures = 0 if ok else self._live_failures + 1
         if ok:
+            if self._half_open:
+                self._start_ramp(now, "a live request succeeded while half-open")
             return
         self._failure(now)
         if self._ramp_step is not None:
             self._enter_red(now, f"request failed while ramping at {self._share():.0%}: recovery starts over")
+        elif self._half_open:
+            self._enter_red(now, "trial request failed while half-open: the cool-down starts again")
+        elif self._state is not Health.RED and self._live_failures >= self._s.red_live_failures:
+            self._enter_red(now, f"{self._live_failures} consecutive requests failed")
         elif self._state is Health.GREEN:
             total = len(self._outcomes)
             failed = sum(1 for _, good in self._outcomes if not good)
@@ -195,7 +252,7 @@ class HealthMachine:
         """Black from anywhere; repeating it restarts the black_retry_s wait."""
         now = self._clock()
         self._tick(now)
-        self._ramp_step = None
+        self._ramp_step, self._half_open = None, False
         reason = f"credential failed{': ' + detail if detail else ''}"
         if self._state is Health.BLACK:
             self._since, self._reason = now, reason
@@ -213,6 +270,8 @@ class HealthMachine:
     def _share(self) -> float:
         if self._ramp_step is not None:
             return self._s.ramp[self._ramp_step]
+        if self._half_open:
+            return self._s.half_open_share
         return {Health.GREEN: 1.0, Health.YELLOW: self._s.yellow_share}.get(self._state, 0.0)
 
     def _enter(self, to: Health, at: float, reason: str) -> None:
@@ -228,22 +287,18 @@ class HealthMachine:
 
     def _enter_red(self, at: float, reason: str) -> None:
         self._good_probes, self._streak_done_at = 0, None
-        if self._state is Health.RED and self._ramp_step is None:
-            self._reason = reason  # still red; the cool-down keeps counting from entering red
+        if self._state is Health.RED and self._ramp_step is None and not self._half_open:
+            self._reason = reason  # still cooling down; the cool-down keeps counting from entering red
             return
-        self._ramp_step = None
+        self._ramp_step, self._half_open = None, False
         self._enter(Health.RED, at, reason)
 
-    def _start_ramp(self, at: float) -> None:
-        self._ramp_step, self._ramp_since = 0, at
+    def _start_ramp(self, at: float, why: str) -> None:
+        self._ramp_step, self._ramp_since, self._half_open = 0, at, False
         self._outcomes.clear()  # judge the recovered target on fresh traffic only
-        self._liveness_failures = 0
+        self._liveness_failures = self._live_failures = 0
         share = self._s.ramp[0]
-        self._enter(
-            Health.GREEN if share >= 1.0 else Health.YELLOW,
-            at,
-            f"{self._s.recovery_probes} good probes and {self._s.cooldown_s:g}s cool-down: ramp to {share:.0%}",
-        )
+        self._enter(Health.GREEN if share >= 1.0 else Health.YELLOW, at, f"{why}: ramp to {share:.0%}")
 
     def _tick(self, now: float) -> None:
         """Apply every time-driven transition due by `now`, each stamped with when it became due."""
@@ -271,11 +326,22 @@ class HealthMachine:
                     self._enter(Health.GREEN, clear_at, f"no failures for {self._s.yellow_clear_s:g}s")
                 else:
                     self._enter_red(red_at, f"yellow for {self._s.red_after_s:g}s")
-            elif self._state is Health.RED and self._streak_done_at is not None:
-                due = max(self._streak_done_at, self._since + self._s.cooldown_s)
-                if now < due:
+            elif self._state is Health.RED:
+                cooled_at = self._since + self._s.cooldown_s
+                ramp_at = _NEVER if self._streak_done_at is None else max(self._streak_done_at, cooled_at)
+                half_open_at = _NEVER if self._half_open else cooled_at
+                if now < min(ramp_at, half_open_at):
                     return
-                self._start_ramp(due)
+                if ramp_at <= half_open_at:
+                    probes, cooled = self._s.recovery_probes, self._s.cooldown_s
+                    self._start_ramp(ramp_at, f"{probes} good probes and {cooled:g}s cool-down")
+                else:
+                    self._half_open = True
+                    share = self._s.half_open_share
+                    reason = f"{self._s.cooldown_s:g}s cool-down over: half-open, {share:.0%} of new requests as trials"
+                    self._transitions.append(Transition(half_open_at, Health.RED, Health.RED, reason, share))
+                    self.transitions_total += 1
+                    self._reason = reason
             else:
                 return
 

@@ -84,7 +84,13 @@ class Gateway:
             if alias is not None:
                 checks += cloud_checks(provider, alias, self._config)
         health = self._config.resilience.health
-        return Prober(checks, resilience.health, latency_slo_s=health.latency_slo_s, timeout_s=health.probe_timeout_s)
+        return Prober(
+            checks,
+            resilience.health,
+            latency_slo_s=health.latency_slo_s,
+            timeout_s=health.probe_timeout_s,
+            recovery_probe_s=health.recovery_probe_s,
+        )
 
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()

@@ -18,7 +18,10 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation)
     spillover_target_health{target}                          0 green, 1 yellow, 2 red, 3 black
     spillover_target_share{target}                           share of new requests the target takes now
-    spillover_health_transitions_total{target,to}            health transitions (ramp steps included)
+    spillover_health_transitions_total{target,to}            health transitions (ramp steps, half-open included)
+    spillover_health_disagreement{target}                    1 while a level's latest probe contradicts live traffic
+    spillover_probes_overruled_total{target}                 probes outranked by contradicting live outcomes
+    spillover_probe_rejections_total{target}                 probes the target refused as a client error (no evidence)
     spillover_breaker_open{breaker}                          1 while a target / domain breaker is not closed
     spillover_retry_budget_tokens                            retries the gateway-wide budget allows now
     spillover_spend_ledger_failures_total{op}                spend ledger writes (incl. dropped) / reads that failed
@@ -92,6 +95,19 @@ class GatewayMetrics:
         self.health = Gauge("spillover_target_health", "0 green, 1 yellow, 2 red, 3 black", ["target"], registry=r)
         self.share = Gauge("spillover_target_share", "Share of new requests the target takes", ["target"], registry=r)
         self.transitions = Counter("spillover_health_transitions", "Health transitions", ["target", "to"], registry=r)
+        self.disagreement = Gauge(
+            "spillover_health_disagreement",
+            "1 while probes contradict live traffic (live decides)",
+            ["target"],
+            registry=r,
+        )
+        self.overruled = Counter(
+            "spillover_probes_overruled", "Probes outranked by contradicting live outcomes", ["target"], registry=r
+        )
+        self.rejections = Counter(
+            "spillover_probe_rejections", "Probes refused as a client error (no evidence)", ["target"], registry=r
+        )
+        self._evidence_seen: dict[tuple[str, str], int] = {}
         self.breaker_open = Gauge("spillover_breaker_open", "1 while not closed", ["breaker"], registry=r)
         self.retry_budget = Gauge("spillover_retry_budget_tokens", "Retries the budget allows now", registry=r)
         self._transitions_seen: dict[str, int] = {}
@@ -138,6 +154,14 @@ class GatewayMetrics:
             for transition in health["transitions"][-(total - seen) :] if total > seen else []:
                 self.transitions.labels(target, transition["to"]).inc()
             self._transitions_seen[target] = total
+            self.disagreement.labels(target).set(1 if health.get("disagreement") else 0)
+            for counter, field in (
+                (self.overruled, "probes_overruled_total"),
+                (self.rejections, "probe_rejections_total"),
+            ):
+                now_total, key = health.get(field, 0), (target, field)
+                counter.labels(target).inc(max(0, now_total - min(self._evidence_seen.get(key, 0), now_total)))
+                self._evidence_seen[key] = now_total
         for breaker, state in view["breakers"].items():
             self.breaker_open.labels(breaker).set(0 if state == "closed" else 1)
         self.retry_budget.set(view["retry_budget"])

@@ -5,13 +5,25 @@ Three levels, each on its own period (`resilience.health`):
     liveness     ~10 s   local: a replica of the model pushed fresh stats (no request sent; no
                          replica reported yet = no evidence, so start-up is not a failure);
                          cloud: `GET /models` with our key (a 401 is found without traffic)
-    latency      ~30 s   a one-token chat through the same path as traffic, within latency_slo_s
-                         (local: only while a replica is alive)
+    latency      ~30 s   a one-message chat through the same path as traffic, within latency_slo_s
+                         (local: only while a replica is alive); a cloud provider's prompt and
+                         parameters are its `probe:` (cluster/resilience_config.py)
     correctness  ~5 min  local models with `golden:` only: the answer must match `expect`
 
-A probe error whose rule marks credentials bad (401/403, key variable unset) makes the target
-black; any other failure is a failed probe. Probes never go through the dispatcher: they are
-not traffic, they cost no retry budget and appear in no decision record.
+Fair judging:
+* a probe error whose rule marks credentials bad (401/403, key variable unset) makes the target
+  black; a client-side rejection of the probe's request (`router.failure` class CLIENT: a 4xx other
+  than 401/403/408/429, e.g. a content filter) is no evidence of ill health: it is logged, counted
+  on the machine and the state is kept; any other failure is a failed probe;
+* while live traffic is recent, the machine records probes without acting on them
+  (router/health_evidence.py);
+* the schedule follows the target, not the gateway's start: liveness and latency probes of a red
+  target run every `recovery_probe_s` (when that is shorter), and after each health transition the
+  target's next probes are due one period after it. The same fault sequence then meets the same
+  probes whether it starts 10 s or an hour after start-up.
+
+Probes never go through the dispatcher: they are not traffic, they cost no retry budget and appear
+in no decision record.
 """
 
 from __future__ import annotations
@@ -26,9 +38,10 @@ from typing import Any, Literal, Protocol
 
 from cluster.config import SpilloverConfig
 from cluster.model_spec import ModelSpec
+from cluster.resilience_config import ProviderProbe
 from router.errors import RequestError
-from router.failure import rule_for
-from router.health import HealthBoard
+from router.failure import FailureClass, classify, rule_for
+from router.health import Health, HealthBoard
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 
@@ -55,13 +68,13 @@ class ProbeCheck:
     run: Callable[[], Awaitable[bool | None]]  # True passed, False failed (or raises), None: no evidence
 
 
-def _tiny_chat(model: str, prompt: str, max_tokens: int) -> dict[str, Any]:
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
+def _tiny_chat(model: str, prompt: str, max_tokens: int | None, temperature: float | None = 0) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": prompt}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if temperature is not None:
+        body["temperature"] = temperature
+    return body
 
 
 def _answer_text(body: Mapping[str, Any] | None) -> str:
@@ -116,13 +129,15 @@ def local_checks(
 
 def cloud_checks(provider: ProbedProvider, alias: str, config: SpilloverConfig) -> list[ProbeCheck]:
     health, key = config.resilience.health, f"cloud:{provider.name}"
+    spec = next((p.probe for p in config.cloud.providers if p.name == provider.name), ProviderProbe())
 
     async def alive() -> bool:
         await provider.probe()
         return True
 
     async def answers() -> bool:
-        reply = await provider.chat(alias, _tiny_chat(alias, TINY_PROMPT, 1), f"probe-{key}")
+        body = _tiny_chat(alias, spec.prompt, spec.max_tokens, spec.temperature)
+        reply = await provider.chat(alias, body, f"probe-{key}")
         if getattr(reply, "chunks", None) is not None:
             async for _ in reply.chunks:
                 pass
@@ -145,6 +160,7 @@ class Prober:
         *,
         latency_slo_s: float,
         timeout_s: float,
+        recovery_probe_s: float | None = None,  # liveness / latency period of a red target; None: their own
         clock: Callable[[], float] = time.monotonic,  # schedules probes: a wall-clock step must not skip or bunch them
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         tick_s: float = 0.25,
@@ -153,11 +169,13 @@ class Prober:
         self._health = health
         self._slo_s = latency_slo_s
         self._timeout_s = timeout_s
+        self._recovery_s = recovery_probe_s
         self._clock = clock
         self._sleep = sleep
         self._tick_s = tick_s
         self._due: dict[int, float] = {}
-        self.results: dict[tuple[str, str], bool | None] = {}  # (target, level) -> last outcome
+        self._seen: dict[str, int] = {}  # target -> transitions_total when its schedule was last set
+        self.results: dict[tuple[str, str], bool | None] = {}  # (target, level) -> last outcome (None: no evidence)
 
     async def run(self) -> None:
         while True:
@@ -165,10 +183,34 @@ class Prober:
             await self._sleep(self._tick_s)
 
     async def run_due(self, now: float) -> None:
+        self._follow_transitions(now)
         due = [i for i, c in enumerate(self._checks) if self._due.get(i, now) <= now]
         for i in due:
-            self._due[i] = now + self._checks[i].every_s
+            self._due[i] = now + self._period(self._checks[i])
         await asyncio.gather(*(self._probe(self._checks[i]) for i in due))
+        self._follow_transitions(now)
+
+    def _period(self, check: ProbeCheck) -> float:
+        if self._recovery_s is None or check.level == "correctness":
+            return check.every_s
+        if self._health.get(check.target).state is Health.RED:
+            return min(check.every_s, self._recovery_s)
+        return check.every_s
+
+    def _follow_transitions(self, now: float) -> None:
+        """After a target's health changed, its next liveness / latency probes are due one period
+        after the change (not on a phase set by the gateway's start)."""
+        for i, check in enumerate(self._checks):
+            if check.level == "correctness":
+                continue
+            machine = self._health.get(check.target)
+            total = machine.transitions_total
+            if self._seen.get(f"{check.target}/{check.level}") == total:
+                continue
+            self._seen[f"{check.target}/{check.level}"] = total
+            transitions = machine.transitions
+            if total and transitions and i in self._due:
+                self._due[i] = max(transitions[-1].at + self._period(check), now)
 
     async def _probe(self, check: ProbeCheck) -> None:
         machine = self._health.get(check.target)
@@ -181,6 +223,18 @@ class Prober:
                 machine.credential_failed(exc.code or "")
                 self.results[(check.target, check.level)] = False
                 log.warning("probe %s %s: credentials refused (%s)", check.level, check.target, exc.code)
+                return
+            if classify(exc) is FailureClass.CLIENT:
+                # the target refused the probe's request itself (a content filter, a parameter it does
+                # not take): a fact about the probe, not about the target's health
+                machine.probe_rejected(check.level, exc.message)
+                self.results[(check.target, check.level)] = None
+                log.warning(
+                    "probe %s %s rejected as a client error (health unchanged; see its `probe:` config): %s",
+                    check.level,
+                    check.target,
+                    exc.message[:300],
+                )
                 return
             ok = False
             log.info("probe %s %s failed: %s", check.level, check.target, exc.code)

@@ -6,11 +6,12 @@ gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM
 (`router.quota`) and the spend ledger (`serve_apps.spend_ledger`). The dispatcher asks it three things:
 
 * `unavailable(targets)` at plan time: a local model that has not passed its start-up golden
-  check (`serve_apps.golden_gate`), red/black health, an open breaker, or (local) every
-  replica's stats stale right now takes a target out of the ranked tiers (the decision record
-  says why); health reddens on sustained staleness only (`watch_local`);
+  check (`serve_apps.golden_gate`), black health, red health still in its cool-down, an open
+  breaker, or (local) every replica's stats stale right now takes a target out of the ranked tiers
+  (the decision record says why); health reddens on sustained staleness only (`watch_local`);
 * `gate(target, ...)` just before an attempt: a half-open breaker's trial slot, the health share
-  (yellow keeps ~70%, a ramp 20/50/100%) when there is another candidate, the provider's quota;
+  (yellow keeps ~70%, half-open red ~10% as trials, a ramp 20/50/100%) when there is another
+  candidate, the provider's quota;
 * `failed(target, error)` / `succeeded(target)` after it: `router.failure`'s table decides what
   the error means for the breakers, the domain's cool-down and the health.
 
@@ -39,7 +40,7 @@ from router.budget import cost_weight
 from router.capabilities import Target
 from router.errors import ProviderRateLimited, RequestError
 from router.failure import Rule, rule_for
-from router.health import Health, HealthBoard, HealthSettings
+from router.health import Health, HealthBoard, HealthMachine, HealthSettings
 from router.policy import Policy
 from router.quota import Quotas, Refusal, Reservation
 from router.retry import Backoff, RetryBudget
@@ -144,7 +145,7 @@ class Resilience:
                 out[target.id] = self._stale_local[target.alias]
                 continue
             machine = self.health.get(health_key(target))
-            if machine.state in (Health.RED, Health.BLACK):
+            if _shut(machine):
                 out[target.id] = f"health {machine.state.value}: {machine.reason}"
                 continue
             domain = self.breakers.domain(self.domain(target))
@@ -176,11 +177,12 @@ class Resilience:
     # -- attempt time ------------------------------------------------------------------------------
     def gate(self, target: Target, *, has_alternative: bool, tokens: int) -> Gate:
         machine = self.health.get(health_key(target))
-        if machine.state in (Health.RED, Health.BLACK):
+        if _shut(machine):
             return Gate(f"{health_key(target)} is {machine.state.value}: {machine.reason}")
         if has_alternative and not machine.admits(self._rng.random()):
             share = machine.share()
-            return Gate(f"{health_key(target)} is {machine.state.value} and takes {share:.0%} of new requests")
+            state = "red, half-open," if machine.half_open else machine.state.value
+            return Gate(f"{health_key(target)} is {state} and takes {share:.0%} of new requests")
         allowed, why = self.breakers.allows(target.id, self.domain(target))
         if not allowed:
             return Gate(why)
@@ -234,11 +236,23 @@ class Resilience:
         to_wall = self._wall() - self._clock()  # transition times are shown as epoch seconds
         for key, state in self.health.states().items():
             machine = self.health.get(key)
+            evidence = machine.evidence
+            live = evidence.live
             health[key] = {
                 "state": state,
                 "share": machine.share(),
                 "ramping": machine.ramping,
+                "half_open": machine.half_open,
                 "reason": machine.reason,
+                "live": None if live is None else {"ok": live.ok, "at": live.at + to_wall},
+                "probes": {
+                    level: {"ok": seen.ok, "at": seen.at + to_wall, "counted": seen.counted}
+                    for level, seen in evidence.probes.items()
+                },
+                "disagreement": evidence.disagreement,
+                "probes_overruled_total": evidence.overruled_total,
+                "probe_rejections_total": evidence.rejections_total,
+                "last_probe_rejection": evidence.last_rejection,
                 "transitions_total": machine.transitions_total,
                 "transitions": [
                     {"at": t.at + to_wall, "from": t.from_state, "to": t.to_state, "share": t.share, "reason": t.reason}
@@ -262,3 +276,9 @@ class Resilience:
         """Operator reset (`POST /v1/spillover/resilience/reset`): forget health and breaker state,
         of one health key or of everything. Returns what was reset."""
         return self.health.reset(target) + self.breakers.reset(target)
+
+
+def _shut(machine: HealthMachine) -> bool:
+    """Takes no traffic at all: black, or red still in its cool-down (half-open takes trials)."""
+    state = machine.state
+    return state is Health.BLACK or (state is Health.RED and not machine.half_open)

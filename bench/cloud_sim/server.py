@@ -11,8 +11,10 @@ Routes
     GET  /control/log           the last 10,000 request records (`?x_request_id=` filters by the
                                 id the caller forwarded), as written to `--log`
 
-A chat request goes: API key check (401) → body check (400/404) → capacity check (429 with
-Retry-After when `max_concurrency` requests are in flight) → one fault draw → the answer.
+A chat request goes: `outage` (503, also for `/v1/models`) → API key check (401) → body check
+(400/404) → `content_filter` (400 `content_filter` when a message matches, the shape providers use
+for a content policy) → capacity check (429 with Retry-After when `max_concurrency` requests are in
+flight) → one fault draw → the answer.
 Latency: the first token after `ttft_s`, then one token every `1 / tokens_per_s` seconds;
 a non-streamed reply is sent whole after the same total time. A request holds its
 concurrency slot until its response is finished or the client has gone.
@@ -25,6 +27,7 @@ import itertools
 import json
 import math
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -103,6 +106,8 @@ class CloudSim:
             body = _NOT_JSON
         stream = isinstance(body, dict) and body.get("stream") is True
         record = self._record(request, sim_id, model=request_model(body), stream=stream)
+        if settings.outage:
+            return self._answer(record, self._outage(sim_id), "outage")
         denied = self._check_key(request, settings, sim_id)
         if denied is not None:
             return self._answer(record, *denied)
@@ -110,6 +115,7 @@ class CloudSim:
             if body is _NOT_JSON:
                 raise BadChatRequest("request body is not valid JSON")
             plan = plan_reply(body, settings.models, call_id=f"call_{sim_id}")
+            _content_filter(settings.content_filter, body)
         except BadChatRequest as exc:
             payload = error_body(exc.message, "invalid_request_error", exc.code, exc.param)
             return self._answer(record, JSONResponse(payload, exc.status, self._headers(sim_id)), exc.code)
@@ -179,6 +185,8 @@ class CloudSim:
         settings = self.settings
         sim_id = self._new_id()
         record = self._record(request, sim_id, model=None, stream=False)
+        if settings.outage:
+            return self._answer(record, self._outage(sim_id), "outage")
         denied = self._check_key(request, settings, sim_id)
         if denied is not None:
             return self._answer(record, *denied)
@@ -262,6 +270,10 @@ class CloudSim:
             message, code = "Incorrect API key provided.", "invalid_api_key"
         return JSONResponse(error_body(message, "invalid_request_error", code), 401, self._headers(sim_id)), code
 
+    def _outage(self, sim_id: str) -> Response:
+        message = "The service is temporarily unavailable (simulated outage)."
+        return JSONResponse(error_body(message, "server_error", "service_unavailable"), 503, self._headers(sim_id))
+
     def _rate_limited(self, settings: SimSettings, sim_id: str, message: str, code: str) -> Response:
         headers = {
             **self._headers(sim_id),
@@ -269,6 +281,27 @@ class CloudSim:
             "retry-after-ms": str(round(settings.retry_after_s * 1000)),
         }
         return JSONResponse(error_body(message, "requests", code), 429, headers)
+
+
+CONTENT_FILTERED = (
+    "The response was filtered due to the prompt triggering the content management policy (simulated). "
+    "Please modify your prompt and retry."
+)
+
+
+def _content_filter(pattern: str | None, body: dict[str, Any]) -> None:
+    """Raise the 400 a provider's content policy answers when a message's text matches `pattern`."""
+    if pattern is None:
+        return
+    texts: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [str(part.get("text", "")) for part in content if isinstance(part, dict)]
+    if re.search(pattern, "\n".join(texts), re.IGNORECASE):
+        raise BadChatRequest(CONTENT_FILTERED, param="prompt", code="content_filter")
 
 
 ABORT_SCOPE_KEY = "cloud_sim.abort"

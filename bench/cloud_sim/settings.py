@@ -11,6 +11,7 @@ one fault, so the rates must add up to at most 1.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +51,13 @@ class SimSettings(BaseModel):
     schema_invalid_rate: float = Field(
         0.0, ge=0, le=1, description="fraction of json_schema answers whose JSON breaks the schema"
     )
+    outage: bool = Field(False, description="every /v1 request (chat and models) is answered 503: the provider is down")
+    content_filter: str | None = Field(
+        None,
+        max_length=200,
+        description="case-insensitive regular expression: a chat whose message text matches is answered 400 "
+        "`content_filter` (a provider's content policy); null: none",
+    )
     api_key: SecretStr | None = Field(None, description="when set, requests need `Authorization: Bearer <key>`")
 
     @field_validator("models")
@@ -61,6 +69,16 @@ class SimSettings(BaseModel):
         if len(set(names)) != len(names):
             raise ValueError("model names must be unique")
         return names
+
+    @field_validator("content_filter")
+    @classmethod
+    def _filter_compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
 
     @field_validator("api_key")
     @classmethod

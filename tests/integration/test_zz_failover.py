@@ -2,9 +2,10 @@
 
 Non-streamed requests keep arriving from two clients. When the replica is killed (ray.kill), its
 stats go stale after `telemetry.max_age_s`, its health turns red, and requests burst to the cloud:
-none may fail. Serve starts a new replica; once its stats are fresh again the health machine needs
-`recovery_probes` good liveness probes and the cool-down, then ramps the local share 20% → 50% →
-100% (`ramp_step_s` each) and local traffic comes back. local_only requests never leave.
+none may fail. Serve starts a new replica; once its stats are fresh again and the cool-down is over,
+a half-open trial request that succeeds (or `recovery_probes` good liveness probes) starts the ramp of
+the local share 20% → 50% → 100% (`ramp_step_s` each) and local traffic comes back. local_only
+requests never leave.
 """
 
 from __future__ import annotations
@@ -111,9 +112,11 @@ def test_killed_replica_under_load_loses_nothing_and_ramps_back(stack: Stack) ->
     last_red = max(i for i, t in enumerate(transitions) if t["to"] == "red")
     ramp = transitions[last_red + 1 :]
     assert [t["share"] for t in ramp][:3] == [0.2, 0.5, 1.0], transitions
-    ramp_began = ramp[0]["at"] - (time.time() - time.monotonic())  # wall clock -> monotonic
-    # traffic off it: every request sent from 1 s after staleness until the ramp began went to the cloud
-    off = [s for s in sent if killed_at + max_age + 1.0 <= s.at < ramp_began - 0.5]
+    # the last time it went red (share 0), and the next transition: half-open trials or the ramp
+    entered = max(i for i, t in enumerate(transitions) if t["to"] == "red" and t["share"] == 0)
+    reopened = transitions[entered + 1]["at"] - (time.time() - time.monotonic())  # wall clock -> monotonic
+    # traffic off it: every request sent from 1 s after staleness until it took trials again went to the cloud
+    off = [s for s in sent if killed_at + max_age + 1.0 <= s.at < reopened - 0.5]
     assert off and all(s.route == "cloud" for s in off), [s for s in off if s.route != "cloud"][:3]
     assert any(s.route == "local" for s in sent if s.at > recovered_at), "local traffic did not come back"
     assert private.status_code in (200, 429, 503), private.text

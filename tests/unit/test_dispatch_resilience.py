@@ -324,3 +324,23 @@ async def test_every_cloud_attempt_is_charged_to_the_ledger_failed_ones_included
     assert ledger.month_total(T0) == pytest.approx((1000 * 1.0 + 500 * 2.0) / 1e6)
     rows = ledger.total_by_provider(since=T0 - 1)
     assert set(rows) == {first}
+
+
+async def test_a_half_open_provider_takes_a_few_trials_and_a_successful_one_starts_its_ramp() -> None:
+    s = setup()
+    first, second = order(s)[:2]
+    machine = s.resilience.health.get(f"cloud:{first}")
+    machine.mark_down("down for a while")
+    cooling = [await s.send(f"cool{i}") for i in range(20)]
+    assert {d.target for d in cooling} == {f"cloud:{second}"}  # red in its cool-down: out of the plan
+    s.world.now += 10.0  # the default 10 s cool-down is over
+    assert machine.half_open
+    targets = []
+    while not machine.ramping:
+        targets.append((await s.send(f"trial{len(targets)}")).target)
+        assert len(targets) < 100, "no trial in 100 requests at a 10% share"
+    assert targets[-1] == f"cloud:{first}" and set(targets[:-1]) <= {f"cloud:{second}"}
+    assert (machine.state, machine.share()) == (Health.YELLOW, 0.2)
+    assert machine.reason == "a live request succeeded while half-open: ramp to 20%"
+    if len(targets) > 1:  # a request the share kept off it says why in its decision record
+        assert "is red, half-open, and takes 10% of new requests" in (s.record("trial0").attempts[0].error or "")

@@ -14,6 +14,7 @@ from router.errors import TargetUnavailable
 from router.idempotency import IdempotencyStore
 from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.idempotent import IdempotentReplies
+from serve_apps.metrics import GatewayMetrics
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.resilience import Resilience
 from tests.fakes import FakeClock
@@ -121,3 +122,41 @@ async def test_only_admin_tenants_may_reset() -> None:
     assert anonymous.status_code == 401
     assert app.status_code == 403 and app.json()["error"]["code"] == "forbidden"
     assert ops.status_code == 200
+
+
+async def test_probes_that_contradict_live_traffic_show_in_the_view_and_the_metrics(setup: Any) -> None:
+    client, _, clock, res = setup
+    machine = res.health.get("cloud:sim")
+    machine.outcome(True)  # a live request succeeded ...
+    clock.now += 1
+    machine.probe("liveness", False)  # ... and a second later GET /models failed: live decides
+    machine.probe_rejected("latency", "cloud provider 'sim' rejected the request (HTTP 400): content filter")
+    view = (await client.get("/v1/spillover/resilience")).json()["health"]["cloud:sim"]
+    assert view["state"] == "green" and view["half_open"] is False
+    assert view["disagreement"] == "liveness probe failed while live requests succeed"
+    probe, live = view["probes"]["liveness"], view["live"]
+    assert (probe["ok"], probe["counted"], live["ok"]) == (False, False, True)
+    assert probe["at"] - live["at"] == pytest.approx(1.0)  # wall-clock times, a second apart
+    assert (view["probes_overruled_total"], view["probe_rejections_total"]) == (1, 1)
+    assert "content filter" in view["last_probe_rejection"]
+
+    metrics = GatewayMetrics()
+    metrics.resilience(res.view())
+    metrics.resilience(res.view())  # a second refresh counts nothing twice
+    text = metrics.render().decode()
+    assert 'spillover_health_disagreement{target="cloud:sim"} 1.0' in text
+    assert 'spillover_probes_overruled_total{target="cloud:sim"} 1.0' in text
+    assert 'spillover_probe_rejections_total{target="cloud:sim"} 1.0' in text
+
+
+async def test_the_resilience_view_needs_an_admin_tenant() -> None:
+    backend, clock = FakeBackend(), FakeClock(1_800_000_000.0)
+    res = resilience(clock)
+    auth = Authenticator([TenantPolicy("ops", admin=True), TenantPolicy("app")], {"ops": "sk-ops", "app": "sk-app"})
+    transport = httpx.ASGITransport(app=gateway(backend, clock, res, auth).app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        anonymous = await client.get("/v1/spillover/resilience")
+        app = await client.get("/v1/spillover/resilience", headers={"authorization": "Bearer sk-app"})
+        ops = await client.get("/v1/spillover/resilience", headers={"authorization": "Bearer sk-ops"})
+    assert (anonymous.status_code, app.status_code, ops.status_code) == (401, 403, 200)
+    assert "disagreement" in ops.json()["health"].get("cloud:sim", {"disagreement": None})

@@ -42,7 +42,7 @@ def fresh(settings: HealthSettings = SETTINGS) -> tuple[HealthMachine, FakeClock
     return HealthMachine("local:qwen", settings, clock), clock
 
 
-GOOD5: list[Step] = [("wait", 10), ("probe", "liveness", True)] * 5  # five good probes over 50s
+GOOD2: list[Step] = [("wait", 3), ("probe", "liveness", True)] * 2  # two good probes over 6s (no live traffic)
 
 
 @pytest.mark.parametrize(
@@ -149,82 +149,94 @@ def test_share_measured_over_a_seeded_random(state_steps: list[Step], expected: 
 def test_full_recovery_red_cooldown_probes_then_20_50_100() -> None:
     machine, clock = fresh()
     machine.mark_down("every replica's stats stale")
-    run(machine, clock, GOOD5)  # T0+50: streak done, cool-down not yet
+    run(machine, clock, GOOD2)  # T0+6: streak done, cool-down not yet
     assert (machine.state, machine.share(), machine.ramping) == (R, 0.0, False)
 
     expected = [
-        (59.9, R, 0.0, False),
-        (60.0, Y, 0.2, True),
-        (89.9, Y, 0.2, True),
-        (90.0, Y, 0.5, True),
-        (120.0, G, 1.0, True),
-        (150.0, G, 1.0, False),
+        (9.9, R, 0.0, False),
+        (10.0, Y, 0.2, True),
+        (19.9, Y, 0.2, True),
+        (20.0, Y, 0.5, True),
+        (30.0, G, 1.0, True),
+        (40.0, G, 1.0, False),
     ]
     for at, state, share, ramping in expected:
         clock.now = T0 + at
         assert (machine.state, machine.share(), machine.ramping) == (state, share, ramping), at
     assert [(t.at - T0, t.from_state, t.to_state, t.share, t.reason) for t in machine.transitions] == [
         (0.0, G, R, 0.0, "every replica's stats stale"),
-        (60.0, R, Y, 0.2, "5 good probes and 60s cool-down: ramp to 20%"),
-        (90.0, Y, Y, 0.5, "ramp 20% held 30s: ramp to 50%"),
-        (120.0, Y, G, 1.0, "ramp 50% held 30s: ramp to 100%"),
-        (150.0, G, G, 1.0, "ramp complete at 100%"),
+        (10.0, R, Y, 0.2, "2 good probes and 10s cool-down: ramp to 20%"),
+        (20.0, Y, Y, 0.5, "ramp 20% held 10s: ramp to 50%"),
+        (30.0, Y, G, 1.0, "ramp 50% held 10s: ramp to 100%"),
+        (40.0, G, G, 1.0, "ramp complete at 100%"),
     ]
 
 
 @pytest.mark.parametrize(
-    ("steps", "ramping_at"),
+    ("steps", "ramping_at", "half_open"),
     [
-        pytest.param([*GOOD5, ("wait", 9.9)], None, id="probes-done-cooldown-not"),
-        pytest.param([*GOOD5, ("wait", 10)], 60.0, id="both-done-at-cooldown-end"),
-        pytest.param([("wait", 1000), *GOOD5[:-2]], None, id="cooldown-done-4-probes"),
-        pytest.param([("wait", 100), *GOOD5], 150.0, id="cooldown-done-5th-probe-starts-ramp"),
+        pytest.param([*GOOD2, ("wait", 3.9)], None, False, id="probes-done-cooldown-not"),
+        pytest.param([*GOOD2, ("wait", 4)], 10.0, False, id="both-done-at-cooldown-end"),
+        pytest.param([("wait", 100), ("probe", "liveness", True)], None, True, id="cooldown-done-1-probe"),
+        pytest.param([("wait", 100), *GOOD2], 106.0, False, id="cooldown-done-2nd-probe-starts-ramp"),
         pytest.param(
-            [*GOOD5[:6], ("probe", "latency", False), *GOOD5[:8], ("wait", 100)], None, id="failed-probe-resets"
+            [*GOOD2[:2], ("probe", "latency", False), *GOOD2[:2], ("wait", 100)], None, True, id="failed-probe-resets"
         ),
-        pytest.param([*GOOD5[:8], ("live", False), *GOOD5[:2], ("wait", 100)], None, id="live-failure-resets"),
-        pytest.param([*GOOD5[:8], ("down", "stale again"), *GOOD5, ("wait", 100)], 90.0, id="down-resets"),
+        # the live failure also outranks the next probe (router/health_evidence.py): no streak at all
+        pytest.param([*GOOD2[:2], ("live", False), *GOOD2[:2], ("wait", 100)], None, True, id="live-failure-resets"),
+        pytest.param([*GOOD2[:2], ("down", "stale again"), *GOOD2, ("wait", 100)], 10.0, False, id="down-resets"),
     ],
 )
-def test_leaving_red_needs_probes_and_cooldown(steps: list[Step], ramping_at: float | None) -> None:
+def test_leaving_red_needs_probes_and_cooldown(steps: list[Step], ramping_at: float | None, half_open: bool) -> None:
     machine, clock = fresh()
     machine.mark_down("stale")
     run(machine, clock, steps)
+    ramps = [t for t in machine.transitions if t.from_state is R and t.to_state is Y]
     if ramping_at is None:
-        assert machine.state is R
-        assert machine.share() == 0.0
+        assert (machine.state, machine.half_open, ramps) == (R, half_open, [])
+        assert machine.share() == (SETTINGS.half_open_share if half_open else 0.0)
     else:
-        assert machine.transitions[1].at - T0 == ramping_at
-        assert machine.transitions[1].to_state is Y
-        assert machine.transitions[1].from_state is R
+        assert ramps[0].at - T0 == ramping_at
 
 
 @pytest.mark.parametrize(
-    ("ramp_at", "failure", "reason"),
+    ("ramp_at", "failure", "reason", "after_cooldown"),
     [
-        pytest.param(60.0, ("live", False), "request failed while ramping at 20%: recovery starts over", id="at-20"),
-        pytest.param(95.0, ("live", False), "request failed while ramping at 50%: recovery starts over", id="at-50"),
         pytest.param(
-            125.0,
+            10.0,
+            ("live", False),
+            "request failed while ramping at 20%: recovery starts over",
+            (R, 0.1),  # the live failure outranks the next probes: half-open, trials decide
+            id="at-20",
+        ),
+        pytest.param(
+            25.0, ("live", False), "request failed while ramping at 50%: recovery starts over", (R, 0.1), id="at-50"
+        ),
+        pytest.param(
+            35.0,
             ("probe", "correctness", False),
             "correctness probe failed while ramping at 100%: recovery starts over",
+            (Y, 0.2),  # two fresh good probes and the new cool-down
             id="probe-at-100",
         ),
     ],
 )
-def test_failure_mid_ramp_goes_back_to_red_and_starts_over(ramp_at: float, failure: Step, reason: str) -> None:
+def test_failure_mid_ramp_goes_back_to_red_and_starts_over(
+    ramp_at: float, failure: Step, reason: str, after_cooldown: tuple[Health, float]
+) -> None:
     machine, clock = fresh()
     machine.mark_down("stale")
-    run(machine, clock, GOOD5)
+    run(machine, clock, GOOD2)
     clock.now = T0 + ramp_at
     assert machine.ramping
     run(machine, clock, [failure])
     assert (machine.state, machine.share(), machine.ramping, machine.reason) == (R, 0.0, False, reason)
 
-    run(machine, clock, GOOD5)  # five fresh probes, but the new cool-down runs 60s from the new red
-    assert machine.state is R
-    clock.now = T0 + ramp_at + 60.0
-    assert (machine.state, machine.share()) == (Y, 0.2)
+    run(machine, clock, GOOD2)  # the new cool-down runs 10s from the new red
+    clock.now = T0 + ramp_at + 9.9
+    assert (machine.state, machine.share()) == (R, 0.0)
+    clock.now = T0 + ramp_at + 10.0
+    assert (machine.state, machine.share()) == after_cooldown
 
 
 def test_black_leaves_only_to_red_then_recovers_normally() -> None:
@@ -235,7 +247,7 @@ def test_black_leaves_only_to_red_then_recovers_normally() -> None:
     assert machine.state is B
     run(machine, clock, [("wait", 100), ("probe", "liveness", True)])  # T0+600
     assert machine.state is R
-    run(machine, clock, [*GOOD5, ("wait", 10)])  # the believing probe opened red; recovery needs its own
+    run(machine, clock, [*GOOD2, ("wait", 4)])  # the believing probe opened red; recovery needs its own
     assert (machine.state, machine.share()) == (Y, 0.2)
     assert [(t.from_state, t.to_state) for t in machine.transitions] == [(G, B), (B, R), (R, Y)]
 
@@ -267,6 +279,9 @@ def test_a_ramp_that_starts_at_full_share_reports_green() -> None:
         {"yellow_share": 1.2},
         {"yellow_error_ratio": -0.1},
         {"recovery_probes": 0},
+        {"red_live_failures": 0},
+        {"half_open_share": 1.5},
+        {"live_evidence_s": -1.0},
     ],
 )
 def test_settings_reject_nonsense(bad: dict[str, Any]) -> None:
@@ -303,3 +318,104 @@ def test_board_reset_brings_a_black_target_back_green() -> None:
     assert board.get("cloud:sim").state is Health.GREEN
     assert board.get("local:m").state is Health.RED
     assert sorted(board.reset()) == ["health:cloud:sim", "health:local:m"]
+
+
+# -- half-open, live evidence, the default timeline -------------------------------------------------
+
+
+def test_live_success_in_half_open_starts_the_ramp() -> None:
+    machine, clock = fresh()
+    run(machine, clock, [("live", True, 3), ("live", False, 5)])
+    assert (machine.state, machine.reason) == (R, "5 consecutive requests failed")
+    clock.advance(9.9)
+    assert (machine.state, machine.half_open, machine.share()) == (R, False, 0.0)
+    clock.advance(0.1)  # the 10 s cool-down is over: a small share of live requests go through as trials
+    assert (machine.state, machine.half_open, machine.share()) == (R, True, 0.1)
+    machine.outcome(True)
+    assert (machine.state, machine.share(), machine.ramping) == (Y, 0.2, True)
+    assert machine.reason == "a live request succeeded while half-open: ramp to 20%"
+    assert [(t.at - T0, t.from_state, t.to_state, t.share) for t in machine.transitions] == [
+        (0.0, G, Y, 0.7),  # 2 of 5 requests failed
+        (0.0, Y, R, 0.0),  # 5 in a row
+        (10.0, R, R, 0.1),  # half-open
+        (10.0, R, Y, 0.2),
+    ]
+
+
+def test_a_failed_trial_in_half_open_restarts_the_cooldown() -> None:
+    machine, clock = fresh()
+    run(machine, clock, [("live", False, 5), ("wait", 10)])
+    assert machine.half_open
+    run(machine, clock, [("wait", 2), ("live", False)])
+    assert (machine.state, machine.half_open, machine.share()) == (R, False, 0.0)
+    assert machine.reason == "trial request failed while half-open: the cool-down starts again"
+    clock.advance(9.9)
+    assert not machine.half_open
+    clock.advance(0.1)
+    assert machine.half_open
+
+
+def test_a_late_success_during_the_cooldown_proves_nothing() -> None:
+    machine, clock = fresh()
+    run(machine, clock, [("live", False, 5), ("wait", 5), ("live", True)])  # sent before the target went red
+    assert (machine.state, machine.share(), machine.ramping) == (R, 0.0, False)
+
+
+def test_failed_probes_while_live_requests_succeed_are_overruled_and_shown() -> None:
+    machine, clock = fresh()
+    run(machine, clock, [("live", True), *[("wait", 1), ("probe", "liveness", False)] * 3])
+    assert (machine.state, machine.share()) == (G, 1.0)  # three failed liveness probes would be red alone
+    assert machine.evidence.disagreement == "liveness probe failed while live requests succeed"
+    assert machine.evidence.overruled_total == 3
+    assert machine.evidence.probes["liveness"].counted is False
+    run(machine, clock, [("live", True), ("wait", 1), ("probe", "liveness", True)])  # probes agree again
+    assert machine.evidence.disagreement is None
+    run(machine, clock, [("wait", 10), ("probe", "liveness", False)])  # no live traffic for 10 s: probes count
+    assert (machine.state, machine.reason) == (Y, "liveness probe failed")
+
+
+def test_good_probes_while_live_requests_fail_do_not_lift_red() -> None:
+    machine, clock = fresh()
+    run(machine, clock, [("live", False, 5), ("wait", 3), ("probe", "latency", True), ("wait", 3)])
+    run(machine, clock, [("probe", "latency", True), ("wait", 4)])
+    assert (machine.state, machine.half_open, machine.ramping) == (R, True, False)  # trials decide, not probes
+    assert machine.evidence.disagreement == "latency probe passed while live requests fail"
+
+
+def test_a_correctness_probe_is_not_outranked_by_answered_requests() -> None:
+    machine, clock = fresh()
+    run(machine, clock, [("live", True), ("probe", "correctness", False)])
+    assert (machine.state, machine.reason) == (Y, "correctness probe failed")
+
+
+def test_a_rejected_probe_changes_nothing_but_is_counted() -> None:
+    machine, _ = fresh()
+    machine.probe_rejected("latency", "cloud provider 'a' rejected the request (HTTP 400): content filter")
+    assert (machine.state, machine.share(), machine.transitions) == (G, 1.0, [])
+    assert machine.evidence.rejections_total == 1
+    assert machine.evidence.last_rejection is not None and "content filter" in machine.evidence.last_rejection
+
+
+def test_flap_red_recovery_and_ramp_within_30s_with_the_defaults() -> None:
+    """A target that flaps (down 15 s, up 5 s, down 20 s) and is healthy from t=60 on, one request a
+    second, each sent to it when its health admits the request (what the gateway's gate does)."""
+    machine, clock = fresh()
+    rng = random.Random(24)
+
+    def up(t: int) -> bool:
+        return t < 20 or 35 <= t < 40 or t >= 60
+
+    sent_at: list[int] = []
+    for t in range(150):
+        clock.now = T0 + t
+        if machine.admits(rng.random()):
+            sent_at.append(t)
+            machine.outcome(up(t))
+    log = [(t.at - T0, t.to_state, t.share) for t in machine.transitions]
+    assert any(20 <= at < 25 and to is R for at, to, _ in log), log  # 5 failed requests in a row: red at once
+    ramp_start = min(at for at, to, share in log if at >= 60 and to is not R)
+    assert ramp_start <= 60 + 30, log
+    after = [(to, share) for at, to, share in log if at >= ramp_start]
+    assert after == [(Y, 0.2), (Y, 0.5), (G, 1.0), (G, 1.0)], log
+    assert min(t for t in sent_at if t >= 60) <= 60 + 30  # traffic back within 30 s of recovery
+    assert (machine.state, machine.ramping) == (G, False)
