@@ -140,7 +140,15 @@ def _is_loopback(host: str) -> bool:
 
 class CloudProvider(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="the provider in target ids: cloud:<name>")
-    base_url: str = Field(pattern=r"^https?://", description="base URL of its OpenAI-compatible API, e.g. .../v1")
+    type: Literal["openai", "anthropic"] = Field(
+        "openai",
+        description="the API it speaks: openai (OpenAI-compatible chat completions) or anthropic (the Anthropic "
+        "Messages API, translated by serve_apps/providers/anthropic.py)",
+    )
+    base_url: str = Field(
+        pattern=r"^https?://",
+        description="base URL of its API, e.g. .../v1 (chat/completions or, for type anthropic, messages below it)",
+    )
     api_key_env: str | None = Field(
         None, description="environment variable holding the API key (read at call time, never logged)"
     )
@@ -170,6 +178,17 @@ class CloudProvider(StrictModel):
     @property
     def failure_domain(self) -> str:
         return self.domain or self.name
+
+    @model_validator(mode="after")
+    def _anthropic_entries(self) -> CloudProvider:
+        if self.type == "anthropic":
+            structured = sorted(a for a, m in self.models.items() if not isinstance(m, str) and m.json_schema)
+            if structured:
+                raise ValueError(
+                    f"models {', '.join(structured)}: json_schema: true on a type anthropic provider; its adapter "
+                    "does not translate response_format, so set json_schema: false"
+                )
+        return self
 
 
 class Tenant(StrictModel):

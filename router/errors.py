@@ -27,7 +27,9 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
         └── UpstreamError        502   a local engine or cloud provider failed while serving the request
             ├── TargetUnavailable 503  no healthy target can take the request now
-            │   └── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
+            │   ├── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
+            │   └── ProviderOverloaded  503  a cloud provider is overloaded for everyone (Anthropic's
+            │                                529; `retry_after_s` when it sent one)
             └── ContractViolation 502  an L1 answer broke its output contract on every candidate
                                        tried; the body lists the validation errors under "errors"
 
@@ -194,6 +196,17 @@ class ProviderRateLimited(TargetUnavailable):
         self, message: str, *, retry_after_s: float | None = None, param: str | None = None, code: str | None = None
     ) -> None:
         super().__init__(message, param=param, code=code)
+        self.retry_after_s = retry_after_s
+
+
+class ProviderOverloaded(TargetUnavailable):
+    """A cloud provider is overloaded for all its users (the Messages API's HTTP 529): not our
+    quota and not a broken target; `retry_after_s` is its Retry-After when it sent one."""
+
+    code = "provider_overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
         self.retry_after_s = retry_after_s
 
 

@@ -37,7 +37,7 @@ from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
-from serve_apps.providers import OpenAICompatProvider
+from serve_apps.providers import OpenAICompatProvider, provider_for
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board
@@ -122,7 +122,11 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self._poll_task = loop.create_task(self._poller.run())
         backend = ServeHandleBackend(self._handles)
-        providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
+        providers = {
+            p.name: provider_for(p)
+            for p in self._config.cloud.providers
+            if p.enabled
+        }
         if self._config.resilience.probes:
             self._probe_task = loop.create_task(self._prober(backend, providers, resilience).run())
         exchange = get_or_create_exchange()
