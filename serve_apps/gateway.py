@@ -123,7 +123,7 @@ class Gateway:
         self._poll_task = loop.create_task(self._poller.run())
         backend = ServeHandleBackend(self._handles)
         providers = {
-            p.name: provider_for(p)
+            p.name: provider_for(p, on_headers=resilience.observe_rate_limits)
             for p in self._config.cloud.providers
             if p.enabled
         }

@@ -3,7 +3,8 @@
 A gateway replica holds one `Resilience`: circuit breakers per target and failure domain
 (`router.breaker`), a health machine per local model and cloud provider (`router.health`), the
 gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM windows
-(`router.quota`) and the spend ledger (`serve_apps.spend_ledger`). The dispatcher asks it three things:
+(`router.quota`, fed also by the providers' rate-limit headers) and the spend ledger
+(`serve_apps.spend_ledger`). The dispatcher asks it three things:
 
 * `unavailable(targets)` at plan time: red/black health, an open breaker, or (local) every
   replica's stats stale right now takes a target out of the ranked tiers (the decision record
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +37,12 @@ from cluster.config import SpilloverConfig
 from router.breaker import Breakers, BreakerSettings
 from router.budget import cost_weight
 from router.capabilities import Target
-from router.errors import ProviderRateLimited, RequestError
+from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
 from router.failure import Rule, rule_for
 from router.health import Health, HealthBoard, HealthSettings
 from router.policy import Policy
 from router.quota import Quotas, Refusal, Reservation
+from router.rate_headers import read_rate_limits
 from router.retry import Backoff, RetryBudget
 from router.snapshot import ClusterSnapshot
 from serve_apps.dispatch_types import header_target
@@ -190,10 +192,11 @@ class Resilience:
         if rule.breaker_failure:
             self.breakers.record(target.id, domain, ok=False)
             self.health.get(health_key(target)).outcome(False)
-        if isinstance(error, ProviderRateLimited) and error.retry_after_s is not None:
+        waits = isinstance(error, ProviderRateLimited | ProviderOverloaded)  # they carry a Retry-After
+        if isinstance(error, ProviderRateLimited | ProviderOverloaded) and error.retry_after_s is not None:
             error.retry_after_s = self.capped_retry_after(error.retry_after_s)
         if rule.cools_domain:
-            after = error.retry_after_s if isinstance(error, ProviderRateLimited) else None
+            after = getattr(error, "retry_after_s", None) if waits else None
             self.breakers.cool_domain(domain, after if after is not None else DEFAULT_COOL_S)
         if rule.marks_black:
             self.health.get(health_key(target)).credential_failed(error.code or "")
@@ -211,6 +214,13 @@ class Resilience:
     def settle(self, reservation: Reservation | None, tokens: int) -> None:
         if reservation is not None:
             self.quotas.settle(reservation, tokens)
+
+    def observe_rate_limits(self, provider: str, headers: Mapping[str, str]) -> None:
+        """A provider's rate-limit response headers (`router.rate_headers`) update its quota window;
+        resets are capped at `max_retry_after_s` like a Retry-After."""
+        reading = read_rate_limits(headers, wall_now=self._wall(), max_reset_s=self.max_retry_after_s)
+        if reading is not None:
+            self.quotas.observe(provider, reading)
 
     def charge(self, request_id: str, target: Target, outcome: str, cost_usd: float | None) -> None:
         if self.spend is not None and target.kind == "cloud":
@@ -248,6 +258,7 @@ class Resilience:
             "breakers": self.breakers.states(),
             "retry_budget": self.budget.balance(),
             "quotas": {name: {"requests": r, "tokens": t} for name, (r, t) in self.quotas.usage().items()},
+            "provider_reported": self.quotas.reported(),
         }
 
     def reset(self, target: str | None = None) -> list[str]:
