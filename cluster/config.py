@@ -220,6 +220,21 @@ class Tenant(StrictModel):
         False,
         description="may call the operator routes: /v1/spillover/resilience (and its reset), /v1/spillover/cluster",
     )
+    max_concurrent: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        description="generation requests of this tenant in flight at once per gateway replica (a stream counts "
+        "until it ends); over it: 429 tenant_concurrency_exceeded with Retry-After; null: unlimited",
+    )
+    monthly_budget_usd: float | None = Field(
+        None,
+        gt=0,
+        strict=True,
+        allow_inf_nan=False,
+        description="cloud spend of this tenant per UTC calendar month (from the spend ledger); once reached: "
+        "402 tenant_budget_exceeded until the month ends; null: unlimited",
+    )
 
 
 class CloudSection(StrictModel):

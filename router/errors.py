@@ -17,6 +17,8 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── Unauthorized         401   gateway auth is on and the API key is missing or wrong
         ├── Forbidden            403   the tenant may not call an operator endpoint
         ├── TenantRateLimited    429   the tenant passed its requests_per_minute (`retry_after_s`)
+        ├── TenantConcurrencyExceeded 429  the tenant has max_concurrent requests in flight (`retry_after_s`)
+        ├── TenantBudgetExceeded 402   the tenant's cloud spend this month reached its monthly_budget_usd
         ├── NoCapableModel       422   no configured target satisfies the request's contract
         │   └── NoTargetFitsContext 400  ... and length is the only obstacle (code
         │                                context_length_exceeded, what OpenAI clients expect)
@@ -123,6 +125,25 @@ class TenantRateLimited(RequestError):
     def __init__(self, message: str, *, retry_after_s: float) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class TenantConcurrencyExceeded(RequestError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "tenant_concurrency_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TenantBudgetExceeded(RequestError):
+    """402, not 429: retrying soon cannot help (it lasts until the month ends or the budget is raised),
+    and OpenAI clients retry a 429 on their own but not a 402."""
+
+    status_code = 402
+    error_type = "insufficient_quota"
+    code = "tenant_budget_exceeded"
 
 
 class ModelNotFound(RequestError):

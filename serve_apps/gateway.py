@@ -41,6 +41,7 @@ from serve_apps.providers import OpenAICompatProvider, provider_for
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board
+from serve_apps.tenant_limits import TenantLimits
 
 log = logging.getLogger("spillover.gateway")
 
@@ -101,7 +102,8 @@ class Gateway:
         ]
         telemetry = self._config.telemetry
         metrics = GatewayMetrics()
-        resilience = Resilience(self._config, spend=self._spend_ledger())
+        spend = self._spend_ledger()
+        resilience = Resilience(self._config, spend=spend)
         # the decision log is written by its own thread: a slow disk never stalls the event loop
         log_path = self._config.gateway.decisions_log
         sink = BackgroundWriter(JsonlFile(log_path), name="decision-log") if log_path else None
@@ -170,5 +172,6 @@ class Gateway:
             ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote()),
             max_body_bytes=gateway.max_body_bytes,
             redact=client_redactions(self._config),
+            tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
         )
         return http.app

@@ -222,9 +222,11 @@ class Resilience:
         if reading is not None:
             self.quotas.observe(provider, reading)
 
-    def charge(self, request_id: str, target: Target, outcome: str, cost_usd: float | None) -> None:
+    def charge(
+        self, request_id: str, target: Target, outcome: str, cost_usd: float | None, tenant: str | None = None
+    ) -> None:
         if self.spend is not None and target.kind == "cloud":
-            self.spend.add(request_id, target.id, target.provider or "", outcome, cost_usd or 0.0)
+            self.spend.add(request_id, target.id, target.provider or "", outcome, cost_usd or 0.0, tenant)
 
     # -- views -------------------------------------------------------------------------------------
     def states(self) -> dict[str, str]:
