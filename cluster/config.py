@@ -140,7 +140,15 @@ def _is_loopback(host: str) -> bool:
 
 class CloudProvider(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="the provider in target ids: cloud:<name>")
-    base_url: str = Field(pattern=r"^https?://", description="base URL of its OpenAI-compatible API, e.g. .../v1")
+    type: Literal["openai", "anthropic"] = Field(
+        "openai",
+        description="the API it speaks: openai (OpenAI-compatible chat completions) or anthropic (the Anthropic "
+        "Messages API, translated by serve_apps/providers/anthropic.py)",
+    )
+    base_url: str = Field(
+        pattern=r"^https?://",
+        description="base URL of its API, e.g. .../v1 (chat/completions or, for type anthropic, messages below it)",
+    )
     api_key_env: str | None = Field(
         None, description="environment variable holding the API key (read at call time, never logged)"
     )
@@ -176,6 +184,17 @@ class CloudProvider(StrictModel):
     def failure_domain(self) -> str:
         return self.domain or self.name
 
+    @model_validator(mode="after")
+    def _anthropic_entries(self) -> CloudProvider:
+        if self.type == "anthropic":
+            structured = sorted(a for a, m in self.models.items() if not isinstance(m, str) and m.json_schema)
+            if structured:
+                raise ValueError(
+                    f"models {', '.join(structured)}: json_schema: true on a type anthropic provider; its adapter "
+                    "does not translate response_format, so set json_schema: false"
+                )
+        return self
+
 
 class Tenant(StrictModel):
     """A client of the gateway: its key (from the environment) and what its data may do."""
@@ -205,6 +224,21 @@ class Tenant(StrictModel):
     admin: bool = Field(
         False,
         description="may call the operator routes: /v1/spillover/resilience (and its reset), /v1/spillover/cluster",
+    )
+    max_concurrent: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        description="generation requests of this tenant in flight at once per gateway replica (a stream counts "
+        "until it ends); over it: 429 tenant_concurrency_exceeded with Retry-After; null: unlimited",
+    )
+    monthly_budget_usd: float | None = Field(
+        None,
+        gt=0,
+        strict=True,
+        allow_inf_nan=False,
+        description="cloud spend of this tenant per UTC calendar month (from the spend ledger); once reached: "
+        "402 tenant_budget_exceeded until the month ends; null: unlimited",
     )
 
 

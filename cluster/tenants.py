@@ -22,6 +22,8 @@ def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authen
             allowed_providers=None if t.allowed_providers is None else frozenset(t.allowed_providers),
             requests_per_minute=t.requests_per_minute,
             admin=t.admin,
+            max_concurrent=t.max_concurrent,
+            monthly_budget_usd=t.monthly_budget_usd,
         )
         for t in config.tenants
     ]

@@ -17,6 +17,8 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── Unauthorized         401   gateway auth is on and the API key is missing or wrong
         ├── Forbidden            403   the tenant may not call an operator endpoint
         ├── TenantRateLimited    429   the tenant passed its requests_per_minute (`retry_after_s`)
+        ├── TenantConcurrencyExceeded 429  the tenant has max_concurrent requests in flight (`retry_after_s`)
+        ├── TenantBudgetExceeded 402   the tenant's cloud spend this month reached its monthly_budget_usd
         ├── NoCapableModel       422   no configured target satisfies the request's contract
         │   └── NoTargetFitsContext 400  ... and length is the only obstacle (code
         │                                context_length_exceeded, what OpenAI clients expect)
@@ -27,7 +29,9 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
         └── UpstreamError        502   a local engine or cloud provider failed while serving the request
             ├── TargetUnavailable 503  no healthy target can take the request now
-            │   └── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
+            │   ├── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
+            │   └── ProviderOverloaded  503  a cloud provider is overloaded for everyone (Anthropic's
+            │                                529; `retry_after_s` when it sent one)
             └── ContractViolation 502  an L1 answer broke its output contract on every candidate
                                        tried; the body lists the validation errors under "errors"
 
@@ -123,6 +127,25 @@ class TenantRateLimited(RequestError):
         self.retry_after_s = retry_after_s
 
 
+class TenantConcurrencyExceeded(RequestError):
+    status_code = 429
+    error_type = "rate_limit_error"
+    code = "tenant_concurrency_exceeded"
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TenantBudgetExceeded(RequestError):
+    """402, not 429: retrying soon cannot help (it lasts until the month ends or the budget is raised),
+    and OpenAI clients retry a 429 on their own but not a 402."""
+
+    status_code = 402
+    error_type = "insufficient_quota"
+    code = "tenant_budget_exceeded"
+
+
 class ModelNotFound(RequestError):
     status_code = 404
     code = "model_not_found"
@@ -194,6 +217,17 @@ class ProviderRateLimited(TargetUnavailable):
         self, message: str, *, retry_after_s: float | None = None, param: str | None = None, code: str | None = None
     ) -> None:
         super().__init__(message, param=param, code=code)
+        self.retry_after_s = retry_after_s
+
+
+class ProviderOverloaded(TargetUnavailable):
+    """A cloud provider is overloaded for all its users (the Messages API's HTTP 529): not our
+    quota and not a broken target; `retry_after_s` is its Retry-After when it sent one."""
+
+    code = "provider_overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
         self.retry_after_s = retry_after_s
 
 

@@ -11,6 +11,7 @@ scattered over call sites.
                     replicas_stale (every local replica went
                     silent while we waited for the first byte)
     RATE_LIMITED    ProviderRateLimited (429)                  -     yes   -        yes    -
+    OVERLOADED      ProviderOverloaded (Anthropic's 529)       -     yes   -        yes    -
     SERVER          provider_error, upstream_error, unknown    yes   yes   yes      -      -
     PROTOCOL        provider_malformed                         -     yes   yes      -      -
     CUT             provider_cut (non-streamed body only)      yes   yes   yes      -      -
@@ -31,6 +32,9 @@ Why the rows differ:
   request's deadline; another candidate is the better use of the time left.
 - RATE_LIMITED is not a breaker failure: the target is healthy, only busy. It cools the whole
   failure domain (one account's quota is shared by its models) instead.
+- OVERLOADED is the provider short of capacity for all its users: like a 429 it says nothing
+  about the target's health, so it cools the failure domain (for its Retry-After, else briefly)
+  and the request fails over at once instead of waiting on the same target.
 - PROTOCOL is not retried on the same target: a target that answers garbage tends to repeat it.
 - CUT is only classified here for a non-streamed body, i.e. before the client received
   anything, so a retry cannot duplicate output the client already saw.
@@ -42,7 +46,7 @@ Why the rows differ:
   would fail the same way everywhere.
 
 Classification order: the leaf classes whose meaning is fixed by their type
-(`ProviderRateLimited`, `RequestTimeout`, `ContractViolation`) first; then, for any other
+(`ProviderRateLimited`, `ProviderOverloaded`, `RequestTimeout`, `ContractViolation`) first; then, for any other
 `UpstreamError`, its `code` (an unknown code is SERVER); then any other `RequestError` is
 SERVER if its status is >= 500 and CLIENT otherwise. The code table is only consulted for
 `UpstreamError`s, so a provider's own code carried by a `ProviderRejected` can never turn a
@@ -58,6 +62,7 @@ from types import MappingProxyType
 
 from router.errors import (
     ContractViolation,
+    ProviderOverloaded,
     ProviderRateLimited,
     RequestError,
     RequestTimeout,
@@ -71,6 +76,7 @@ class FailureClass(StrEnum):
     TRANSPORT = "transport"
     TIMEOUT = "timeout"
     RATE_LIMITED = "rate_limited"
+    OVERLOADED = "overloaded"
     SERVER = "server"
     PROTOCOL = "protocol"
     CUT = "cut"
@@ -108,6 +114,7 @@ RETRY_TABLE: Mapping[FailureClass, Rule] = MappingProxyType(
         FailureClass.TRANSPORT: Rule(retry_same=True, fail_over=True, breaker_failure=True),
         FailureClass.TIMEOUT: Rule(fail_over=True, breaker_failure=True),
         FailureClass.RATE_LIMITED: Rule(fail_over=True, cools_domain=True),
+        FailureClass.OVERLOADED: Rule(fail_over=True, cools_domain=True),
         FailureClass.SERVER: Rule(retry_same=True, fail_over=True, breaker_failure=True),
         FailureClass.PROTOCOL: Rule(fail_over=True, breaker_failure=True),
         FailureClass.CUT: Rule(retry_same=True, fail_over=True, breaker_failure=True),
@@ -128,6 +135,7 @@ _UPSTREAM_CODES: Mapping[str, FailureClass] = MappingProxyType(
         "request_timeout": FailureClass.TIMEOUT,
         "replicas_stale": FailureClass.TIMEOUT,
         "provider_rate_limited": FailureClass.RATE_LIMITED,
+        "provider_overloaded": FailureClass.OVERLOADED,
         "provider_error": FailureClass.SERVER,
         "upstream_error": FailureClass.SERVER,
         "provider_malformed": FailureClass.PROTOCOL,
@@ -143,6 +151,8 @@ def classify(error: RequestError) -> FailureClass:
     """The failure class of one failed attempt (see the module docstring for the order)."""
     if isinstance(error, ProviderRateLimited):
         return FailureClass.RATE_LIMITED
+    if isinstance(error, ProviderOverloaded):
+        return FailureClass.OVERLOADED
     if isinstance(error, RequestTimeout):
         return FailureClass.TIMEOUT
     if isinstance(error, ContractViolation):

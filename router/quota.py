@@ -10,6 +10,11 @@ The token count reserved before sending is an estimate (prompt tokens + max_toke
 the request can use); `settle` replaces it with the provider's reported usage once known, so
 the window tracks reality rather than the pessimistic bound.
 
+The provider's own account of its limits feeds the same window: `observe` takes what its
+rate-limit response headers said (`router.rate_headers`: requests and tokens remaining, and when
+they refill) and, until that reset, refuses what the provider would refuse, counting down what is
+sent meanwhile. A later reading replaces an earlier one.
+
 Pure: no I/O, no awaits, the clock is injected. Not thread-safe: one event loop owns a
 `Quotas`. Limits are per gateway replica, as for tenant rate limits.
 """
@@ -20,6 +25,8 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+
+from router.rate_headers import RateLimitReading, Remaining
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,14 @@ class Refusal:
     provider: str
     reason: str
     retry_in_s: float | None
+
+
+@dataclass
+class _Reported:
+    """What the provider said is left on one axis, counted down by what we sent since, until `until`."""
+
+    left: int
+    until: float
 
 
 @dataclass
@@ -82,6 +97,36 @@ class ProviderQuota:
         self._by_id: dict[int, _Entry] = {}
         self._tokens = 0  # sum of tokens over _entries, kept incrementally
         self._ids: Iterator[int] = itertools.count(1)
+        self._reported: dict[str, _Reported] = {}  # "requests" / "tokens" -> the provider's last word
+
+    def observe(self, reading: RateLimitReading) -> None:
+        """Apply the provider's rate-limit headers: until each axis resets (a reading without a reset
+        holds for one window), no more than it said is left is sent."""
+        now = self._clock()
+        for axis, remaining in (("requests", reading.requests), ("tokens", reading.tokens)):
+            if remaining is not None:
+                self._reported[axis] = self._holding(remaining, now)
+
+    def _holding(self, remaining: Remaining, now: float) -> _Reported:
+        reset = self.window_s if remaining.reset_s is None else remaining.reset_s
+        return _Reported(remaining.count, now + reset)
+
+    def _reported_left(self, axis: str, now: float) -> _Reported | None:
+        reported = self._reported.get(axis)
+        if reported is not None and now >= reported.until:
+            del self._reported[axis]
+            return None
+        return reported
+
+    def reported(self) -> dict[str, dict[str, float]]:
+        """The provider's last word still in force per axis: what is left and seconds to its reset."""
+        now = self._clock()
+        out = {}
+        for axis in ("requests", "tokens"):
+            reported = self._reported_left(axis, now)
+            if reported is not None:
+                out[axis] = {"left": reported.left, "reset_in_s": round(reported.until - now, 3)}
+        return out
 
     def _prune(self, now: float) -> None:
         """Drop the entries that slid out of the window (at <= now - window)."""
@@ -124,8 +169,22 @@ class ProviderQuota:
                 f"request needs {tokens}"
             )
             retry_in = max(retry_in, self._tokens_free_in(tokens, now))
+        told_requests, told_tokens = self._reported_left("requests", now), self._reported_left("tokens", now)
+        if told_requests is not None and told_requests.left < 1:
+            reasons.append(f"{self.name}: the provider reports no requests left for {told_requests.until - now:.1f}s")
+            retry_in = max(retry_in, told_requests.until - now)
+        if told_tokens is not None and tokens > told_tokens.left:
+            reasons.append(
+                f"{self.name}: the provider reports {told_tokens.left} tokens left for "
+                f"{told_tokens.until - now:.1f}s, request needs {tokens}"
+            )
+            retry_in = max(retry_in, told_tokens.until - now)
         if reasons:
             return Refusal(self.name, "; ".join(reasons), retry_in)
+        if told_requests is not None:
+            told_requests.left -= 1
+        if told_tokens is not None:
+            told_tokens.left -= tokens
         entry = _Entry(next(self._ids), now, tokens)
         self._entries.append(entry)
         self._by_id[entry.id] = entry
@@ -210,3 +269,10 @@ class Quotas:
     def usage(self) -> dict[str, tuple[int, int]]:
         """(requests, tokens) in the current window per provider, for metrics."""
         return {name: quota.usage() for name, quota in self._quotas.items()}
+
+    def observe(self, provider: str, reading: RateLimitReading) -> None:
+        self[provider].observe(reading)
+
+    def reported(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per provider, its rate-limit headers still in force (providers that sent none left out)."""
+        return {name: told for name, quota in self._quotas.items() if (told := quota.reported())}

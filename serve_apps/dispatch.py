@@ -232,7 +232,7 @@ class Dispatcher:
                 spent = exc.usage if isinstance(exc, ContractViolation) else (0, 0)
                 attempt = Attempt.priced(target, outcome, self._clock() - began, *spent, exc.code)
                 trail.append(attempt)
-                res.charge(request_id, target, outcome, attempt.cost_usd)
+                res.charge(request_id, target, outcome, attempt.cost_usd, contract.tenant)
                 last_error, failed_domain = exc, res.domain(target)
                 if rule.retry_same and same_retries < MAX_SAME_TARGET_RETRIES and res.budget.try_withdraw():
                     delay = res.backoff.delay_s(same_retries, getattr(exc, "retry_after_s", None))
@@ -248,7 +248,7 @@ class Dispatcher:
                 continue
             attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
             trail.append(attempt)
-            res.charge(request_id, target, "ok", attempt.cost_usd)
+            res.charge(request_id, target, "ok", attempt.cost_usd, contract.tenant)
             res.settle(gate.reservation, sum(usage(reply)) or tokens)
             if reply.chunks is None:
                 res.succeeded(target)

@@ -38,10 +38,11 @@ from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
-from serve_apps.providers import OpenAICompatProvider
+from serve_apps.providers import OpenAICompatProvider, provider_for
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board
+from serve_apps.tenant_limits import TenantLimits
 
 log = logging.getLogger("spillover.gateway")
 
@@ -110,7 +111,8 @@ class Gateway:
         metrics = GatewayMetrics()
         # no local model takes traffic before it answered its golden prompt right
         golden = GoldenGate({spec.alias: spec.golden for spec in self._config.models})
-        resilience = Resilience(self._config, spend=self._spend_ledger(), golden=golden)
+        spend = self._spend_ledger()
+        resilience = Resilience(self._config, spend=spend, golden=golden)
         # the decision log is written by its own thread: a slow disk never stalls the event loop
         log_path = self._config.gateway.decisions_log
         sink = BackgroundWriter(JsonlFile(log_path), name="decision-log") if log_path else None
@@ -132,7 +134,11 @@ class Gateway:
         self._poll_task = loop.create_task(self._poller.run())
         backend = ServeHandleBackend(self._handles)
         self._golden_task = loop.create_task(golden.run(backend))
-        providers = {p.name: OpenAICompatProvider(p) for p in self._config.cloud.providers if p.enabled}
+        providers = {
+            p.name: provider_for(p, on_headers=resilience.observe_rate_limits)
+            for p in self._config.cloud.providers
+            if p.enabled
+        }
         if self._config.resilience.probes:
             self._probe_task = loop.create_task(self._prober(backend, providers, resilience).run())
         exchange = get_or_create_exchange()
@@ -177,5 +183,6 @@ class Gateway:
             max_body_bytes=gateway.max_body_bytes,
             redact=client_redactions(self._config),
             golden=golden,
+            tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
         )
         return http.app

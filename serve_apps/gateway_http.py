@@ -23,7 +23,8 @@ returns the decision record of a recent request. A non-streamed request with `Id
 answered once and replayed for repeats (serve_apps/idempotent.py).
 
 With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the
-OpenAI shape otherwise) and the tenant's residency / providers narrow the request's contract; the
+OpenAI shape otherwise), a tenant's generation requests are held to its concurrency limit and monthly
+budget (serve_apps/tenant_limits.py), and the tenant's residency / providers narrow the request's contract; the
 operator routes (`/v1/spillover/cluster`, `/v1/spillover/resilience*`) need an `admin` tenant (403).
 The key is checked before the body is read, and a body is read only up to `max_body_bytes` (413);
 error texts are scrubbed of URLs, hosts, account ids and the `redact` names (serve_apps/http_guards.py).
@@ -73,6 +74,7 @@ from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.openapi import openapi_document
 from serve_apps.ops_routes import OpsRoutes
+from serve_apps.tenant_limits import TenantLimits
 
 log = logging.getLogger("spillover.gateway")
 
@@ -157,9 +159,11 @@ class GatewayHTTP:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         redact: Iterable[str] = (),
         golden: GoldenGate | None = None,
+        tenant_limits: TenantLimits | None = None,
     ) -> None:
         self._golden = golden
         self._client_text = ClientText(redact)
+        self._tenant_limits = tenant_limits or TenantLimits()
         self._request_timeout_s = request_timeout_s
         self._idempotent = idempotent
         self._metrics = metrics or GatewayMetrics()
@@ -221,21 +225,28 @@ class GatewayHTTP:
 
     async def _generate(self, request: Request, kind: Kind) -> Response:
         request_id = self._request_id(request)
+        slot = None
         try:
             tenant = self._authorize(request)  # before a single body byte is read
+            slot = self._tenant_limits.admit(tenant)  # budget, concurrency (serve_apps/tenant_limits.py)
             raw = await request.body()  # bounded by BodyLimit
         except RequestError as exc:
+            if slot is not None:
+                slot.release()
             return self._rejected(exc, request_id, b"")
         owner = owner_of(tenant)
         request_id = self._owned.claim(request_id, owner)
         try:
             response = await self._run(kind, request, request_id, raw, tenant)
+        except BaseException:
+            slot.release()
+            raise
         finally:
             self._owned.release(request_id, owner)
         given = request.headers.get(REQUEST_ID)
         if given is not None and given != request_id:  # behind Serve's proxy, x-request-id stays the client's
             response.headers[USED_ID] = request_id
-        return response
+        return slot.held(response)  # the tenant's slot is held until the answer (a whole stream) is sent
 
     async def _run(
         self, kind: Kind, request: Request, request_id: str, raw: bytes, tenant: TenantPolicy | None

@@ -3,7 +3,8 @@
 A gateway replica holds one `Resilience`: circuit breakers per target and failure domain
 (`router.breaker`), a health machine per local model and cloud provider (`router.health`), the
 gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM windows
-(`router.quota`) and the spend ledger (`serve_apps.spend_ledger`). The dispatcher asks it three things:
+(`router.quota`, fed also by the providers' rate-limit headers) and the spend ledger
+(`serve_apps.spend_ledger`). The dispatcher asks it three things:
 
 * `unavailable(targets)` at plan time: a local model that has not passed its start-up golden
   check (`serve_apps.golden_gate`), black health, red health still in its cool-down, an open
@@ -30,7 +31,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +39,12 @@ from cluster.config import SpilloverConfig
 from router.breaker import Breakers, BreakerSettings
 from router.budget import cost_weight
 from router.capabilities import Target
-from router.errors import ProviderRateLimited, RequestError
+from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
 from router.failure import Rule, rule_for
 from router.health import Health, HealthBoard, HealthMachine, HealthSettings
 from router.policy import Policy
 from router.quota import Quotas, Refusal, Reservation
+from router.rate_headers import read_rate_limits
 from router.retry import Backoff, RetryBudget
 from router.snapshot import ClusterSnapshot
 from serve_apps.dispatch_types import header_target
@@ -199,10 +201,11 @@ class Resilience:
         if rule.breaker_failure:
             self.breakers.record(target.id, domain, ok=False)
             self.health.get(health_key(target)).outcome(False)
-        if isinstance(error, ProviderRateLimited) and error.retry_after_s is not None:
+        waits = isinstance(error, ProviderRateLimited | ProviderOverloaded)  # they carry a Retry-After
+        if isinstance(error, ProviderRateLimited | ProviderOverloaded) and error.retry_after_s is not None:
             error.retry_after_s = self.capped_retry_after(error.retry_after_s)
         if rule.cools_domain:
-            after = error.retry_after_s if isinstance(error, ProviderRateLimited) else None
+            after = getattr(error, "retry_after_s", None) if waits else None
             self.breakers.cool_domain(domain, after if after is not None else DEFAULT_COOL_S)
         if rule.marks_black:
             self.health.get(health_key(target)).credential_failed(error.code or "")
@@ -221,9 +224,18 @@ class Resilience:
         if reservation is not None:
             self.quotas.settle(reservation, tokens)
 
-    def charge(self, request_id: str, target: Target, outcome: str, cost_usd: float | None) -> None:
+    def observe_rate_limits(self, provider: str, headers: Mapping[str, str]) -> None:
+        """A provider's rate-limit response headers (`router.rate_headers`) update its quota window;
+        resets are capped at `max_retry_after_s` like a Retry-After."""
+        reading = read_rate_limits(headers, wall_now=self._wall(), max_reset_s=self.max_retry_after_s)
+        if reading is not None:
+            self.quotas.observe(provider, reading)
+
+    def charge(
+        self, request_id: str, target: Target, outcome: str, cost_usd: float | None, tenant: str | None = None
+    ) -> None:
         if self.spend is not None and target.kind == "cloud":
-            self.spend.add(request_id, target.id, target.provider or "", outcome, cost_usd or 0.0)
+            self.spend.add(request_id, target.id, target.provider or "", outcome, cost_usd or 0.0, tenant)
 
     # -- views -------------------------------------------------------------------------------------
     def states(self) -> dict[str, str]:
@@ -270,6 +282,7 @@ class Resilience:
             "breakers": self.breakers.states(),
             "retry_budget": self.budget.balance(),
             "quotas": {name: {"requests": r, "tokens": t} for name, (r, t) in self.quotas.usage().items()},
+            "provider_reported": self.quotas.reported(),
         }
 
     def reset(self, target: str | None = None) -> list[str]:

@@ -19,7 +19,10 @@ as last read by that thread, asking it to read again when the value is older tha
 therefore never stalls the event loop that serves requests.
 
 What the month's spend does to routing is pure and lives in router/budget.py (a soft budget, never
-a refusal); the hard per-request cap is the contract pipeline's `cost` filter.
+a refusal); the hard per-request cap is the contract pipeline's `cost` filter. Rows carry the
+tenant (null without auth): `recent_tenant_totals()` is each tenant's spend this month, which
+serve_apps/tenant_limits.py holds against `tenants[].monthly_budget_usd` (a refusal). A ledger file
+written before the column existed gets it on open.
 """
 
 from __future__ import annotations
@@ -45,15 +48,17 @@ CREATE TABLE IF NOT EXISTS spend (
     target_id TEXT NOT NULL,
     provider TEXT NOT NULL,
     outcome TEXT NOT NULL,
-    cost_usd REAL NOT NULL
+    cost_usd REAL NOT NULL,
+    tenant TEXT
 );
 CREATE INDEX IF NOT EXISTS spend_at ON spend (at);
 """
+_TENANT_COLUMN = "ALTER TABLE spend ADD COLUMN tenant TEXT"  # ledgers from before per-tenant budgets
 
 # How long a writer waits for another process's transaction before giving up (ms).
 _BUSY_TIMEOUT_MS = 5000
 _REFRESH = "refresh-month-total"  # a job for the writer thread: read the month's spend again
-_Job = tuple[float, str, str, str, str, float] | str
+_Job = tuple[float, str, str, str, str, float, str | None] | str
 
 
 def month_bounds(now: float) -> tuple[float, float]:
@@ -91,6 +96,7 @@ class SpendLedger:
         self._closed = False
         self._month_refresh_s = month_refresh_s
         self._month: tuple[float, float] | None = None  # (read at, total) as last read by the writer
+        self._tenants: dict[str, float] = {}  # tenant -> this month's spend, read with _month
         self._month_asked = False
         try:
             if self.path != ":memory:":
@@ -108,6 +114,8 @@ class SpendLedger:
             if self.path != ":memory:":
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.executescript(_SCHEMA)
+            if "tenant" not in {row[1] for row in conn.execute("PRAGMA table_info(spend)")}:
+                conn.execute(_TENANT_COLUMN)
         except sqlite3.Error as e:
             conn.close()
             raise ConfigError(self.path, [("spend ledger", f"cannot initialise: {e}")]) from e
@@ -121,9 +129,11 @@ class SpendLedger:
         """Rows that could not be written: failed inserts, and rows dropped by a full queue."""
         return self._write_failures + (self._writer.dropped if self._writer is not None else 0)
 
-    def add(self, request_id: str, target_id: str, provider: str, outcome: str, cost_usd: float) -> None:
+    def add(
+        self, request_id: str, target_id: str, provider: str, outcome: str, cost_usd: float, tenant: str | None = None
+    ) -> None:
         """Record one attempt. Never raises: a failed write is logged and counted."""
-        row = (self._clock(), request_id, target_id, provider, outcome, cost_usd)
+        row = (self._clock(), request_id, target_id, provider, outcome, cost_usd, tenant)
         if self._writer is not None:
             self._writer.submit(row)
         else:
@@ -140,6 +150,14 @@ class SpendLedger:
             self._writer.submit(_REFRESH)
         return self._month[1] if self._month is not None else 0.0
 
+    def recent_tenant_totals(self) -> dict[str, float]:
+        """Each tenant's spend this month, read like `recent_month_total` (never waits on SQLite in
+        background mode; tenants without spend are absent)."""
+        if self._writer is None:
+            return self.month_tenant_totals()
+        self.recent_month_total()  # asks the writer for a fresh reading of both when stale
+        return dict(self._tenants)
+
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Background mode: wait until every queued row is written. True at once otherwise."""
         return self._writer.flush(timeout_s) if self._writer is not None else True
@@ -147,19 +165,20 @@ class SpendLedger:
     def _run_job(self, job: _Job) -> None:
         if job is _REFRESH:
             now = self._clock()
+            self._tenants = self.month_tenant_totals(now)
             self._month = (now, self.month_total(now))
             self._month_asked = False
         else:
             self._insert(job)  # type: ignore[arg-type]
 
-    def _insert(self, row: tuple[float, str, str, str, str, float]) -> None:
-        at, request_id, target_id, provider, outcome, cost_usd = row
+    def _insert(self, row: tuple[float, str, str, str, str, float, str | None]) -> None:
+        at, request_id, target_id, provider, outcome, cost_usd, tenant = row
         with self._lock:
             try:
                 self._conn.execute(
-                    "INSERT INTO spend (at, request_id, target_id, provider, outcome, cost_usd) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (at, request_id, target_id, provider, outcome, float(cost_usd)),
+                    "INSERT INTO spend (at, request_id, target_id, provider, outcome, cost_usd, tenant) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (at, request_id, target_id, provider, outcome, float(cost_usd), tenant),
                 )
                 return
             except (sqlite3.Error, ValueError, TypeError) as e:
@@ -179,6 +198,12 @@ class SpendLedger:
         start, end = month_bounds(self._clock() if now is None else now)
         row = self._read_one("SELECT COALESCE(SUM(cost_usd), 0.0) FROM spend WHERE at >= ? AND at < ?", (start, end))
         return float(row[0]) if row else 0.0  # type: ignore[arg-type]  # SUM(REAL) is a float
+
+    def month_tenant_totals(self, now: float | None = None) -> dict[str, float]:
+        """Spend per tenant in the UTC calendar month of `now`. Empty when unreadable."""
+        start, end = month_bounds(self._clock() if now is None else now)
+        sql = "SELECT tenant, SUM(cost_usd) FROM spend WHERE at >= ? AND at < ? AND tenant IS NOT NULL GROUP BY tenant"
+        return {str(tenant): float(total) for tenant, total in self._read_all(sql, (start, end))}  # type: ignore[arg-type]
 
     def total_by_provider(self, since: float) -> dict[str, float]:
         """Spend per provider from `since` (POSIX time) on. Empty when unreadable."""

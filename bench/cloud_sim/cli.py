@@ -45,8 +45,9 @@ def add_cloud_sim_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register `cloud-sim` on an `argparse` subparsers object; returns the new parser."""
     parser = subparsers.add_parser(
         "cloud-sim",
-        help="run a fake OpenAI-compatible cloud API with injectable faults",
-        description="An OpenAI-compatible chat server with configurable latency, capacity and faults.",
+        help="run a fake OpenAI-compatible (or Anthropic Messages) cloud API with injectable faults",
+        description="An OpenAI-compatible (--api anthropic: Anthropic Messages API) chat server with configurable "
+        "latency, capacity and faults.",
     )
     add_cloud_sim_arguments(parser)
     parser.set_defaults(func=run_cloud_sim)
@@ -57,6 +58,13 @@ def add_cloud_sim_arguments(parser: argparse.ArgumentParser) -> None:
     fields = SimSettings.model_fields
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)")
+    parser.add_argument(
+        "--api",
+        choices=("openai", "anthropic"),
+        default="openai",
+        help="wire protocol: openai (POST /v1/chat/completions) or anthropic (the Messages API, POST /v1/messages; "
+        "the key in x-api-key) (default openai)",
+    )
     parser.add_argument(
         "--models", default=None, help=f"comma-separated model names (default {','.join(fields['models'].default)})"
     )
@@ -83,6 +91,7 @@ def settings_from_args(args: argparse.Namespace, env: dict[str, str] | None = No
     env = dict(os.environ) if env is None else env
     values: dict[str, Any] = {name: getattr(args, _dest(flag)) for flag, name in _FLOAT_FLAGS}
     values["max_concurrency"] = args.max_concurrency
+    values["api"] = getattr(args, "api", None)
     if args.models is not None:
         values["models"] = tuple(m.strip() for m in args.models.split(",") if m.strip())
     if args.api_key_env is not None:

@@ -5,7 +5,8 @@ and maps it onto consecutive bands, one per fault rate, in `FAULT_BANDS` order; 
 and the same request sequence therefore give the same faults. What each fault looks like on
 the wire:
 
-    error_5xx      500, 502 or 503 (a second draw) with an OpenAI error body
+    error_5xx      500, 502 or 503 (a second draw) with an OpenAI error body; with `api: anthropic`
+                   500 api_error or 529 overloaded_error in the Messages API's error shape
     rate_limit     429 with `Retry-After` (whole seconds) and `retry-after-ms`
     timeout        no byte for `hang_s` seconds (or until the client goes away), then 504
     reset          the TCP connection is aborted (RST) before any response byte: what a client
@@ -61,7 +62,3 @@ def decide_fault(settings: SimSettings, rng: random.Random) -> Fault:
         if draw < edge:
             return fault
     return Fault.NONE
-
-
-def server_error_status(rng: random.Random) -> int:
-    return rng.choice(SERVER_ERROR_STATUSES)

@@ -1,7 +1,9 @@
-"""The cloud simulator's HTTP app: a real OpenAI-compatible server with injectable faults.
+"""The cloud simulator's HTTP app: a real OpenAI-compatible (or, with `api: anthropic`, Anthropic
+Messages API) server with injectable faults.
 
 Routes
-    POST /v1/chat/completions   JSON or SSE (`"stream": true`), see `replies`
+    POST /v1/chat/completions   JSON or SSE (`"stream": true`), see `replies` (api openai)
+    POST /v1/messages           the same in the Messages API's shapes, see `anthropic_api` (api anthropic)
     GET  /v1/models             the configured model names
     GET  /healthz               liveness (no key needed)
     GET  /control/faults        the current settings (never the key itself)
@@ -11,10 +13,11 @@ Routes
     GET  /control/log           the last 10,000 request records (`?x_request_id=` filters by the
                                 id the caller forwarded), as written to `--log`
 
-A chat request goes: `outage` (503, also for `/v1/models`) → API key check (401) → body check
-(400/404) → `content_filter` (400 `content_filter` when a message matches, the shape providers use
-for a content policy) → capacity check (429 with Retry-After when `max_concurrency` requests are in
-flight) → one fault draw → the answer.
+What differs between the two protocols is in `wire`. A chat request goes: `outage` (503, also for
+`/v1/models`) → API key check (401; the Messages API also needs `anthropic-version`, 400) → body check
+(400/404) → `content_filter` (400 `content_filter` when a message matches, the shape providers use for a
+content policy) → capacity check (429 with Retry-After when `max_concurrency` requests are in flight) → one
+fault draw → the answer.
 Latency: the first token after `ttft_s`, then one token every `1 / tokens_per_s` seconds;
 a non-streamed reply is sent whole after the same total time. A request holds its
 concurrency slot until its response is finished or the client has gone.
@@ -41,10 +44,11 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault, server_error_status
-from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, completion_body, plan_reply, request_model, stream_events
+from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault
+from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, request_model
 from bench.cloud_sim.request_log import RequestLog, logged_headers
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
+from bench.cloud_sim.wire import wire_for
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -80,9 +84,10 @@ class CloudSim:
         self._log = RequestLog(log_path)
         self._counter = itertools.count(1)
         self.requests_total = 0
+        self._wire = wire_for(settings.api)
         self.app = _AbortableStarlette(
             routes=[
-                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route(self._wire.path, self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/control/faults", self._get_faults, methods=["GET"]),
@@ -112,12 +117,13 @@ class CloudSim:
         if denied is not None:
             return self._answer(record, *denied)
         try:
+            self._wire.check_headers(request.headers)
             if body is _NOT_JSON:
                 raise BadChatRequest("request body is not valid JSON")
-            plan = plan_reply(body, settings.models, call_id=f"call_{sim_id}")
+            plan = self._wire.plan(body, settings.models, f"call_{sim_id}")
             _content_filter(settings.content_filter, body)
         except BadChatRequest as exc:
-            payload = error_body(exc.message, "invalid_request_error", exc.code, exc.param)
+            payload = self._wire.error(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
             return self._answer(record, JSONResponse(payload, exc.status, self._headers(sim_id)), exc.code)
         if settings.max_concurrency and self.inflight >= settings.max_concurrency:
             message = f"cloud-sim is at capacity ({settings.max_concurrency} requests in flight); retry later"
@@ -136,35 +142,38 @@ class CloudSim:
         headers = self._headers(sim_id)
         if fault is Fault.ERROR_5XX:
             message = "The server had an error while processing your request. Sorry about that!"
-            return JSONResponse(error_body(message, "server_error", None), server_error_status(self._rng), headers)
+            status = self._rng.choice(self._wire.server_error_statuses)
+            return JSONResponse(self._wire.error(status, message, "server_error", None, None), status, headers)
         if fault is Fault.RATE_LIMIT:
             return self._rate_limited(settings, sim_id, "Rate limit reached (simulated)", "rate_limit_exceeded")
         if fault is Fault.TIMEOUT:
             message = f"cloud-sim held the request for {settings.hang_s:g} s (simulated timeout)"
-            timeout = JSONResponse(error_body(message, "server_error", "timeout"), 504, headers)
+            timeout = JSONResponse(self._wire.error(504, message, "server_error", "timeout", None), 504, headers)
             return _Delayed(timeout, settings.hang_s, self._sleep)
         if fault is Fault.RESET:
             return _Reset()
         if fault is Fault.SCHEMA_INVALID and plan.content is not None and plan.content.startswith("{"):
             wrong = '{"cloud_sim": "this object ignores the requested schema"}'
             plan = replace(plan, content=wrong, pieces=(wrong,))
-        completion_id = f"chatcmpl-{sim_id}"
+        completion_id = f"{self._wire.id_prefix}{sim_id}"
         created = int(self._clock())
         n_tokens = len(plan.pieces)
         per_token = 1.0 / settings.tokens_per_s if settings.tokens_per_s > 0 else 0.0
         cut = fault is Fault.MIDSTREAM_CUT
         if stream:
-            events = stream_events(plan, completion_id=completion_id, created=created)
-            delays = [settings.ttft_s] + [per_token] * n_tokens + [0.0] * (len(events) - n_tokens - 1)
+            events = self._wire.events(plan, completion_id, created)
+            first = self._wire.first_token_event
+            delays = [0.0] * (first - 1) + [settings.ttft_s] + [per_token] * n_tokens
+            delays += [0.0] * (len(events) - len(delays))
             if fault is Fault.MALFORMED:
-                events[1] = 'data: {"id":"' + completion_id + '","choices":[{"delta":{"content"\n\n'
+                events[first] = self._wire.malformed_event(completion_id)
             if cut:
-                keep = 1 + max(1, n_tokens // 2)
+                keep = first + max(1, n_tokens // 2)
                 events, delays = events[:keep], delays[:keep]
             headers["cache-control"] = "no-cache"
             return StreamingResponse(self._paced(events, delays, cut), media_type="text/event-stream", headers=headers)
         total_delay = settings.ttft_s + per_token * n_tokens
-        text = json.dumps(completion_body(plan, completion_id=completion_id, created=created))
+        text = json.dumps(self._wire.body(plan, completion_id, created))
         if fault is Fault.MALFORMED:
             text = text[: len(text) // 2]
         if cut:
@@ -190,9 +199,8 @@ class CloudSim:
         denied = self._check_key(request, settings, sim_id)
         if denied is not None:
             return self._answer(record, *denied)
-        created = int(self._clock())
-        cards = [{"id": m, "object": "model", "created": created, "owned_by": "cloud-sim"} for m in settings.models]
-        return self._answer(record, JSONResponse({"object": "list", "data": cards}, headers=self._headers(sim_id)))
+        models = self._wire.models(settings.models, int(self._clock()))
+        return self._answer(record, JSONResponse(models, headers=self._headers(sim_id)))
 
     async def _healthz(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -207,6 +215,8 @@ class CloudSim:
             updates = json.loads(await request.body())
             if not isinstance(updates, dict):
                 raise InvalidSettings("the body must be a JSON object of settings")
+            if updates.get("api", self.settings.api) != self.settings.api:
+                raise InvalidSettings("api: the wire protocol is fixed when the simulator starts")
             self.settings = self.settings.merged(updates)
         except (ValueError, InvalidSettings) as exc:
             message = str(exc) if isinstance(exc, InvalidSettings) else "the body is not valid JSON"
@@ -261,18 +271,20 @@ class CloudSim:
     def _check_key(self, request: Request, settings: SimSettings, sim_id: str) -> tuple[Response, str] | None:
         if not settings.require_api_key:
             return None
-        scheme, _, presented = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and settings.key_matches(presented.strip()):
+        presented = self._wire.presented_key(request.headers)
+        if settings.key_matches(presented):
             return None
         if not presented:
-            message, code = "You didn't provide an API key (Authorization: Bearer <key>).", "missing_api_key"
+            message, code = "You didn't provide an API key.", "missing_api_key"
         else:
             message, code = "Incorrect API key provided.", "invalid_api_key"
-        return JSONResponse(error_body(message, "invalid_request_error", code), 401, self._headers(sim_id)), code
+        body = self._wire.error(401, message, "invalid_request_error", code, None)
+        return JSONResponse(body, 401, self._headers(sim_id)), code
 
     def _outage(self, sim_id: str) -> Response:
         message = "The service is temporarily unavailable (simulated outage)."
-        return JSONResponse(error_body(message, "server_error", "service_unavailable"), 503, self._headers(sim_id))
+        body = self._wire.error(503, message, "server_error", "service_unavailable", None)
+        return JSONResponse(body, 503, self._headers(sim_id))
 
     def _rate_limited(self, settings: SimSettings, sim_id: str, message: str, code: str) -> Response:
         headers = {
@@ -280,7 +292,7 @@ class CloudSim:
             "retry-after": str(math.ceil(settings.retry_after_s)),
             "retry-after-ms": str(round(settings.retry_after_s * 1000)),
         }
-        return JSONResponse(error_body(message, "requests", code), 429, headers)
+        return JSONResponse(self._wire.error(429, message, "requests", code, None), 429, headers)
 
 
 CONTENT_FILTERED = (

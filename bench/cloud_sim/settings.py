@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
@@ -36,6 +36,9 @@ class InvalidSettings(ValueError):
 class SimSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    api: Literal["openai", "anthropic"] = Field(
+        "openai", description="wire protocol: OpenAI chat completions or the Anthropic Messages API (fixed at start)"
+    )
     models: tuple[str, ...] = Field(DEFAULT_MODELS, min_length=1, description="model names served")
     ttft_s: float = Field(0.2, ge=0, le=600, description="time to first token, seconds")
     tokens_per_s: float = Field(100.0, ge=0, description="token rate; 0 means no per-token delay")

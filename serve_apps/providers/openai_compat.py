@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,7 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
-from serve_apps.providers.sse import ProviderEventStream
+from serve_apps.providers.sse import EventStream, ProviderEventStream
 
 log = logging.getLogger("spillover.providers")
 
@@ -83,7 +84,7 @@ CHAT_FIELDS = frozenset(
     }
 )
 FORWARDED_HEADERS = frozenset({hdr.ATTEMPT})
-KEPT_HEADER_PREFIXES = ("openai-", "x-ratelimit-")
+KEPT_HEADER_PREFIXES = ("openai-", "x-ratelimit-", "anthropic-ratelimit-")
 _MAX_DETAIL = 500
 
 
@@ -96,7 +97,7 @@ class ProviderReply:
     status: int
     headers: Mapping[str, str] = field(default_factory=dict)
     body: dict[str, Any] | None = None
-    chunks: ProviderEventStream | None = None
+    chunks: EventStream | None = None
 
 
 class OpenAICompatProvider:
@@ -106,9 +107,13 @@ class OpenAICompatProvider:
         *,
         transport: httpx.AsyncBaseTransport | None = None,
         env: Mapping[str, str] = os.environ,
+        clock: Callable[[], float] = time.time,
+        on_headers: Callable[[str, Mapping[str, str]], None] | None = None,
     ) -> None:
         self._provider = provider
         self._env = env
+        self._clock = clock  # wall time: the `created` of translated replies
+        self._on_headers = on_headers
         self._client = httpx.AsyncClient(
             base_url=provider.base_url, timeout=httpx.Timeout(provider.timeout_s), transport=transport
         )
@@ -167,12 +172,12 @@ class OpenAICompatProvider:
         response = await self._send(self._client.build_request("GET", "models", headers=headers), redact)
         content = await self._read(response)
         if not 200 <= response.status_code < 300:
-            raise status_error(self.name, response.status_code, response.headers, content, redact)
+            raise self._status_error(response.status_code, response.headers, content, redact)
 
     async def _send(self, request: httpx.Request, redact: Callable[[str], str]) -> httpx.Response:
         """Send and return once the status line arrived; transport failures become errors here."""
         try:
-            return await self._client.send(request, stream=True)
+            response = await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             message = f"cloud provider {self.name!r} did not answer within {self._provider.timeout_s:g} s"
             raise TargetUnavailable(f"{message} ({type(exc).__name__})", code="provider_timeout") from None
@@ -180,12 +185,23 @@ class OpenAICompatProvider:
             detail = redact(str(exc))[:_MAX_DETAIL]
             message = f"cloud provider {self.name!r} is unreachable ({type(exc).__name__}: {detail})"
             raise TargetUnavailable(message, code="provider_unreachable") from None
+        if self._on_headers is not None:  # rate-limit headers feed the provider's quota (serve_apps/resilience.py)
+            try:
+                self._on_headers(self.name, response.headers)
+            except Exception:  # bookkeeping never fails a request
+                log.exception("cloud provider %s: its response headers could not be read", self.name)
+        return response
+
+    def _status_error(
+        self, status: int, headers: Mapping[str, str], content: bytes, redact: Callable[[str], str]
+    ) -> RequestError:
+        return status_error(self.name, status, headers, content, redact)
 
     async def _reply(self, response: httpx.Response, stream: bool, redact: Callable[[str], str]) -> ProviderReply:
         status = response.status_code
         headers = kept_headers(response.headers)
         if not 200 <= status < 300:
-            error = status_error(self.name, status, response.headers, await self._read(response), redact)
+            error = self._status_error(status, response.headers, await self._read(response), redact)
             log.info("cloud provider %s answered HTTP %s (%s)", self.name, status, error.code)
             raise error
         content_type = response.headers.get("content-type", "")

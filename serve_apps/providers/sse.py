@@ -12,13 +12,24 @@ is `aclose()`d — call `aclose()` when abandoning a stream early.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Protocol
 
 import httpx
 
 from router.errors import UpstreamError
 
 DONE = "data: [DONE]\n\n"
+
+
+class EventStream(Protocol):
+    """What a provider adapter's streamed reply is: OpenAI SSE events, closable when abandoned."""
+
+    def __aiter__(self) -> AsyncIterator[str]: ...
+
+    async def __anext__(self) -> str: ...
+
+    async def aclose(self) -> None: ...
 
 
 class ProviderEventStream:

@@ -10,7 +10,11 @@ The cloud simulator runs as a real subprocess (`python -m bench.cloud_sim`) writ
 request log, and the config's `cloud-sim` provider is enabled and pointed at it (timeout 2 s).
 A second simulator, `cloud-sim-b` (own failure domain, dearer, so ranked second, needs an API key),
 is the healthy spare of the fault matrix. A third provider, `cloud-sim-badkey`, points at the same
-second simulator with a wrong key: its health must go black and the key never show anywhere.
+second simulator with a wrong key: its health must go black and the key never show anywhere. A
+fourth, `cloud-anthropic` (`type: anthropic`), is a third simulator speaking the Anthropic Messages
+API (`--api anthropic`, key required); it serves only smollm2 in its own region `sim-anthropic`, is
+the cheapest and the lowest quality, so it ranks last unless a request narrows to it
+(tests/integration/test_anthropic.py).
 Health recovery runs on the default timings (10 s cool-down, half-open trials, 10 s ramp steps);
 breakers and detection are shortened so the fault tests fit.
 """
@@ -50,6 +54,7 @@ QWEN_TINY = {
 
 
 SPARE_KEY = "sk-spare-sim-key-4f1c"
+ANTHROPIC_KEY = "sk-ant-sim-key-must-never-be-printed-7b3a"
 BAD_KEY = "sk-wrong-key-must-never-be-printed-9d2e"
 RESILIENCE = {
     "retry": {"max_attempts": 3},
@@ -73,6 +78,7 @@ class Stack:
     cloud_log: Path
     sim_url: str  # the first cloud-sim (faults are injected here)
     spare_url: str  # cloud-sim-b
+    anthropic_url: str  # cloud-anthropic (the Messages API simulator)
 
     @property
     def openai_base(self) -> str:
@@ -85,7 +91,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def integration_config(cloud_port: int, spare_port: int, ledger: Path) -> SpilloverConfig:
+def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic_port: int) -> SpilloverConfig:
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["models"].append(QWEN_TINY)
     raw["gateway"]["port"] = _free_port()
@@ -101,7 +107,27 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path) -> Spillo
     badkey = {**spare, "name": "cloud-sim-badkey", "api_key_env": "SPILLOVER_TEST_BAD_KEY"}
     spare["models"] = dear
     badkey["models"] = {a: {**m, "price_in_per_mtok": 1.0, "price_out_per_mtok": 4.0} for a, m in dear.items()}
-    raw["cloud"]["providers"] += [spare, badkey]
+    anthropic = {
+        "name": "cloud-anthropic",
+        "type": "anthropic",
+        "base_url": f"http://127.0.0.1:{anthropic_port}/v1",
+        "api_key_env": "SPILLOVER_TEST_ANTHROPIC_KEY",
+        "timeout_s": 2,
+        "models": {
+            "smollm2-135m-instruct": {
+                "name": "sim-claude",
+                "snapshot": "sim-claude-2026-11",
+                "context_window": 32768,
+                "tools": True,
+                "region": "sim-anthropic",
+                "data_policy": "no_retention",
+                "price_in_per_mtok": 0.01,
+                "price_out_per_mtok": 0.04,
+                "quality": 0.1,
+            }
+        },
+    }
+    raw["cloud"]["providers"] += [spare, badkey, anthropic]
     raw["resilience"] = RESILIENCE
     raw["spend"] = {"ledger": str(ledger)}
     return parse_config(raw, "tests/integration (configs/local.yaml + qwen2-tiny-random + 2 cloud-sims)")
@@ -112,24 +138,28 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     from serve_apps.runner import deploy
 
-    cloud_port, spare_port = _free_port(), _free_port()
+    cloud_port, spare_port, anthropic_port = _free_port(), _free_port(), _free_port()
     cloud_log = tmp_path_factory.mktemp("cloud-sim") / "requests.jsonl"
-    config = integration_config(cloud_port, spare_port, tmp_path_factory.mktemp("spend") / "spend.sqlite")
+    ledger = tmp_path_factory.mktemp("spend") / "spend.sqlite"
+    config = integration_config(cloud_port, spare_port, ledger, anthropic_port)
     # the gateway's Ray workers inherit the driver's environment
     os.environ["SPILLOVER_TEST_SPARE_KEY"] = SPARE_KEY
     os.environ["SPILLOVER_TEST_BAD_KEY"] = BAD_KEY
+    os.environ["SPILLOVER_TEST_ANTHROPIC_KEY"] = ANTHROPIC_KEY
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
     models = ["sim-smollm2", "sim-qwen"]
     spare_args = ["--ttft-s", "0.05", "--api-key-env", "SPILLOVER_TEST_SPARE_KEY"]
+    anthropic_args = ["--api", "anthropic", "--ttft-s", "0.05", "--api-key-env", "SPILLOVER_TEST_ANTHROPIC_KEY"]
     with (
         running_cloud_sim(cloud_port, models, log=cloud_log, extra_args=["--ttft-s", "0.05"]) as sim_url,
         running_cloud_sim(spare_port, models, extra_args=spare_args) as spare_url,
+        running_cloud_sim(anthropic_port, ["sim-claude"], extra_args=anthropic_args) as anthropic_url,
     ):
         running = deploy(config, "integration", say)
         try:
-            yield Stack(running.base_url, config, cloud_log, sim_url, spare_url)
+            yield Stack(running.base_url, config, cloud_log, sim_url, spare_url, anthropic_url)
         finally:
             running.stop()

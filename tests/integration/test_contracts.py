@@ -56,7 +56,7 @@ def test_tools_with_no_capable_target_is_422(stack: Stack) -> None:
     assert response.status_code == 422, response.text
     error = response.json()["error"]
     assert error["code"] == "no_capable_model"
-    clouds = {f"cloud:{p}/{SMOL}" for p in ("cloud-sim", "cloud-sim-b", "cloud-sim-badkey")}
+    clouds = {f"cloud:{p}/{SMOL}" for p in ("cloud-sim", "cloud-sim-b", "cloud-sim-badkey", "cloud-anthropic")}
     assert {r["target"] for r in error["reasons"]} == {f"local:{SMOL}", *clouds}
     assert "127.0.0.1" not in response.text
 

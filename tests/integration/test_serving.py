@@ -138,7 +138,7 @@ def test_prompt_beyond_every_context_is_400_with_limits(client: openai.OpenAI) -
     body = caught.value.body
     assert body["code"] == "context_length_exceeded"  # type: ignore[index]
     assert "4096" in body["message"]  # type: ignore[index]
-    clouds = {f"cloud:{p}/{SMOL}" for p in ("cloud-sim", "cloud-sim-b", "cloud-sim-badkey")}
+    clouds = {f"cloud:{p}/{SMOL}" for p in ("cloud-sim", "cloud-sim-b", "cloud-sim-badkey", "cloud-anthropic")}
     assert {r["target"] for r in body["reasons"]} == {f"local:{SMOL}", *clouds}  # type: ignore[index]
 
 
