@@ -103,7 +103,10 @@ def test_local_config_table(prepared_smollm2: Path) -> None:
     assert "46,592" in text
     assert "kv_cache_space_gib = 2 GiB (VLLM_CPU_KVCACHE_SPACE)" in text
     # shared 256, per sequence 256 + 256 = 512: ⌊(46,592 − 256) / 512⌋ = 90; ⌊0.8 × 90⌋ = 72
-    assert "admission limit 72 concurrent sequences (predicted max 90, bound: memory)" in text
+    assert (
+        "admission limit 72 concurrent sequences (memory 72 of a KV max 90, compute uncalibrated; bound: memory)"
+        in text
+    )
 
 
 def test_local_config_unprepared_model_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
