@@ -103,3 +103,18 @@ def test_workload_mix_window() -> None:
     assert got is not None and (got.prompt_tokens, got.output_tokens, got.requests) == (250, 25, 2)
     with pytest.raises(ValueError):
         WorkloadMix(size=0)
+
+
+async def test_the_dispatcher_records_which_bound_set_the_limit() -> None:
+    from tests.unit.test_dispatch import CHAT, World, dispatcher, make_config, run
+
+    world = World()
+    d = dispatcher(world, make_config(perf=PERF))
+    body = {**CHAT, "max_tokens": 64}
+    held = await run(d, "chat", {**body, "stream": True}, "r-1")  # one stream in flight
+    done = await run(d, "chat", body, "r-2")
+    # the mix of 2 requests: a few prompt tokens, 64 out → ⌊(9.5238 − 5.1) / (0.544 + g·P)⌋ = 8 or so
+    assert done.route == "local" and "compute bound" in done.reason and "from the last 2 requests" in done.reason
+    record = d.decisions.get("r-2")
+    assert record is not None and "compute bound" in record.reason
+    assert [c async for c in held.reply.chunks]  # type: ignore[union-attr]
