@@ -8,7 +8,7 @@ held-out workloads.
     3. fit: cluster/compute_fit.py (non-negative least squares on relative errors, tails)
     4. held out (`--holdout-shapes`, never in the fit): the fitted model predicts each shape's knee
        for the run's SLO (prompt tokens estimated as words + the chat template's tokens measured in
-       the fit runs); a sweep over levels around the prediction measures the knee directly
+       the fit runs); a sweep over levels from half to 1.75 times the prediction measures the knee directly
        (bench/knee.py); the report tables predicted vs measured with the error
        (predicted − measured) / measured, and the knee the model gives for the tokens measured
 
@@ -32,7 +32,7 @@ from cluster.compute_fit import FitPoint, FitResult, fit
 from cluster.compute_model import PerfParams, Workload, compute_knee
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
-HOLDOUT_FACTORS = (0.6, 0.8, 0.9, 1.0, 1.1, 1.2, 1.4)
+HOLDOUT_FACTORS = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75)
 
 
 def parse_shapes(text: str) -> tuple[str, ...]:
@@ -151,11 +151,12 @@ def predicted_knee(
 
 
 def holdout_levels(predicted: int | None, highest: int = 64) -> tuple[int, ...]:
-    """Levels around a predicted knee (±40%, denser near it); 1..8 without a prediction."""
+    """Levels around a predicted knee (0.5× to 1.75×, and ±1..3 near it); 1..8 without a prediction.
+    The sweep stops after the first level that breaks the SLO, so the upper levels cost little."""
     if not predicted:
         return (1, 2, 4, 8)
     levels = {min(highest, max(1, round(predicted * f))) for f in HOLDOUT_FACTORS}
-    levels |= {min(highest, max(1, predicted + step)) for step in (-1, 1)}
+    levels |= {min(highest, max(1, predicted + step)) for step in (-1, 1, 2, 3)}
     return tuple(sorted(levels))
 
 

@@ -1,19 +1,23 @@
 """Least-squares fit of the compute model's parameters (cluster/compute_model.py) from measured runs.
 
 Each measured level (`FitPoint`: concurrency N, mean prompt tokens P, prefix-cache share s, mean
-output tokens O, and the mean TTFT, TPOT and E2E of its requests) gives three equations that are
-linear in θ = (c, a, b, g), with P_u = P·(1 − s):
+output tokens O, and the mean TTFT, TPOT and E2E of its requests) gives equations that are linear
+in θ = (c, a, b, g), with P_u = P·(1 − s):
 
-    TTFT:  c + a + b·N + g·N·P_u              = mean TTFT
-    TPOT:      a + b·N                        = mean TPOT
-    E2E:   c + O·a + b·N·O + g·N·P_u          = mean E2E
+    E2E:   c + O·a + b·N·O + g·N·P_u          = mean E2E     (every level)
+    TTFT:  c + a + b + g·P_u                  = mean TTFT    (N = 1 only)
+    TPOT:      a + b                          = mean TPOT    (N = 1 only)
+
+E2E is Little's law and holds however the N requests interleave; TTFT and TPOT at N > 1 depend on
+how the other requests' prefills fall into a request's steps (together at first, spread out later:
+measured TPOT at N > 1 lies between a + b·N and a + b·N + g·N·P_u / O), so only N = 1 is used.
 
 Every row is divided by its measured value, so the fit minimises the sum of squared *relative*
 errors (a 10 s E2E does not drown a 50 ms TPOT). The times cannot be negative: the fit is the
 non-negative least-squares optimum, found exactly by solving the unconstrained problem on every
 subset of the four parameters (the others held at 0) and keeping the best feasible solution —
-the NNLS optimum is one of those 16. A design needs at least two concurrency levels and two
-output lengths (or TPOT readings) for the four parameters to be determined.
+the NNLS optimum is one of those 16. A design needs at least two concurrency levels, and two
+output lengths or prompt lengths, for the four parameters to be determined.
 
 The tails are the medians over the points of measured p95 / measured mean (at least 1).
 Pure: no I/O, no clock; floats with Gaussian elimination on a 4 × 4 system.
@@ -92,11 +96,14 @@ class FitResult:
 
 
 def rows(point: FitPoint) -> list[tuple[list[float], float]]:
-    """The point's equations: (coefficients of c, a, b, g; measured value)."""
+    """The point's equations: (coefficients of c, a, b, g; measured value). E2E at every level; TTFT and
+    TPOT only at concurrency 1, where no other request's prefill can fall into the request's steps."""
     n, out, pu = float(point.concurrency), point.output_tokens, point.prefill_tokens
-    found = [([1.0, 1.0, n, n * pu], point.ttft_s), ([1.0, out, n * out, n * pu], point.e2e_s)]
-    if point.tpot_s is not None:
-        found.append(([0.0, 1.0, n, 0.0], point.tpot_s))
+    found = [([1.0, out, n * out, n * pu], point.e2e_s)]
+    if point.concurrency == 1:
+        found.append(([1.0, 1.0, 1.0, pu], point.ttft_s))
+        if point.tpot_s is not None:
+            found.append(([0.0, 1.0, 1.0, 0.0], point.tpot_s))
     return found
 
 

@@ -41,8 +41,8 @@ def test_parse_shapes() -> None:
 
 
 def test_holdout_levels_surround_the_prediction() -> None:
-    assert holdout_levels(10) == (6, 8, 9, 10, 11, 12, 14)
-    assert holdout_levels(1) == (1, 2)
+    assert holdout_levels(10) == (5, 8, 9, 10, 11, 12, 13, 15, 18)
+    assert holdout_levels(1) == (1, 2, 3, 4)
     assert holdout_levels(None) == (1, 2, 4, 8)
     assert max(holdout_levels(1000, highest=16)) == 16
 
