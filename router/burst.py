@@ -91,7 +91,9 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
         if roomiest.gpu_detail:  # say what the GPUs hold: the engine's reservation is its own, not pressure
             reason += f"; {roomiest.gpu_detail}"
         if inputs.admission_detail:
-            reason += f"; inflight {inputs.inflight} < {inputs.admission_detail}"
+            reason += (
+                f"; inflight {inputs.inflight} < admission limit {inputs.admission_limit} ({inputs.admission_detail})"
+            )
         return RouteDecision("local", f"local:{inputs.model}", reason, latched)
 
     if inputs.local_only:

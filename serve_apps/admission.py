@@ -112,7 +112,7 @@ class Admission:
             prompt, output, source = (
                 adm.mean_prompt_tokens,
                 adm.mean_output_tokens,
-                "admission.mean_* (no requests yet)",
+                "admission.mean_* (no request yet)",
             )
         workload = Workload(prompt, output, prefix_share)
         total, first = 0, None
@@ -129,13 +129,12 @@ class Admission:
         slos = [f"e2e p95 <= {perf.slo_e2e_p95_s:g} s"] if perf.slo_e2e_p95_s is not None else []
         slos += [f"ttft p95 <= {perf.slo_ttft_p95_s:g} s"] if perf.slo_ttft_p95_s is not None else []
         detail = (
-            f"admission limit {total} over {len(kv_tokens)} replica(s), {first.bound} bound: "
-            f"min(memory {first.memory_limit}, compute {compute if compute is not None else 'unbounded'}) per replica "
-            f"for {' and '.join(slos)} at prompt {prompt:.0f}, output {output:.0f} tokens, prefix share "
-            f"{prefix_share:.2f}, from {source}"
+            f"{first.bound} bound: min(memory {first.memory_limit}, compute "
+            f"{compute if compute is not None else 'unbounded'}) x {len(kv_tokens)} replica(s) for "
+            f"{' and '.join(slos)} at prompt {prompt:.0f}, output {output:.0f}, prefix {prefix_share:.2f} from {source}"
         )
         if total != first.admission_limit * len(kv_tokens):
-            detail += f"; kept within perf bounds [{perf.min_admission_limit}, {perf.max_admission_limit or '-'}]"
+            detail += f"; within perf bounds [{perf.min_admission_limit}, {perf.max_admission_limit or '-'}]"
         return Limit(total, detail)
 
     async def wait_for_room(self, model: str, plan: Plan, replan: Callable[[], Plan], deadline: float) -> Waited:

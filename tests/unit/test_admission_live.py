@@ -42,9 +42,9 @@ def test_the_limit_follows_the_live_mix_and_names_its_inputs() -> None:
     limit = adm.limit_with_reason("m", snapshot(), T0)
     # compute: ⌊(10 / 1.05 − 5.1) / (64 × 0.0085 + 300 × 0.0021)⌋ = 3; memory: ⌊0.8 × ⌊46,592 / 364⌋⌋ = 102
     assert limit.value == 3
-    assert "compute bound: min(memory 102, compute 3)" in limit.detail
-    assert (
-        "e2e p95 <= 10 s at prompt 300, output 64 tokens, prefix share 0.00, from the last 3 requests" in limit.detail
+    assert limit.detail == (
+        "compute bound: min(memory 102, compute 3) x 1 replica(s) for e2e p95 <= 10 s at prompt 300, output 64, "
+        "prefix 0.00 from the last 3 requests"
     )
     for _ in range(64):  # the window moves on to short requests
         adm.observe("m", 50, 16)
@@ -59,7 +59,7 @@ def test_prefix_hits_lower_the_prefill_and_the_bounds_clamp() -> None:
     # hit rate 0.5: P_u = 150 → ⌊4.4238 / (0.544 + 0.315)⌋ = 5, clamped to 4
     limit = adm.limit_with_reason("m", snapshot(hits=500, queries=1000), T0)
     assert limit.value == 4
-    assert "prefix share 0.50" in limit.detail and "kept within perf bounds [1, 4]" in limit.detail
+    assert "prefix 0.50" in limit.detail and "within perf bounds [1, 4]" in limit.detail
     slow = admission(config(perf={**PERF, "min_admission_limit": 2}))
     slow.observe("m", 300, 512)  # not even one request meets the SLO: compute bound 0, kept at 2
     assert slow.limit("m", snapshot(), T0) == 2
@@ -68,7 +68,7 @@ def test_prefix_hits_lower_the_prefill_and_the_bounds_clamp() -> None:
 def test_before_any_request_the_configured_means_are_used() -> None:
     adm = admission(config(perf=PERF))
     limit = adm.limit_with_reason("m", snapshot(), T0)
-    assert "admission.mean_* (no requests yet)" in limit.detail and "prompt 512, output 256" in limit.detail
+    assert "admission.mean_* (no request yet)" in limit.detail and "prompt 512, output 256" in limit.detail
 
 
 @pytest.mark.parametrize("model", [{}, {"perf": {k: v for k, v in PERF.items() if k != "slo_e2e_p95_s"}}])
@@ -87,8 +87,8 @@ def test_the_reason_carries_the_bound_and_inputs() -> None:
     limit = adm.limit_with_reason("m", snapshot(), T0)
     inputs = BurstInputs("m", Watermarks(), 3, limit.value, False, ("sim",), admission_detail=limit.detail)
     full = decide(inputs, snapshot(), T0, frozenset())
-    assert full.route == "cloud" and full.reason.startswith("inflight 3 >= admission limit 3 (admission limit 3")
-    assert "compute bound" in full.reason
+    assert full.route == "cloud" and full.reason.startswith("inflight 3 >= admission limit 3 (compute bound: min(")
+    assert len(full.reason) < 300  # fits x-spillover-reason whole
     room = decide(BurstInputs("m", Watermarks(), 1, 3, False, ("sim",), admission_detail=limit.detail),
                   snapshot(), T0, frozenset())  # fmt: skip
     assert room.route == "local" and "inflight 1 < admission limit 3" in room.reason
