@@ -202,7 +202,7 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
 
 def _compute_text(admission: AdmissionPlan) -> str:
     if admission.compute is None:
-        return admission.status
+        return "no SLO given" if admission.status == "no_slo" else admission.status
     return "unbounded" if admission.compute.concurrency is None else str(admission.compute.concurrency)
 
 

@@ -104,7 +104,7 @@ def test_local_config_table(prepared_smollm2: Path) -> None:
     assert "kv_cache_space_gib = 2 GiB (VLLM_CPU_KVCACHE_SPACE)" in text
     # shared 256, per sequence 256 + 256 = 512: ⌊(46,592 − 256) / 512⌋ = 90; ⌊0.8 × 90⌋ = 72
     assert (
-        "admission limit 72 concurrent sequences (memory 72 of a KV max 90, compute uncalibrated; bound: memory)"
+        "admission limit 72 concurrent sequences (memory 72 of a KV max 90, compute no SLO given; bound: memory)"
         in text
     )
 

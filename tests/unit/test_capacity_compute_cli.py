@@ -88,3 +88,11 @@ def test_bad_perf_config_is_exit_2_without_traceback(tmp_path: Path, perf: Any, 
     assert done.returncode == 2, done.stderr
     assert says in done.stderr and "Traceback" not in done.stderr
     assert json.dumps(perf) not in done.stdout
+
+
+def test_the_committed_cpu_parameters_bind_on_compute(prepared_smollm2: Path) -> None:
+    local = str(REPO / "configs" / "local.yaml")
+    data = run_json("--config", local, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
+    (model,) = data["models"]
+    assert model["bound"] == "compute" and model["admission_limit"] == model["admission"]["compute_limit"]
+    assert model["admission_limit"] < model["admission"]["memory_limit"]
