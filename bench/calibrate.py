@@ -10,7 +10,10 @@ capacity formula, and write the recommended admission limit as a config overlay.
     4. recommendation: the knee of the first stage (the model itself)
        divided by the model's replicas; written as an overlay `{"models": [{"alias", "admission_limit"}]}`
        with a comment header saying where it came from
-    5. the report directory (`bench.report`), and a short summary on stdout
+    5. with `fit_shapes`: the compute model fitted from a small design of runs and checked on
+       `holdout_shapes` (bench/fit.py); the overlay then also carries `perf` (the fitted parameters,
+       the SLO and the knees measured), so the gateway's limit follows the workload
+    6. the report directory (`bench.report`), and a short summary on stdout
 
 Programmatic use: `calibrate(CalibrateOptions(url=..., model=..., ...))` → `CalibrationOutcome`
 (raises `CalibrationError`, which carries the exit code); `transport_for(url)` injects an httpx
@@ -24,7 +27,7 @@ import random
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -32,6 +35,8 @@ from typing import Any, TextIO
 import httpx
 import yaml
 
+from bench.fit import ComputeOutcome, fit_outcome, parse_shapes, perf_overlay, run_fit_design, run_holdouts
+from bench.fit_report import compute_summary
 from bench.formula import FormulaPrediction, GpuReaderFactory, predict
 from bench.knee import DEFAULT_MAX_ERROR_RATE
 from bench.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_client
@@ -40,8 +45,10 @@ from bench.report import CalibrationRun, environment, write_report
 from bench.sweep import LatencyMetric, StageResult, SweepPlan, run_stage
 from bench.target import BenchError, api_key_from_env, preflight
 from bench.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec
+from cluster.compute_fit import FitError
 from cluster.config import load_config
 from cluster.nvml import PynvmlReader
+from cluster.perf_config import PerfSection
 from router.errors import ConfigError
 
 TransportFor = Callable[[str], httpx.AsyncBaseTransport | None]
@@ -79,6 +86,11 @@ class CalibrateOptions:
     ignore_eos: bool = False
     api_key_env: str | None = None
     extra_body: dict[str, Any] = field(default_factory=dict)
+    fit_shapes: str | None = None  # "600x8,50x32": fit the compute model (bench/fit.py)
+    fit_concurrency: tuple[int, ...] = (1, 2, 4)
+    fit_requests_per_level: int = 4
+    holdout_shapes: str | None = None  # "150x48,450x24": held out of the fit, knee predicted and measured
+    holdout_requests_per_level: int | None = None  # default: max(8, 2 × the highest level)
 
 
 @dataclass(frozen=True)
@@ -89,7 +101,8 @@ class CalibrationOutcome:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.run.recommended_limit is not None else 1
+        fit_failed = self.run.compute_error is not None
+        return 0 if self.run.recommended_limit is not None and not fit_failed else 1
 
 
 def calibrate(options: CalibrateOptions, **kwargs: Any) -> CalibrationOutcome:
@@ -106,6 +119,7 @@ async def calibrate_async(
     gpu_reader: GpuReaderFactory = PynvmlReader,
 ) -> CalibrationOutcome:
     workload, plan = _inputs(options)
+    fit_shapes, holdout_shapes, fit_plan = _fit_inputs(options, plan)
     started = now()
     stages = [("model", options.direct_url, options.direct_model or options.model)] if options.direct_url else []
     stages.append(("gateway", options.url, options.model))
@@ -122,6 +136,8 @@ async def calibrate_async(
     progress: ProgressSink = LineProgress(stderr) if options.progress else NullProgress()
     factory = RequestFactory(workload, random.Random(options.seed))
     results: list[StageResult] = []
+    compute: ComputeOutcome | None = None
+    compute_error: str | None = None
     clients = {url: make_client(url, transport=transport_for(url), api_key=api_key) for _, url, _ in stages}
     try:
         for _name, url, model in stages:
@@ -131,6 +147,24 @@ async def calibrate_async(
                 clients[url], model, progress=progress, extra_body=extra, request_timeout_s=options.request_timeout_s
             )
             results.append(await run_stage(name, url, model, generator, factory, plan))
+        if fit_plan is not None:  # against the last stage's URL: the layer whose admission limit is set
+            designed = await run_fit_design(generator, url, model, fit_shapes, fit_plan, options.seed)
+            try:
+                compute = fit_outcome(designed, (results[-1], workload), plan)
+            except FitError as exc:
+                compute_error = str(exc)
+            if compute is not None and holdout_shapes:
+                held = await run_holdouts(
+                    generator,
+                    url,
+                    model,
+                    holdout_shapes,
+                    plan,
+                    compute,
+                    requests_per_level=options.holdout_requests_per_level,
+                    seed=options.seed,
+                )
+                compute = replace(compute, holdouts=held)
     finally:
         for client in clients.values():
             await client.aclose()
@@ -154,6 +188,8 @@ async def calibrate_async(
         recommended_limit=limit,
         recommendation=why,
         overlay_path=str(overlay) if overlay else None,
+        compute=compute,
+        compute_error=compute_error,
     )
     paths = write_report(run, out_dir)
     if overlay is not None and limit is not None:
@@ -182,6 +218,33 @@ def _inputs(options: CalibrateOptions) -> tuple[WorkloadSpec, SweepPlan]:
     except (WorkloadError, ValueError) as exc:
         raise CalibrationError(str(exc), 2) from None
     return workload, plan
+
+
+def _fit_inputs(
+    options: CalibrateOptions, plan: SweepPlan
+) -> tuple[tuple[str, ...], tuple[str, ...], SweepPlan | None]:
+    if options.fit_shapes is None:
+        if options.holdout_shapes is not None:
+            raise CalibrationError("--holdout-shapes needs --fit-shapes (held-out shapes check a fit)", 2)
+        return (), (), None
+    try:
+        fit_shapes = parse_shapes(options.fit_shapes)
+        holdout = parse_shapes(options.holdout_shapes) if options.holdout_shapes is not None else ()
+        fit_plan = SweepPlan(
+            concurrency=tuple(options.fit_concurrency),
+            requests_per_level=options.fit_requests_per_level,
+            warmup=min(plan.warmup, 1),
+            slo_p95_s=plan.slo_p95_s,
+            slo_metric=plan.slo_metric,
+            max_error_rate=plan.max_error_rate,
+            level_time_limit_s=plan.level_time_limit_s,
+            stop_after_breach=False,
+        )
+    except (WorkloadError, ValueError) as exc:
+        raise CalibrationError(str(exc), 2) from None
+    if set(holdout) & set(fit_shapes):
+        raise CalibrationError("a held-out shape must not also be a fit shape", 2)
+    return fit_shapes, holdout, fit_plan
 
 
 def _url(url: str) -> str:
@@ -225,7 +288,14 @@ def write_overlay(path: Path, run: CalibrationRun, limit: int, *, report: Path |
         f"# formula's admission limit per replica: {predicted if predicted is not None else 'none (no prediction)'}",
         f"# report: {report or '(not written)'}; merge into the models[] entry with this alias",
     ]
-    body = yaml.safe_dump({"models": [{"alias": run.model, "admission_limit": limit}]}, sort_keys=False)
+    entry: dict[str, Any] = {"alias": run.model, "admission_limit": limit}
+    if run.compute is not None:
+        cpus = run.environment.get("cpu_count", "?")
+        fitted = f"bench calibrate {run.started_at}, {cpus} CPUs, report {report or run.name}"
+        entry["perf"] = perf_overlay(run.compute, run.stages[-1], fitted)
+        PerfSection.model_validate(entry["perf"])  # what it writes must load
+        header.append("# perf: the fitted compute model; with it the gateway's limit follows the live workload")
+    body = yaml.safe_dump({"models": [entry]}, sort_keys=False, allow_unicode=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(header) + "\n" + body)
     return path
@@ -249,6 +319,7 @@ def summary_lines(outcome: CalibrationOutcome) -> list[str]:
             lines.append(f"    {stage.name}: {run.comparison(stage).sentence} Binding bound: {run.bound(stage)}.")
     elif prediction is not None:
         lines.append(f"  formula: no prediction ({prediction.status}): {'; '.join(prediction.notes)}")
+    lines += compute_summary(run.compute, run.compute_error)
     if run.recommended_limit is not None:
         lines.append(f"  recommended admission_limit: {run.recommended_limit} per replica ({run.recommendation})")
         lines.append(f"  overlay: {outcome.overlay_path}")

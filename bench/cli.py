@@ -8,6 +8,8 @@
               [--config configs/local.yaml] [--gpu-mem 80GiB] [--out DIR] [--overlay-out PATH]
               [--request-timeout-s 300] [--level-timeout-s 600] [--ignore-eos] [--api-key-env NAME]
               [--no-progress] [--seed 0]
+              [--fit-shapes 600x8,50x32 [--fit-concurrency 1,2,4] [--fit-requests-per-level 4]
+               [--holdout-shapes 150x48,450x24 [--holdout-requests-per-level N]]]
 
     overload  --url http://127.0.0.1:8000/v1 --model NAME --knee-rps MU [--multiples 0.5,1,1.5,2,3]
               [--duration-s 30] [--prompt fixed:200] [--output fixed:64] [--slo-p95-s 10]
@@ -50,10 +52,12 @@ from bench.cli_gateway import (
     cmd_faults,
     cmd_overhead,
 )
+from bench.fit import parse_shapes
 from bench.knee import DEFAULT_MAX_ERROR_RATE
 from bench.overload import DEFAULT_MULTIPLES, OverloadOptions, run_overload
 from bench.overload import summary_lines as overload_summary_lines
 from bench.overload_metrics import MODES
+from bench.workload import WorkloadError
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -96,6 +100,21 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
     add("--no-progress", action="store_true", help="no progress line on stderr")
     add("--seed", type=int, default=0, help="workload seed (default 0)")
+    add("--fit-shapes", type=_shapes, default=None, metavar="PxO[,...]",
+        help="fit the compute model: extra workloads (prompt words x max_tokens), e.g. 600x8,50x32")  # fmt: skip
+    add("--fit-concurrency", type=_levels, default=(1, 2, 4), help="levels of each fit shape (default 1,2,4)")
+    add("--fit-requests-per-level", type=_number(int, 1), default=4, help="per fit level (default 4)")
+    add("--holdout-shapes", type=_shapes, default=None, metavar="PxO[,...]",
+        help="held out of the fit: predict each knee, then measure it (e.g. 150x48,450x24)")  # fmt: skip
+    add("--holdout-requests-per-level", type=_number(int, 1), default=None,
+        help="per held-out level (default max(8, 2 x the highest level))")  # fmt: skip
+
+
+def _shapes(text: str) -> str:
+    try:
+        return ",".join(parse_shapes(text))
+    except WorkloadError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def options_from_args(args: argparse.Namespace) -> CalibrateOptions:
@@ -125,6 +144,11 @@ def options_from_args(args: argparse.Namespace) -> CalibrateOptions:
         keep_going=args.keep_going,
         ignore_eos=args.ignore_eos,
         api_key_env=args.api_key_env,
+        fit_shapes=args.fit_shapes,
+        fit_concurrency=args.fit_concurrency,
+        fit_requests_per_level=args.fit_requests_per_level,
+        holdout_shapes=args.holdout_shapes,
+        holdout_requests_per_level=args.holdout_requests_per_level,
     )
 
 

@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.fit import ComputeOutcome
+from bench.fit_report import compute_lines
 from bench.formula import FormulaPrediction
 from bench.knee import FormulaComparison, binding_bound, compare_with_formula
 from bench.sweep import StageResult, SweepPlan
@@ -63,6 +65,8 @@ class CalibrationRun:
     recommended_limit: int | None = None
     recommendation: str = ""
     overlay_path: str | None = None
+    compute: ComputeOutcome | None = None  # the fitted compute model and its held-out check
+    compute_error: str | None = None  # why the fit failed, when one was asked for
 
     @property
     def predicted_limit(self) -> int | None:
@@ -94,6 +98,8 @@ class CalibrationRun:
                 "why": self.recommendation,
                 "overlay": self.overlay_path,
             },
+            "compute": self.compute.to_dict() if self.compute else None,
+            "compute_error": self.compute_error,
         }
 
 
@@ -203,7 +209,9 @@ def render_markdown(run: CalibrationRun, plots: Iterable[str] = ()) -> str:
             f"{'yes' if cmp.exceeds else 'no'} | {run.bound(stage)} |"
         )
         sentences.append(f"- `{stage.name}`: {cmp.sentence}")
-    lines += ["", *sentences, "", "## Recommendation", ""]
+    lines += ["", *sentences]
+    lines += compute_lines(run.compute, run.compute_error, run.stages[-1] if run.stages else None)
+    lines += ["", "## Recommendation", ""]
     if run.recommended_limit is None:
         lines.append(f"No admission limit recommended: {run.recommendation or 'no knee was found'}.")
     else:

@@ -1,9 +1,12 @@
 """`spillover capacity`: how many concurrent sequences each configured model's replica can hold.
 
     spillover capacity [--config configs/gpu.yaml] [--prompt-tokens 512] [--output-tokens 256]
-                       [--prefix-share 0.0] [--gpu-mem 80GiB] [--overhead 2GiB] [--json]
+                       [--prefix-share 0.0] [--gpu-mem 80GiB] [--overhead 2GiB]
+                       [--slo-e2e-p95-s S] [--slo-ttft-p95-s S] [--json]
 
-For each model in the config: the plan of cluster/capacity_plan.py, every step printed.
+For each model in the config: the plan of cluster/capacity_plan.py, every step printed, then the
+admission limit min(memory bound, compute bound) of cluster/capacity_bound.py with the bound that
+binds; the compute bound needs the model's fitted `perf` and an SLO (the flags, else perf's own).
 
 * accelerator gpu: GPU memory is `--gpu-mem`, else the smallest GPU NVML reports here. With no
   GPU and no `--gpu-mem` the model is listed as "no_gpu" (exit status stays 0).
@@ -21,7 +24,9 @@ from collections.abc import Callable
 from typing import TextIO
 
 from cluster.capacity import CapacityReport, format_bytes, parse_bytes
+from cluster.capacity_bound import AdmissionPlan, plan_admission
 from cluster.capacity_plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
+from cluster.compute_model import Workload
 from cluster.config import default_config_path, load_config
 from cluster.nvml import GpuInventory, GpuReader, PynvmlReader
 
@@ -56,6 +61,16 @@ def _share(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
+    return value
+
+
 def add_capacity_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `spillover capacity` on the CLI's subparsers; its handler is `cmd_capacity`."""
     parser = subparsers.add_parser("capacity", help="predict concurrent sequences per model replica (KV memory)")
@@ -71,6 +86,12 @@ def add_capacity_parser(subparsers: argparse._SubParsersAction) -> argparse.Argu
         type=_byte_size,
         default=DEFAULT_GPU_OVERHEAD,
         help=f"GPU non-KV overhead (default {DEFAULT_GPU_OVERHEAD})",
+    )
+    parser.add_argument(
+        "--slo-e2e-p95-s", type=_seconds, default=None, help="end-to-end p95 SLO for the compute bound (s)"
+    )
+    parser.add_argument(
+        "--slo-ttft-p95-s", type=_seconds, default=None, help="time-to-first-token p95 SLO for the compute bound (s)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(func=cmd_capacity)
@@ -113,7 +134,17 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
     for spec in config.models:
         workload = PlanWorkload(args.prompt_tokens, args.output_tokens, args.prefix_share, args.overhead)
         status, notes, report = plan_model(spec, workload, gpu_mem)
-        rows.append((spec, status, notes, report))
+        admission = None
+        if report is not None:
+            mix = Workload(args.prompt_tokens, max(1, args.output_tokens), args.prefix_share)
+            admission = plan_admission(
+                spec.perf,
+                report.admission_limit,
+                mix,
+                slo_e2e_p95_s=args.slo_e2e_p95_s,
+                slo_ttft_p95_s=args.slo_ttft_p95_s,
+            )
+        rows.append((spec, status, notes, report, admission))
     if args.json:
         result = {
             "config": str(config_path),
@@ -122,6 +153,8 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
                 "output_tokens": args.output_tokens,
                 "prefix_share": args.prefix_share,
                 "overhead_bytes": args.overhead,
+                "slo_e2e_p95_s": args.slo_e2e_p95_s,
+                "slo_ttft_p95_s": args.slo_ttft_p95_s,
             },
             "gpu": {
                 "memory_bytes": gpu_mem,
@@ -135,10 +168,13 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
                     "accelerator": spec.accelerator,
                     "status": status,
                     "notes": notes,
+                    "admission_limit": admission.admission_limit if admission else None,
+                    "bound": admission.bound if admission else None,
                     "report": report.to_dict() if report else None,
                     "steps": [list(step) for step in report.steps()] if report else [],
+                    "admission": admission.to_dict() if admission else None,
                 }
-                for spec, status, notes, report in rows
+                for spec, status, notes, report, admission in rows
             ],
         }
         out.write(json.dumps(result, indent=2) + "\n")
@@ -149,22 +185,36 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
     )
     if needs_gpu or args.gpu_mem is not None:
         out.write(f"GPU memory: {gpu_text}\n")
-    for spec, status, notes, report in rows:
+    for spec, status, notes, report, admission in rows:
         out.write(f"\n{spec.alias}  [{spec.accelerator}, {spec.source}]\n")
-        if report is None:
+        if report is None or admission is None:
             out.write(f"  {status}: {notes[0]}\n")
             continue
-        out.write(_table(report))
-        out.writelines(f"  note: {line}\n" for line in notes)
+        out.write(_table(_memory_rows(report) + admission.steps()))
+        out.writelines(f"  note: {line}\n" for line in [*notes, *admission.notes])
         out.write(
-            f"  => admission limit {report.admission_limit} concurrent sequences "
-            f"(predicted max {report.predicted_max_concurrency}, bound: {report.bound})\n"
+            f"  => admission limit {admission.admission_limit} concurrent sequences (memory "
+            f"{admission.memory_limit} of a KV max {report.predicted_max_concurrency}, compute "
+            f"{_compute_text(admission)}; bound: {admission.bound})\n"
         )
     return 0
 
 
-def _table(report: CapacityReport) -> str:
-    steps = [(label, f"{value:,}", how) for label, value, how in report.steps()]
+def _compute_text(admission: AdmissionPlan) -> str:
+    if admission.compute is None:
+        return "no SLO given" if admission.status == "no_slo" else admission.status
+    return "unbounded" if admission.compute.concurrency is None else str(admission.compute.concurrency)
+
+
+def _memory_rows(report: CapacityReport) -> list[tuple[str, int | float, str]]:
+    """The KV arithmetic; its last row, ⌊fraction × max⌋, is the memory bound of the final min."""
+    rows = report.steps()
+    _, value, how = rows[-1]
+    return [*rows[:-1], ("memory bound", value, how.replace(" (bound: memory)", ""))]
+
+
+def _table(rows: list[tuple[str, int | float, str]]) -> str:
+    steps = [(label, f"{value:,}", how) for label, value, how in rows]
     label_w = max(len(label) for label, _, _ in steps)
     value_w = max(len(value) for _, value, _ in steps)
     lines = [f"  {'step':<{label_w}}  {'value':>{value_w}}  arithmetic"]

@@ -36,6 +36,7 @@ from bench.cloud_sim.process import running_cloud_sim
 from cli.capacity import add_capacity_parser
 from cli.explain import add_explain_parser
 from cli.status import add_status_parser
+from cluster.capacity_bound import calibration_line
 from cluster.config import DEFAULT_CONFIG, SpilloverConfig, default_config_path, load_config
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.render import serve_config
@@ -48,6 +49,11 @@ OVERLAY_HELP = "config overlay merged on top (repeatable), e.g. the overlay.yaml
 
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def _say_calibration(config: SpilloverConfig) -> None:
+    for spec in config.models:
+        _say(calibration_line(spec.alias, spec.perf, spec.admission_limit))
 
 
 def with_cloud_sim(config: SpilloverConfig) -> tuple[SpilloverConfig, int, list[str]]:
@@ -84,6 +90,7 @@ def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
     from serve_apps.runner import deploy  # heavy imports (ray, vllm) only when serving
 
     _say(f"spillover serve: {args.config} ({len(config.models)} model(s))")
+    _say_calibration(config)
     running = deploy(config, args.config, _say)
     first = config.models[0].alias
     print(f"\nspillover is serving at {running.base_url}/v1  (models: {', '.join(m.alias for m in config.models)})")
@@ -120,6 +127,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     from serve_apps.runner import deploy
 
     _say(f"spillover deploy: {args.config} -> Ray at {address}")
+    _say_calibration(config)
     running = deploy(config, args.config, _say)
     print(f"deployed: {running.base_url}/v1 (models: {', '.join(m.alias for m in config.models)})")
     print("it keeps running; `serve shutdown` (Ray's CLI) removes it.")

@@ -34,6 +34,8 @@ from cluster.config import SpilloverConfig
 COMMAND = "python -m cluster.config_docs > docs/configuration.md"
 SOURCES = (
     "cluster/config.py",
+    "cluster/model_spec.py",
+    "cluster/perf_config.py",
     "cluster/resilience_config.py",
     "router/watermarks.py",
     "router/policy.py",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from cluster.config_base import StrictModel
+from cluster.perf_config import PerfSection
 from cluster.resilience_config import GoldenProbe
 from router.watermarks import Watermarks
 
@@ -40,7 +41,13 @@ class ModelSpec(StrictModel):
         None,
         ge=1,
         description="concurrent requests per replica the gateway admits (set it from bench calibrate); null: "
-        "admission.fraction of the maximum predicted from the engine's KV blocks",
+        "admission.fraction of the maximum predicted from the engine's KV blocks; with `perf` that has an SLO, "
+        "the gateway computes the limit from the live workload instead and this value is not used",
+    )
+    perf: PerfSection | None = Field(
+        None,
+        description="fitted compute model (bench calibrate --fit-shapes): the admission limit becomes "
+        "min(memory bound, compute bound) for the live workload; null: uncalibrated, memory bound only",
     )
     golden: GoldenProbe | None = Field(
         default_factory=lambda: GoldenProbe(prompt=DEFAULT_GOLDEN_PROMPT, expect=DEFAULT_GOLDEN_EXPECT),

@@ -38,6 +38,7 @@ class BurstInputs:
     local_only: bool
     providers: Sequence[str]  # enabled cloud providers that map this alias, in preference order
     healthy: bool = True  # the model's deployment passes its health checks
+    admission_detail: str = ""  # calibrated models: which bound and which inputs set the admission limit
 
 
 @dataclass(frozen=True)
@@ -81,12 +82,18 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
         reason = _local_pressure_reason(sats, latched, ratio)
     elif inputs.admission_limit is not None and inputs.inflight >= inputs.admission_limit:
         reason = f"inflight {inputs.inflight} >= admission limit {inputs.admission_limit}"
+        if inputs.admission_detail:
+            reason += f" ({inputs.admission_detail})"
     else:
         free = len(sats) - len(latched)
         reason = f"local capacity ({free}/{len(sats)} replicas)"
         roomiest = min((sats[r] for r in sats if r not in latched), key=lambda sat: sat.value)
         if roomiest.gpu_detail:  # say what the GPUs hold: the engine's reservation is its own, not pressure
             reason += f"; {roomiest.gpu_detail}"
+        if inputs.admission_detail:
+            reason += (
+                f"; inflight {inputs.inflight} < admission limit {inputs.admission_limit} ({inputs.admission_detail})"
+            )
         return RouteDecision("local", f"local:{inputs.model}", reason, latched)
 
     if inputs.local_only:

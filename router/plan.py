@@ -56,6 +56,7 @@ class PlanInputs:
     admission_limit: int | None
     available_providers: frozenset[str]  # providers with a live adapter (enabled, not broken)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why (health red/black, breaker)
+    admission_detail: str = ""  # which bound and inputs set admission_limit (calibrated models)
 
 
 def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
@@ -97,6 +98,7 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         watermarks=inputs.watermarks,
         inflight=inputs.inflight,
         admission_limit=inputs.admission_limit,
+        admission_detail=inputs.admission_detail,
         local_only=contract.residency == "local_only",
         providers=tuple(t.provider or "" for t in cloud),
     )

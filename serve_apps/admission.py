@@ -2,8 +2,14 @@
 
 The gateway's own counters, per model, on the gateway's event loop:
 
-    limit     the configured `admission_limit` per replica, else `admission.fraction` of the KV-predicted
-              maximum concurrent sequences (cluster/capacity.py), summed over the replicas with fresh stats
+    limit     calibrated models (`models[].perf` with an SLO): min(memory bound, compute bound) per
+              replica for the live workload mix (cluster/capacity_bound.py) — the mean prompt / output
+              tokens of the model's recent requests (serve_apps/workload_mix.py; admission.mean_* before
+              the first) and the replicas' prefix-cache hit rate as the prefix share — kept within
+              [perf.min_admission_limit, perf.max_admission_limit]; `Limit.detail` says which bound and
+              which inputs set it. Uncalibrated: the configured `admission_limit` per replica, else
+              `admission.fraction` of the KV-predicted maximum concurrent sequences (cluster/capacity.py).
+              Either way summed over the replicas with fresh stats
     inflight  local calls started and not finished (a stream counts until it is consumed)
     waiting   requests in the bounded waiting room (`admission.queue_max`) for a local-only or
               no-cloud request while the model is saturated; each re-plans every `poll_s` until
@@ -18,12 +24,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from cluster.capacity import admission_limit, max_concurrent_sequences
+from cluster.capacity_bound import plan_admission
+from cluster.compute_model import Workload
 from cluster.config import SpilloverConfig
+from cluster.model_spec import ModelSpec
 from router.errors import LocalCapacityExhausted
 from router.plan import Plan
-from router.snapshot import ClusterSnapshot
+from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch_types import DispatchObserver
+from serve_apps.workload_mix import WorkloadMix
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,14 @@ class Waited:
     plan: Plan
     waited_s: float
     replans: int
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A model's admission limit (None: no limit) and, for calibrated models, what set it."""
+
+    value: int | None
+    detail: str = ""
 
 
 class Admission:
@@ -52,29 +70,72 @@ class Admission:
         self._poll_s = poll_s
         self._inflight: dict[str, int] = defaultdict(int)
         self._waiting: dict[str, int] = defaultdict(int)
+        self.mix = WorkloadMix()
 
     def inflight(self, model: str) -> int:
         return self._inflight[model]
 
     def limit(self, model: str, snapshot: ClusterSnapshot, now: float) -> int | None:
-        """Per model: the configured per-replica limit, else `admission.fraction` of the KV-predicted
-        maximum, summed over the replicas with fresh stats (None: no fresh replica, or no KV budget)."""
+        return self.limit_with_reason(model, snapshot, now).value
+
+    def limit_with_reason(self, model: str, snapshot: ClusterSnapshot, now: float) -> Limit:
+        """Per model, summed over the replicas with fresh stats (None: no fresh replica, or no KV
+        budget): see the module docstring."""
         spec = self._config.model(model)
         fresh = [r for r in snapshot.for_model(model) if not snapshot.is_stale(r, now)]
         if spec is None or not fresh:
-            return None
+            return Limit(None)
+        if spec.perf is not None and spec.perf.has_slo:
+            return self._live_limit(spec, [r.kv_budget_tokens for r in fresh], _hit_rate(fresh))
         if spec.admission_limit is not None:
-            return spec.admission_limit * len(fresh)
+            return Limit(spec.admission_limit * len(fresh))
         adm = self._config.admission
         total = 0
         for replica in fresh:
             if replica.kv_budget_tokens is None:
-                return None
+                return Limit(None)
             predicted = max_concurrent_sequences(
                 replica.kv_budget_tokens, adm.mean_prompt_tokens, adm.mean_output_tokens
             )
             total += admission_limit(predicted, adm.fraction)
-        return total
+        return Limit(total)
+
+    def _live_limit(self, spec: ModelSpec, kv_tokens: list[int | None], prefix_share: float) -> Limit:
+        perf, adm = spec.perf, self._config.admission
+        assert perf is not None
+        if any(tokens is None for tokens in kv_tokens):
+            return Limit(None)
+        mix = self.mix.mean(spec.alias)
+        if mix is not None:
+            prompt, output, source = mix.prompt_tokens, mix.output_tokens, f"the last {mix.requests} requests"
+        else:
+            prompt, output, source = (
+                adm.mean_prompt_tokens,
+                adm.mean_output_tokens,
+                "admission.mean_* (no request yet)",
+            )
+        workload = Workload(prompt, output, prefix_share)
+        total, first = 0, None
+        for tokens in kv_tokens:
+            memory = admission_limit(
+                max_concurrent_sequences(tokens or 0, round(prompt), round(output), prefix_share), adm.fraction
+            )
+            plan = plan_admission(perf, memory, workload)
+            first = first or plan
+            value = max(plan.admission_limit, perf.min_admission_limit)
+            total += value if perf.max_admission_limit is None else min(value, perf.max_admission_limit)
+        assert first is not None
+        compute = first.compute.concurrency if first.compute else None
+        slos = [f"e2e p95 <= {perf.slo_e2e_p95_s:g} s"] if perf.slo_e2e_p95_s is not None else []
+        slos += [f"ttft p95 <= {perf.slo_ttft_p95_s:g} s"] if perf.slo_ttft_p95_s is not None else []
+        detail = (
+            f"{first.bound} bound: min(memory {first.memory_limit}, compute "
+            f"{compute if compute is not None else 'unbounded'}) x {len(kv_tokens)} replica(s) for "
+            f"{' and '.join(slos)} at prompt {prompt:.0f}, output {output:.0f}, prefix {prefix_share:.2f} from {source}"
+        )
+        if total != first.admission_limit * len(kv_tokens):
+            detail += f"; within perf bounds [{perf.min_admission_limit}, {perf.max_admission_limit or '-'}]"
+        return Limit(total, detail)
 
     async def wait_for_room(self, model: str, plan: Plan, replan: Callable[[], Plan], deadline: float) -> Waited:
         """Wait (bounded room, bounded time) until `replan()` no longer says "wait"."""
@@ -100,6 +161,10 @@ class Admission:
             self._waiting[model] -= 1
             self._observer.waiting(model, self._waiting[model])
 
+    def observe(self, model: str, prompt_tokens: int, output_tokens: int) -> None:
+        """Count one request of `model` in its live workload mix."""
+        self.mix.observe(model, prompt_tokens, output_tokens)
+
     async def counted(self, model: str, call: Awaitable[BackendReply]) -> BackendReply:
         """Run a local call counted in flight until its answer (or its stream) is done."""
         self._inflight[model] += 1
@@ -119,3 +184,9 @@ class Admission:
                 yield chunk
         finally:
             self._inflight[model] -= 1
+
+
+def _hit_rate(replicas: list[ReplicaStats]) -> float:
+    """The replicas' prefix-cache hit rate (tokens found / queried), capped below 1."""
+    queries = sum(r.prefix_cache_queries for r in replicas)
+    return min(0.99, sum(r.prefix_cache_hits for r in replicas) / queries) if queries else 0.0

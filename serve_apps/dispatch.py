@@ -94,13 +94,15 @@ class Dispatcher:
     def plan(self, contract: RequestContract, kind: Kind) -> Plan:
         snapshot, now, model = self._snapshot(), self._clock(), contract.model
         self._resilience.watch_local(model, snapshot, now)
+        limit = self._admission.limit_with_reason(model, snapshot, now)
         inputs = PlanInputs(
             contract=contract,
             policy=self._resilience.policy(self._config.policy),
             registry=self._registry,
             watermarks=self._config.watermarks_for(model),
             inflight=self._admission.inflight(model),
-            admission_limit=self._admission.limit(model, snapshot, now),
+            admission_limit=limit.value,
+            admission_detail=limit.detail,
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
             unavailable=self._resilience.unavailable(self._registry.for_alias(model)),
@@ -118,6 +120,7 @@ class Dispatcher:
     ) -> Dispatched:
         started = self._clock()
         self._resilience.budget.deposit()
+        self._admission.observe(contract.model, contract.est_prompt_tokens, contract.max_output_tokens)
         plan = self.plan(contract, kind)
         waited = Waited(plan, 0.0, 0)
         done: Dispatched | None = None

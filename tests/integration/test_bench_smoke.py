@@ -1,4 +1,5 @@
-"""A short `bench calibrate` against the real CPU stack: the JSON, the report and the plots."""
+"""A short `bench calibrate` against the real CPU stack: the JSON, the report, the plots, and the
+compute model's fit path (two small fit shapes at concurrency 1 and 2)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from bench.calibrate import CalibrateOptions, calibrate
+from cluster.perf_config import PerfSection
 from tests.integration.conftest import REPO, Stack
 
 pytestmark = pytest.mark.integration
@@ -28,6 +30,9 @@ def test_calibrate_smoke(stack: Stack, tmp_path: Path) -> None:
             config_path=str(REPO / "configs/local.yaml"),
             out_dir=str(tmp_path / "calib"),
             progress=False,
+            fit_shapes="48x2,8x8",
+            fit_concurrency=(1, 2),
+            fit_requests_per_level=2,
         )
     )
     stage = out.run.stages[-1]
@@ -41,3 +46,13 @@ def test_calibrate_smoke(stack: Stack, tmp_path: Path) -> None:
     overlay = yaml.safe_load(out.overlay_path.read_text())  # type: ignore[union-attr]
     assert overlay["models"][0]["alias"] == "smollm2-135m-instruct"
     assert overlay["models"][0]["admission_limit"] >= 1
+    # the fit path: both fit shapes ran at both levels; the fit either gave parameters that load as
+    # models[].perf (the usual case: latency grows with concurrency) or said why it could not
+    fitted = results["compute"]
+    if fitted is None:
+        assert results["compute_error"], "a fit was asked for: it must give parameters or a reason"
+        return
+    assert [[lv["summary"]["ok"] for lv in s["levels"]] for s in fitted["fit_stages"]] == [[2, 2], [2, 2]]
+    perf = PerfSection.model_validate(overlay["models"][0]["perf"])
+    assert perf.slo_e2e_p95_s == 60 and perf.knees[0].knee == stage.knee.concurrency
+    assert "## Compute model" in (report / "report.md").read_text()

@@ -103,7 +103,10 @@ def test_local_config_table(prepared_smollm2: Path) -> None:
     assert "93,184" in text
     assert "kv_cache_space_gib = 2 GiB (VLLM_CPU_KVCACHE_SPACE)" in text
     # shared 256, per sequence 256 + 256 = 512: ⌊(93,184 − 256) / 512⌋ = 181; ⌊0.8 × 181⌋ = 144
-    assert "admission limit 144 concurrent sequences (predicted max 181, bound: memory)" in text
+    assert (
+        "admission limit 144 concurrent sequences (memory 144 of a KV max 181, compute no SLO given; bound: memory)"
+        in text
+    )
 
 
 def test_local_config_unprepared_model_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,0 +1,105 @@
+"""The compute model's part of a calibration report (bench/fit.py's outcome): the fitted parameters,
+each fit point predicted vs measured, and the held-out table of predicted vs measured knees."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench.fit import ComputeOutcome, relative, stage_points
+from bench.sweep import StageResult
+
+GOAL = 0.15  # held-out knees within ±15% of the measured ones
+
+
+def _knee(value: int | None) -> str:
+    return "–" if value is None else str(value)
+
+
+def compute_lines(outcome: ComputeOutcome | None, error: str | None, main: StageResult | None) -> list[str]:
+    if outcome is None:
+        return ["", "## Compute model", "", f"The fit failed: {error}."] if error else []
+    p = outcome.fit.params
+    lines = [
+        "",
+        "## Compute model",
+        "",
+        "Step time t(n, p) = a + b·n + g·p; at concurrency N: TTFT = c + a + b·N + g·N·P_u, TPOT = a + b·N, "
+        "E2E = c + O·a + N·(O·b + P_u·g); p95 = tail × mean (docs/capacity.md).",
+        "",
+        "| parameter | fitted |",
+        "|---|---|",
+        f"| c request_overhead_s | {p.request_overhead_s:.4g} |",
+        f"| a step_s | {p.step_s:.4g} |",
+        f"| b per_sequence_s | {p.per_sequence_s:.4g} |",
+        f"| g per_prefill_token_s | {p.per_prefill_token_s:.4g} |",
+        f"| tail_e2e (p95 / mean) | {p.tail_e2e:.3g} |",
+        f"| tail_ttft (p95 / mean) | {p.tail_ttft:.3g} |",
+        "",
+        f"Fitted on {len(outcome.fit.residuals)} levels ({', '.join(s.name for s in outcome.fit_stages)} and the "
+        f"main sweep); RMS relative error {outcome.fit.rms_relative_error:.1%}; the chat template adds "
+        f"{outcome.template_tokens:.0f} prompt tokens to the words sent.",
+        "",
+        "| run | N | prompt tok | cached | output tok | TTFT meas / pred | TPOT meas / pred | E2E meas / pred | "
+        "E2E error |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in outcome.fit.residuals:
+        q = r.point
+        tpot = "–" if q.tpot_s is None else f"{q.tpot_s:.3g} / {r.tpot_s:.3g}"
+        lines.append(
+            f"| {q.label} | {q.concurrency} | {q.prompt_tokens:.0f} | {q.cached_share:.0%} | {q.output_tokens:.0f} | "
+            f"{q.ttft_s:.3g} / {r.ttft_s:.3g} | {tpot} | {q.e2e_s:.3g} / {r.e2e_s:.3g} | {relative(r.e2e_error)} |"
+        )
+    slo = f"{outcome.slo_metric} p95 ≤ {outcome.slo_p95_s:g} s"
+    if main is not None and (points := stage_points(main)):
+        prompt = statistics.fmean(q.prompt_tokens for q in points)
+        output = statistics.fmean(q.output_tokens for q in points)
+        share = statistics.fmean(q.cached_share for q in points)
+        lines += [
+            "",
+            f"Main workload (in the fit): {prompt:.0f} prompt tokens, {output:.0f} output, for {slo}: the model's "
+            f"knee {_knee(outcome.knee_for(prompt, output, share))}, measured {_knee(main.knee.concurrency)}.",
+        ]
+    if outcome.holdouts:
+        lines += [
+            "",
+            f"### Held out of the fit ({slo})",
+            "",
+            "| shape (words x max_tokens) | prompt tok | output tok | predicted knee | measured knee | error | "
+            "knee for the measured tokens | levels | measured knee's bound |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for h in outcome.holdouts:
+            levels = ", ".join(str(lv.concurrency) for lv in h.stage.levels)
+            tokens = "–" if h.prompt_tokens is None else f"{h.prompt_tokens:.0f}"
+            out = "–" if h.output_tokens is None else f"{h.output_tokens:.0f}"
+            lines.append(
+                f"| {h.shape} | {tokens} | {out} | {_knee(h.predicted)} | {_knee(h.measured)} | {relative(h.error)} | "
+                f"{_knee(h.predicted_for_measured_tokens)} | {levels} | {h.stage.knee.bound} |"
+            )
+        errors = [abs(h.error) for h in outcome.holdouts if h.error is not None]
+        within = sum(1 for e in errors if e <= GOAL)
+        lines += [
+            "",
+            f"Error = (predicted − measured) / measured; the prediction was made before the measurement, from "
+            f"the shape's words + the template's tokens. {within} of {len(outcome.holdouts)} held-out knees within "
+            f"±{GOAL:.0%}" + (f"; largest |error| {max(errors):.0%}." if errors else "."),
+        ]
+    return lines
+
+
+def compute_summary(outcome: ComputeOutcome | None, error: str | None) -> list[str]:
+    if outcome is None:
+        return [f"  compute model: the fit failed: {error}"] if error else []
+    p = outcome.fit.params
+    lines = [
+        f"  compute model: c {p.request_overhead_s:.3g} s, a {p.step_s:.3g} s, b {p.per_sequence_s:.3g} s/seq, "
+        f"g {p.per_prefill_token_s:.3g} s/token, tails e2e {p.tail_e2e:.3g} ttft {p.tail_ttft:.3g} "
+        f"(RMS relative error {outcome.fit.rms_relative_error:.1%})"
+    ]
+    for h in outcome.holdouts:
+        lines.append(
+            f"    held out {h.shape}: predicted knee {_knee(h.predicted)}, measured {_knee(h.measured)} "
+            f"({relative(h.error)})"
+        )
+    return lines

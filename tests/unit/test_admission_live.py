@@ -1,0 +1,120 @@
+"""The gateway's admission limit through the fitted compute model (serve_apps/admission.py):
+it follows the live workload mix, stays within perf's bounds, says which bound and inputs set it,
+and uncalibrated models keep the KV-derived limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cluster.config import SpilloverConfig, parse_config
+from router.burst import BurstInputs, decide
+from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.watermarks import Watermarks
+from serve_apps.admission import Admission
+from serve_apps.dispatch_types import NoObserver
+from serve_apps.workload_mix import WorkloadMix
+
+T0 = 1000.0
+PERF = {"request_overhead_s": 0.3, "step_s": 0.075, "per_sequence_s": 0.0085, "per_prefill_token_s": 0.0021,
+        "tail_e2e": 1.05, "slo_e2e_p95_s": 10}  # fmt: skip
+
+
+def config(**model: Any) -> SpilloverConfig:
+    spec = {"alias": "m", "source": "prepared:x", "family": "llama", **model}
+    return parse_config({"models": [spec]}, "test")
+
+
+def snapshot(replicas: int = 1, hits: int = 0, queries: int = 0) -> ClusterSnapshot:
+    stats = tuple(ReplicaStats("m", f"r{i}", "n1", T0, 0.1, 0, 0, queries, hits, 364, 128) for i in range(replicas))
+    return ClusterSnapshot(taken_at=T0, replicas=stats, max_age_s=1.0)
+
+
+def admission(cfg: SpilloverConfig) -> Admission:
+    return Admission(cfg, NoObserver(), clock=lambda: T0)
+
+
+def test_the_limit_follows_the_live_mix_and_names_its_inputs() -> None:
+    adm = admission(config(perf=PERF))
+    for _ in range(3):
+        adm.observe("m", 300, 64)
+    limit = adm.limit_with_reason("m", snapshot(), T0)
+    # compute: ⌊(10 / 1.05 − 5.1) / (64 × 0.0085 + 300 × 0.0021)⌋ = 3; memory: ⌊0.8 × ⌊46,592 / 364⌋⌋ = 102
+    assert limit.value == 3
+    assert limit.detail == (
+        "compute bound: min(memory 102, compute 3) x 1 replica(s) for e2e p95 <= 10 s at prompt 300, output 64, "
+        "prefix 0.00 from the last 3 requests"
+    )
+    for _ in range(64):  # the window moves on to short requests
+        adm.observe("m", 50, 16)
+    # ⌊(9.5238 − (0.3 + 16 × 0.075)) / (16 × 0.0085 + 50 × 0.0021)⌋ = ⌊8.0238 / 0.241⌋ = 33
+    assert adm.limit("m", snapshot(), T0) == 33
+    assert adm.limit("m", snapshot(replicas=2), T0) == 66  # per replica, summed over fresh replicas
+
+
+def test_prefix_hits_lower_the_prefill_and_the_bounds_clamp() -> None:
+    adm = admission(config(perf={**PERF, "max_admission_limit": 4}))
+    adm.observe("m", 300, 64)
+    # hit rate 0.5: P_u = 150 → ⌊4.4238 / (0.544 + 0.315)⌋ = 5, clamped to 4
+    limit = adm.limit_with_reason("m", snapshot(hits=500, queries=1000), T0)
+    assert limit.value == 4
+    assert "prefix 0.50" in limit.detail and "within perf bounds [1, 4]" in limit.detail
+    slow = admission(config(perf={**PERF, "min_admission_limit": 2}))
+    slow.observe("m", 300, 512)  # not even one request meets the SLO: compute bound 0, kept at 2
+    assert slow.limit("m", snapshot(), T0) == 2
+
+
+def test_before_any_request_the_configured_means_are_used() -> None:
+    adm = admission(config(perf=PERF))
+    limit = adm.limit_with_reason("m", snapshot(), T0)
+    assert "admission.mean_* (no request yet)" in limit.detail and "prompt 512, output 256" in limit.detail
+
+
+@pytest.mark.parametrize("model", [{}, {"perf": {k: v for k, v in PERF.items() if k != "slo_e2e_p95_s"}}])
+def test_uncalibrated_models_keep_the_kv_limit(model: dict[str, Any]) -> None:
+    adm = admission(config(**model))
+    adm.observe("m", 300, 64)
+    limit = adm.limit_with_reason("m", snapshot(), T0)
+    # ⌊46,592 / (512 + 256)⌋ = 60; ⌊0.8 × 60⌋ = 48, as before the compute model existed
+    assert (limit.value, limit.detail) == (48, "")
+    assert admission(config(admission_limit=5, **model)).limit("m", snapshot(), T0) == 5
+
+
+def test_the_reason_carries_the_bound_and_inputs() -> None:
+    adm = admission(config(perf=PERF))
+    adm.observe("m", 300, 64)
+    limit = adm.limit_with_reason("m", snapshot(), T0)
+    inputs = BurstInputs("m", Watermarks(), 3, limit.value, False, ("sim",), admission_detail=limit.detail)
+    full = decide(inputs, snapshot(), T0, frozenset())
+    assert full.route == "cloud" and full.reason.startswith("inflight 3 >= admission limit 3 (compute bound: min(")
+    assert len(full.reason) < 300  # fits x-spillover-reason whole
+    room = decide(BurstInputs("m", Watermarks(), 1, 3, False, ("sim",), admission_detail=limit.detail),
+                  snapshot(), T0, frozenset())  # fmt: skip
+    assert room.route == "local" and "inflight 1 < admission limit 3" in room.reason
+
+
+def test_workload_mix_window() -> None:
+    mix = WorkloadMix(size=2)
+    assert mix.mean("m") is None
+    for prompt, output in ((100, 10), (200, 20), (300, 30)):
+        mix.observe("m", prompt, output)
+    got = mix.mean("m")
+    assert got is not None and (got.prompt_tokens, got.output_tokens, got.requests) == (250, 25, 2)
+    with pytest.raises(ValueError):
+        WorkloadMix(size=0)
+
+
+async def test_the_dispatcher_records_which_bound_set_the_limit() -> None:
+    from tests.unit.test_dispatch import CHAT, World, dispatcher, make_config, run
+
+    world = World()
+    d = dispatcher(world, make_config(perf=PERF))
+    body = {**CHAT, "max_tokens": 64}
+    held = await run(d, "chat", {**body, "stream": True}, "r-1")  # one stream in flight
+    done = await run(d, "chat", body, "r-2")
+    # the mix of 2 requests: a few prompt tokens, 64 out → ⌊(9.5238 − 5.1) / (0.544 + g·P)⌋ = 8 or so
+    assert done.route == "local" and "compute bound" in done.reason and "from the last 2 requests" in done.reason
+    record = d.decisions.get("r-2")
+    assert record is not None and "compute bound" in record.reason
+    assert [c async for c in held.reply.chunks]  # type: ignore[union-attr]

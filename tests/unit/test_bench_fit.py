@@ -1,0 +1,120 @@
+"""bench/fit.py and its flags: shapes, held-out levels, fit points from measured levels, the perf
+overlay (synthetic requests from known parameters), and bad inputs refused with exit 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.calibrate import CalibrationError, calibrate
+from bench.cli import main
+from bench.fit import (
+    ComputeOutcome,
+    fit_outcome,
+    holdout_levels,
+    parse_shapes,
+    perf_overlay,
+    shape_workload,
+)
+from bench.knee import find_knee
+from bench.request_result import RequestResult
+from bench.stats import summarize
+from bench.sweep import LevelResult, StageResult, SweepPlan
+from bench.workload import WorkloadError
+from cluster.compute_model import PerfParams, Workload, latency
+from cluster.perf_config import PerfSection
+from tests.unit.test_bench_calibrate import MODEL, options, sim_transport
+
+TRUE = PerfParams(0.3, 0.075, 0.0085, 0.0021)
+TEMPLATE = 20  # prompt tokens the (pretend) chat template adds to the words sent
+
+
+def test_parse_shapes() -> None:
+    assert parse_shapes(" 600x8, 50x32 ") == ("600x8", "50x32")
+    w = shape_workload("600x8")
+    assert (w.prompt.mean, w.output.mean, w.prefix_share) == (600, 8, 0.0)
+    for bad in ("", "600", "0x8", "600x0", "axb", "600x8,600x8"):
+        with pytest.raises(WorkloadError):
+            parse_shapes(bad)
+
+
+def test_holdout_levels_surround_the_prediction() -> None:
+    assert holdout_levels(10) == (5, 8, 9, 10, 11, 12, 13, 15, 18)
+    assert holdout_levels(1) == (1, 2, 3, 4)
+    assert holdout_levels(None) == (1, 2, 4, 8)
+    assert max(holdout_levels(1000, highest=16)) == 16
+
+
+def stage(shape: str, levels: tuple[int, ...], slo: float = 10.0) -> StageResult:
+    """A measured stage whose requests take exactly what TRUE predicts."""
+    workload = shape_workload(shape)
+    prompt, output = workload.prompt.mean + TEMPLATE, int(workload.output.mean)
+    plan = SweepPlan(levels, 4, warmup=0, slo_p95_s=slo)
+    done = []
+    for n in levels:
+        lat = latency(TRUE, Workload(prompt, output), n)
+        results = tuple(
+            RequestResult(i, i * lat.e2e_s / n, lat.e2e_s, lat.ttft_s, output, int(prompt), 0) for i in range(4)
+        )
+        done.append(LevelResult(n, summarize(results), results))
+    knee = find_knee([lv.point("e2e") for lv in done], slo)
+    return StageResult(f"fit {shape}", "http://g/v1", MODEL, plan, tuple(done), knee)
+
+
+def test_fit_from_measured_levels_recovers_the_parameters_and_writes_perf() -> None:
+    fits = [(stage(s, (1, 2, 4)), shape_workload(s)) for s in ("600x8", "50x32")]
+    main_stage = stage("280x64", (1, 2, 3, 4, 5))
+    outcome = fit_outcome(fits, (main_stage, shape_workload("280x64")), main_stage.plan)
+    got = outcome.fit.params
+    assert got.step_s == pytest.approx(TRUE.step_s, rel=1e-3)
+    assert got.per_prefill_token_s == pytest.approx(TRUE.per_prefill_token_s, rel=1e-3)
+    assert outcome.template_tokens == pytest.approx(TEMPLATE)
+    assert outcome.highest_level == 5
+    # 300 tokens x 64: ⌊(10 − 5.1) / 1.174⌋ = 4
+    assert outcome.knee_for(300, 64) == 4
+    perf = PerfSection.model_validate(perf_overlay(outcome, main_stage, "test"))
+    assert perf.slo_e2e_p95_s == 10 and perf.knees[0].predicted == outcome.knee_for(300, 64)
+    assert perf.knees[0].knee == main_stage.knee.concurrency
+    assert isinstance(outcome, ComputeOutcome) and outcome.to_dict()["fit"]["params"]["step_s"] == got.step_s
+
+
+@pytest.mark.parametrize(
+    ("kw", "says"),
+    [
+        ({"fit_shapes": "300"}, "not a shape"),
+        ({"holdout_shapes": "100x8"}, "needs --fit-shapes"),
+        ({"fit_shapes": "10x2", "holdout_shapes": "10x2"}, "must not also be a fit shape"),
+        ({"fit_shapes": "10x2", "fit_concurrency": (2, 1)}, "increasing"),
+        ({"fit_shapes": "10x2", "fit_requests_per_level": 0}, "requests per level"),
+    ],
+)
+def test_bad_fit_inputs_are_exit_2(tmp_path: Path, kw: dict[str, Any], says: str) -> None:
+    with pytest.raises(CalibrationError) as info:
+        calibrate(options(tmp_path, **kw), transport_for=lambda url: sim_transport())
+    assert info.value.exit_code == 2 and says in info.value.message
+
+
+def test_bad_fit_flags_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["calibrate", "--url", "http://127.0.0.1:9/v1", "--model", MODEL]
+    for bad in (["--fit-shapes", "600"], ["--holdout-shapes", "1x1,1x1"], ["--fit-concurrency", "0"],
+                ["--fit-requests-per-level", "-1"], ["--holdout-requests-per-level", "x"]):  # fmt: skip
+        with pytest.raises(SystemExit) as info:
+            main([*argv, *bad])
+        assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--fit-shapes" in err and "Traceback" not in err
+
+
+def test_a_fit_that_cannot_be_made_is_reported_with_exit_1(tmp_path: Path) -> None:
+    # the simulator's latency does not grow with concurrency: no compute bound to fit
+    outcome = calibrate(
+        options(tmp_path, concurrency=(1, 2), fit_shapes="20x4,40x2", fit_concurrency=(1, 2), fit_requests_per_level=2),
+        transport_for=lambda url: sim_transport(max_concurrency=8),
+    )
+    if outcome.run.compute is None:
+        assert outcome.exit_code == 1 and outcome.run.compute_error
+        assert "The fit failed" in (tmp_path / "out" / "report.md").read_text()
+    else:  # timing noise can look like growth: then the parameters are at least usable
+        assert "## Compute model" in (tmp_path / "out" / "report.md").read_text()

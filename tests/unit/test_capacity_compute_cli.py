@@ -1,0 +1,98 @@
+"""`spillover capacity --slo-e2e-p95-s / --slo-ttft-p95-s` (cli/capacity.py): the compute bound beside
+the KV-memory bound for a model with fitted `models[].perf`, and bad inputs refused."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.unit.test_capacity_cli import parse, prepared_smollm2, run, run_json
+
+__all__ = ["prepared_smollm2"]  # the fixture, shared with test_capacity_cli.py
+
+REPO = Path(__file__).resolve().parents[2]
+PERF = {"request_overhead_s": 0.3, "step_s": 0.075, "per_sequence_s": 0.0085, "per_prefill_token_s": 0.0021,
+        "tail_e2e": 1.05}  # fmt: skip
+
+
+def config_with(tmp_path: Path, perf: Any) -> str:
+    raw = yaml.safe_load((REPO / "configs" / "local.yaml").read_text())
+    raw["models"][0]["perf"] = perf
+    path = tmp_path / "calibrated.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_compute_bound_binds_with_each_step_shown(tmp_path: Path, prepared_smollm2: Path) -> None:
+    path = config_with(tmp_path, PERF)
+    data = run_json("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
+    (model,) = data["models"]
+    # memory: ⌊46,592 / 364⌋ = 128, ⌊0.8 × 128⌋ = 102; compute: ⌊(10 / 1.05 − 5.1) / 1.174⌋ = 3
+    assert (model["admission_limit"], model["bound"]) == (3, "compute")
+    assert model["admission"]["memory_limit"] == 102 and model["admission"]["compute_limit"] == 3
+    labels = [step[0] for step in model["admission"]["steps"]]
+    assert labels[-1] == "admission limit" and "compute bound, e2e" in labels
+    assert data["inputs"]["slo_e2e_p95_s"] == 10
+    code, text = run("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
+    assert code == 0
+    assert "min(memory 102, compute 3) = 3 (compute binds)" in text
+    assert "=> admission limit 3 concurrent sequences (memory 102 of a KV max 128, compute 3; bound: compute)" in text
+
+
+def test_memory_binds_and_uncalibrated_models_say_so(tmp_path: Path, prepared_smollm2: Path) -> None:
+    path = config_with(tmp_path, PERF)
+    loose = run_json("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "500")
+    assert (loose["models"][0]["admission_limit"], loose["models"][0]["bound"]) == (102, "memory")
+    ttft = run_json("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-ttft-p95-s", "3")
+    assert ttft["models"][0]["admission"]["compute_metric"] == "ttft"
+    plain = run_json("--config", str(REPO / "configs" / "gpu-sim.yaml"), "--slo-e2e-p95-s", "10")
+    for model in plain["models"]:
+        if model["admission"]:
+            assert model["bound"] == "memory" and model["admission"]["status"] == "uncalibrated"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--slo-e2e-p95-s", "0"], ["--slo-e2e-p95-s", "-1"], ["--slo-ttft-p95-s", "fast"], ["--slo-ttft-p95-s", "inf"],
+     ["--slo-e2e-p95-s", "nan"]],
+)  # fmt: skip
+def test_bad_slo_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse(*argv)
+    assert info.value.code == 2
+    assert "slo" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("perf", "says"),
+    [
+        ({**PERF, "step_s": -0.1}, "models[0].perf.step_s"),
+        ({**PERF, "per_sequence_s": 0, "per_prefill_token_s": 0}, "must be > 0"),
+        ({**PERF, "slo_e2e_p95_s": "soon"}, "models[0].perf.slo_e2e_p95_s"),
+        ({**PERF, "warp": 9}, "models[0].perf.warp"),
+        ("fast", "models[0].perf"),
+    ],
+)
+def test_bad_perf_config_is_exit_2_without_traceback(tmp_path: Path, perf: Any, says: str) -> None:
+    path = config_with(tmp_path, perf)
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "capacity", "--config", path, "--slo-e2e-p95-s", "10"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert says in done.stderr and "Traceback" not in done.stderr
+    assert json.dumps(perf) not in done.stdout
+
+
+def test_the_committed_cpu_parameters_bind_on_compute(prepared_smollm2: Path) -> None:
+    local = str(REPO / "configs" / "local.yaml")
+    data = run_json("--config", local, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
+    (model,) = data["models"]
+    assert model["bound"] == "compute" and model["admission_limit"] == model["admission"]["compute_limit"]
+    assert model["admission_limit"] < model["admission"]["memory_limit"]
