@@ -33,22 +33,22 @@ def test_compute_bound_binds_with_each_step_shown(tmp_path: Path, prepared_smoll
     path = config_with(tmp_path, PERF)
     data = run_json("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
     (model,) = data["models"]
-    # memory: ⌊46,592 / 364⌋ = 128, ⌊0.8 × 128⌋ = 102; compute: ⌊(10 / 1.05 − 5.1) / 1.174⌋ = 3
+    # memory (bf16 KV): ⌊93,184 / 364⌋ = 256, ⌊0.8 × 256⌋ = 204; compute: ⌊(10 / 1.05 − 5.1) / 1.174⌋ = 3
     assert (model["admission_limit"], model["bound"]) == (3, "compute")
-    assert model["admission"]["memory_limit"] == 102 and model["admission"]["compute_limit"] == 3
+    assert model["admission"]["memory_limit"] == 204 and model["admission"]["compute_limit"] == 3
     labels = [step[0] for step in model["admission"]["steps"]]
     assert labels[-1] == "admission limit" and "compute bound, e2e" in labels
     assert data["inputs"]["slo_e2e_p95_s"] == 10
     code, text = run("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
     assert code == 0
-    assert "min(memory 102, compute 3) = 3 (compute binds)" in text
-    assert "=> admission limit 3 concurrent sequences (memory 102 of a KV max 128, compute 3; bound: compute)" in text
+    assert "min(memory 204, compute 3) = 3 (compute binds)" in text
+    assert "=> admission limit 3 concurrent sequences (memory 204 of a KV max 256, compute 3; bound: compute)" in text
 
 
 def test_memory_binds_and_uncalibrated_models_say_so(tmp_path: Path, prepared_smollm2: Path) -> None:
     path = config_with(tmp_path, PERF)
     loose = run_json("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "500")
-    assert (loose["models"][0]["admission_limit"], loose["models"][0]["bound"]) == (102, "memory")
+    assert (loose["models"][0]["admission_limit"], loose["models"][0]["bound"]) == (204, "memory")
     ttft = run_json("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-ttft-p95-s", "3")
     assert ttft["models"][0]["admission"]["compute_metric"] == "ttft"
     plain = run_json("--config", str(REPO / "configs" / "gpu-sim.yaml"), "--slo-e2e-p95-s", "10")
