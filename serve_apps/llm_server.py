@@ -53,7 +53,8 @@ class SpilloverLLMServer(LLMServer):
         self._board = get_or_create_board()
         self._pusher = asyncio.get_running_loop().create_task(push_forever(self._read, self._board))
 
-    def _read(self) -> ReplicaStats:
+    async def _read(self) -> ReplicaStats:
+        await self._gpus.refresh()  # where the engine is: a GCS read, in a worker thread when due
         processor = getattr(self._client, "output_processor", None)
         idle = processor is not None and not processor.has_unfinished_requests()
         reading = self._tap.reading(engine_idle=idle)
@@ -93,4 +94,4 @@ class SpilloverLLMServer(LLMServer):
         }
 
     async def engine_stats(self) -> dict[str, Any]:
-        return self._read().to_dict()
+        return (await self._read()).to_dict()
