@@ -8,7 +8,7 @@ Routes
     GET  /readyz                every model deployment passes its health check (readiness)
     GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
     GET  /openapi.json          this surface as OpenAPI 3.0 (serve_apps/openapi.py)
-    GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age
+    GET  /v1/spillover/cluster    the latest ClusterSnapshot: engine stats, age, saturation per replica
     GET  /v1/spillover/resilience        health, breakers, retry budget, quotas (serve_apps/ops_routes.py)
     POST /v1/spillover/resilience/reset  operator reset of health and breaker state
 
@@ -27,12 +27,11 @@ The key is checked before the body is read, and a body is read only up to `max_b
 error texts are scrubbed of URLs, hosts, account ids and the `redact` names (serve_apps/http_guards.py).
 A decision record is its tenant's own (serve_apps/decision_routes.py).
 
-Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
-proxy the proxy itself sets that header (and passes the same id in the request headers),
-so the deployment runs with `set_request_id=False` to avoid a duplicate header.
-Responses that a model produced also carry `x-spillover-route` and `x-spillover-target`. Every error uses
-the OpenAI shape `{"error": {"message", "type", "param", "code"}}`; no traceback ever
-reaches a client.
+Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve proxy the
+proxy itself sets that header (and passes the same id in the request headers), so the deployment runs
+with `set_request_id=False` to avoid a duplicate header. Responses that a model produced also carry
+`x-spillover-route` and `x-spillover-target`. Every error uses the OpenAI shape
+`{"error": {"message", "type", "param", "code"}}`; no traceback ever reaches a client.
 """
 
 from __future__ import annotations
@@ -61,6 +60,7 @@ from router.decision import DecisionStore
 from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout, error_body
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
+from router.saturation import cluster_view
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.decision_routes import OwnedDecisions, owner_of
@@ -366,7 +366,7 @@ class GatewayHTTP:
             body = error_body("this gateway has no telemetry source", "invalid_request_error", "no_telemetry")
             return JSONResponse(body, status_code=404, headers=headers)
         now = self._clock()
-        body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
+        body = {"now": now, "models": list(self._models), **cluster_view(self._snapshot(), now)}
         return JSONResponse(body, headers=headers)
 
     async def _openapi(self, request: Request) -> Response:
