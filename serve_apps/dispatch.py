@@ -42,8 +42,8 @@ from router.plan import Plan, PlanInputs, plan_request
 from router.retry import AttemptBudget
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
-from serve_apps.backend import BackendReply, ModelBackend
-from serve_apps.dispatch_types import CloudBackend, Dispatched, DispatchObserver, NoObserver, header_target
+from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
+from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver, header_target
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Resilience
 
@@ -276,8 +276,7 @@ class Dispatcher:
     ) -> BackendReply:
         if target.kind == "local":
             return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
-        reply = await self._providers[target.provider or ""].chat(target.alias, body, request_id)
-        return BackendReply(body=reply.body, chunks=reply.chunks)
+        return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
 
     async def _local_unless_stale(
         self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool

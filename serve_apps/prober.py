@@ -30,7 +30,7 @@ from router.errors import RequestError
 from router.failure import rule_for
 from router.health import HealthBoard
 from router.snapshot import ClusterSnapshot
-from serve_apps.backend import ModelBackend
+from serve_apps.backend import CloudBackend, ModelBackend
 
 log = logging.getLogger("spillover.prober")
 
@@ -38,13 +38,8 @@ Level = Literal["liveness", "latency", "correctness"]
 TINY_PROMPT = "Say OK."
 
 
-class ProbedProvider(Protocol):
-    @property
-    def name(self) -> str: ...
-
+class ProbedProvider(CloudBackend, Protocol):
     async def probe(self) -> None: ...
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -123,7 +118,7 @@ def cloud_checks(provider: ProbedProvider, alias: str, config: SpilloverConfig) 
 
     async def answers() -> bool:
         reply = await provider.chat(alias, _tiny_chat(alias, TINY_PROMPT, 1), f"probe-{key}")
-        if getattr(reply, "chunks", None) is not None:
+        if reply.chunks is not None:
             async for _ in reply.chunks:
                 pass
         return True
