@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from router.capabilities import local_id, provider_key
 from router.saturation import Saturation, replica_saturation
 from router.snapshot import ClusterSnapshot
 from router.watermarks import Watermarks
@@ -87,10 +88,10 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
         roomiest = min((sats[r] for r in sats if r not in latched), key=lambda sat: sat.value)
         if roomiest.gpu_detail:  # say what the GPUs hold: the engine's reservation is its own, not pressure
             reason += f"; {roomiest.gpu_detail}"
-        return RouteDecision("local", f"local:{inputs.model}", reason, latched)
+        return RouteDecision("local", local_id(inputs.model), reason, latched)
 
     if inputs.local_only:
         return RouteDecision("wait", "", f"{reason}; local_only: waiting for local capacity", latched)
     if not inputs.providers:
         return RouteDecision("wait", "", f"{reason}; no cloud provider serves {inputs.model}", latched)
-    return RouteDecision("cloud", f"cloud:{inputs.providers[0]}", reason, latched)
+    return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)

@@ -43,7 +43,7 @@ from router.retry import AttemptBudget, after_failure, before_attempt
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
 from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
-from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver, header_target
+from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Resilience
 
@@ -214,7 +214,7 @@ class Dispatcher:
             if gate.refused is not None:
                 trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
                 refusals.append(gate.refused)
-                reason = f"{header_target(target)} skipped: {gate.refused}"[:300]
+                reason = f"{target.endpoint} skipped: {gate.refused}"[:300]
                 index, same_retries, delay = index + 1, 0, 0.0
                 continue
             if delay > 0:
@@ -243,9 +243,9 @@ class Dispatcher:
                     raise
                 index, same_retries, delay = index + 1, 0, 0.0
                 if isinstance(exc, ContractViolation):
-                    reason = f"{header_target(target)} broke the output contract"
+                    reason = f"{target.endpoint} broke the output contract"
                 else:
-                    reason = f"{header_target(target)} failed before the first byte: {exc.message}"[:300]
+                    reason = f"{target.endpoint} failed before the first byte: {exc.message}"[:300]
                 continue
             attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
             trail.append(attempt)
@@ -256,7 +256,7 @@ class Dispatcher:
             else:
                 reply = BackendReply(chunks=self._observed(target, reply.chunks))
             route: Route = "local" if target.kind == "local" else "cloud"
-            return Dispatched(reply, route, header_target(target), reason, 0.0, headers)
+            return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
         if last_error is not None:
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])

@@ -12,20 +12,19 @@ Routes
     GET  /v1/spillover/resilience        health, breakers, retry budget, quotas (serve_apps/ops_routes.py)
     POST /v1/spillover/resilience/reset  operator reset of health and breaker state
 
-Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
-replica, cloud provider, or a bounded wait for local room); answers carry `x-spillover-route`
-(local|cloud), `x-spillover-target` and `x-spillover-reason`. Clients may send
-`x-spillover-residency: local_only` (never leaves the cluster), `x-spillover-deadline-ms` and the
-other contract headers (router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}`
-returns the decision record of a recent request. A non-streamed request with `Idempotency-Key` is
-answered once and replayed for repeats (serve_apps/idempotent.py).
+Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local replica,
+cloud provider, or a bounded wait for local room); answers carry `x-spillover-route` (local|cloud),
+`x-spillover-target` and `x-spillover-reason`. Clients may send `x-spillover-residency: local_only`
+(never leaves the cluster), `x-spillover-deadline-ms` and the other contract headers
+(router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}` returns the decision record
+of a recent request. A non-streamed request with `Idempotency-Key` is answered once and replayed for
+repeats (serve_apps/idempotent.py).
 
-With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the
-OpenAI shape otherwise) and the tenant's residency / providers narrow the request's contract; the
-operator routes (`/v1/spillover/cluster`, `/v1/spillover/resilience*`) need an `admin` tenant (403).
-The key is checked before the body is read, and a body is read only up to `max_body_bytes` (413);
-error texts are scrubbed of URLs, hosts, account ids and the `redact` names (serve_apps/http_guards.py).
-A decision record is its tenant's own (serve_apps/decision_routes.py).
+With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the OpenAI
+shape otherwise), the tenant's residency / providers narrow the contract, and the operator routes
+(`/v1/spillover/cluster`, `/v1/spillover/resilience*`) need an `admin` tenant (403). The key is checked
+before the body is read; a body is read only up to `max_body_bytes` (413); error texts are scrubbed of URLs,
+hosts, account ids and `redact` names (serve_apps/http_guards.py); decision records are per tenant.
 
 Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve proxy the
 proxy itself sets that header (and passes the same id in the request headers), so the deployment runs
@@ -55,6 +54,7 @@ from starlette.routing import Route
 
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
+from router.capabilities import local_id
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
 from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout, error_body
@@ -125,7 +125,7 @@ class LocalDispatch:
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
         reply = await self._local.call(contract.model, kind, body, request_id)
-        return Dispatched(reply, "local", f"local:{contract.model}", "local (burst not configured)", 0.0)
+        return Dispatched(reply, "local", local_id(contract.model), "local (burst not configured)", 0.0)
 
 
 class GatewayHTTP:

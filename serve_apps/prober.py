@@ -26,6 +26,7 @@ from typing import Any, Literal, Protocol
 
 from cluster.config import SpilloverConfig
 from cluster.model_spec import ModelSpec
+from router.capabilities import local_id, provider_key
 from router.errors import RequestError
 from router.failure import rule_for
 from router.health import HealthBoard
@@ -72,7 +73,7 @@ def local_checks(
     snapshot: Callable[[], ClusterSnapshot],
     clock: Callable[[], float],
 ) -> list[ProbeCheck]:
-    health, alias, key = config.resilience.health, spec.alias, f"local:{spec.alias}"
+    health, alias, key = config.resilience.health, spec.alias, local_id(spec.alias)
 
     async def alive() -> bool | None:
         snap, now = snapshot(), clock()
@@ -110,7 +111,7 @@ def local_checks(
 
 
 def cloud_checks(provider: ProbedProvider, alias: str, config: SpilloverConfig) -> list[ProbeCheck]:
-    health, key = config.resilience.health, f"cloud:{provider.name}"
+    health, key = config.resilience.health, provider_key(provider.name)
 
     async def alive() -> bool:
         await provider.probe()
