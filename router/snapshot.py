@@ -53,10 +53,6 @@ class GpuMemory:
     processes: tuple[GpuProcessMemory, ...] = ()
 
     @property
-    def used_fraction(self) -> float:
-        return self.used_bytes / self.total_bytes if self.total_bytes else 0.0
-
-    @property
     def other_bytes(self) -> int:
         """Memory held by anything but the replica's engine (other processes, the driver)."""
         return max(0, self.used_bytes - self.engine_bytes)

@@ -172,19 +172,3 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def metric_names() -> set[str]:
-    """The names a scrape shows for every metric above (counters get `_total`, histograms
-    `_bucket`/`_sum`/`_count`) — what the Grafana dashboard may reference."""
-    names = set()
-    for metric in GatewayMetrics().registry.collect():
-        for sample in metric.samples:
-            names.add(sample.name)
-        if metric.type == "counter":
-            names.add(metric.name + "_total")
-        elif metric.type == "histogram":
-            names |= {metric.name + "_bucket", metric.name + "_sum", metric.name + "_count"}
-        else:
-            names.add(metric.name)
-    return {n for n in names if n.startswith(PREFIX)}

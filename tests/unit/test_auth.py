@@ -50,7 +50,7 @@ def test_missing_or_wrong_key_is_401(header: str | None, message: str) -> None:
 
 def test_tenant_without_key_cannot_authenticate() -> None:
     auth = Authenticator(TENANTS, {"acme": "sk-acme-123", "bank": ""})
-    assert auth.tenants_with_keys == 1
+    assert auth.authenticate("Bearer sk-acme-123").name == "acme"
     with pytest.raises(Unauthorized):
         auth.authenticate("Bearer ")
 

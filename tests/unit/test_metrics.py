@@ -10,10 +10,26 @@ from router.decision import Attempt, DecisionRecord
 from router.saturation import assess
 from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.watermarks import Watermarks
-from serve_apps.metrics import GatewayMetrics, metric_names
+from serve_apps.metrics import PREFIX, GatewayMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 METRIC = re.compile(r"\b(spillover_[a-z_]+)\b")
+
+
+def metric_names() -> set[str]:
+    """The names a scrape shows for every metric of GatewayMetrics (counters get `_total`, histograms
+    `_bucket`/`_sum`/`_count`) — what the Grafana dashboard may reference."""
+    names = set()
+    for metric in GatewayMetrics().registry.collect():
+        for sample in metric.samples:
+            names.add(sample.name)
+        if metric.type == "counter":
+            names.add(metric.name + "_total")
+        elif metric.type == "histogram":
+            names |= {metric.name + "_bucket", metric.name + "_sum", metric.name + "_count"}
+        else:
+            names.add(metric.name)
+    return {n for n in names if n.startswith(PREFIX)}
 
 
 def test_every_dashboard_query_names_an_exported_metric() -> None:

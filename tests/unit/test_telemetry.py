@@ -70,7 +70,9 @@ def test_replica_stats_round_trip_and_derived_values() -> None:
     assert ReplicaStats.from_dict(stats.to_dict()) == stats
     assert stats.kv_budget_tokens == 364 * 128 == 46_592
     assert stats.prefix_cache_hit_rate == 0.4
-    assert stats.gpus[0].used_fraction == 0.75 and stats.gpus[0].other_bytes == 60  # no engine: all "other"
+    assert (
+        stats.gpus[0].used_bytes / stats.gpus[0].total_bytes == 0.75 and stats.gpus[0].other_bytes == 60
+    )  # no engine: all "other"
 
 
 def test_snapshot_staleness_and_model_filter() -> None:
