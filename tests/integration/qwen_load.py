@@ -3,8 +3,8 @@ that need local pressure (burst, the dashboard's metrics, fail-over).
 
 `qwen2-tiny-random` has a deliberately tiny KV watermark in the test config (conftest), so a few
 concurrent long requests saturate it on 2 CPU cores. `saturated_qwen` puts that load on and, when
-it leaves, waits until it is gone and the hysteresis released, so the next test finds the model
-as it was.
+it leaves, waits until it is gone, the hysteresis released and the models' health green again, so
+the next test finds the models as they were.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, wait_until_local_models_green
 
 QWEN = "qwen2-tiny-random"
 SHORT = [{"role": "user", "content": "Say something."}]
@@ -94,3 +94,4 @@ def saturated_qwen(stack: Stack) -> Iterator[list[int]]:
         while qwen_saturation(stack) >= 0.5:  # below the low mark: hysteresis releases
             assert time.monotonic() < deadline
             time.sleep(0.1)
+        wait_until_local_models_green(stack)  # the load may have slowed the probes of either model
