@@ -1,14 +1,18 @@
 """`spillover status`: the live cluster as the gateway sees it.
 
-Reads `GET /v1/spillover/cluster` from the gateway (the snapshot the router uses) and this node's
-GPUs through NVML, and prints nodes, GPUs, replicas with KV usage, running/waiting, prefix-cache
-hit rate, KV budget from the engine's blocks, saturation and the age of each reading.
+Reads `GET /v1/spillover/cluster` from the gateway (the snapshot the router uses, with the
+saturation and GPU pressure it computed for each replica: the same numbers the router decides with
+and `/metrics` exports) and this node's GPUs through NVML, and prints nodes, GPUs, replicas with KV
+usage, running/waiting, prefix-cache hit rate, KV budget from the engine's blocks, saturation and
+the age of each reading.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import os
 import time
 from typing import Any
@@ -16,15 +20,22 @@ from typing import Any
 from cli.gateway_client import add_key_argument, gateway_url, get_json
 from cluster.config import load_config
 from cluster.nvml import reader_from_env
-from router.saturation import gpu_memory_pressure, replica_saturation
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.snapshot import ReplicaStats
 
 GIB = 1024**3
 
 
+REPLICA_FIELDS = {f.name for f in dataclasses.fields(ReplicaStats)}
+
+
+def _number(value: float | None) -> float:
+    """The gateway writes an infinite saturation or pressure as null (JSON has no infinity)."""
+    return math.inf if value is None else float(value)
+
+
 def add_status_parser(subparsers: Any) -> None:
     status = subparsers.add_parser("status", help="show the live cluster: replicas, KV usage, saturation")
-    status.add_argument("--config", default=None, help="config whose gateway and watermarks to use")
+    status.add_argument("--config", default=None, help="config whose gateway to ask")
     status.add_argument("--url", default=None, help="gateway base URL (default: from the config)")
     status.add_argument("--json", action="store_true")
     add_key_argument(status)
@@ -39,25 +50,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"this node: {len(gpus.gpus)} GPU(s)" if gpus.ok else f"this node: no GPUs ({gpus.reason})")
     data = get_json(url, "/v1/spillover/cluster", args.api_key_env)
     now = time.time()
-    replicas = tuple(
-        ReplicaStats.from_dict({k: v for k, v in r.items() if k not in ("age_s", "stale")}) for r in data["replicas"]
-    )
-    snapshot = ClusterSnapshot(taken_at=data["taken_at"], replicas=replicas, max_age_s=data["max_age_s"])
     rows = []
-    for stats in replicas:
-        marks = config.watermarks_for(stats.model)
-        sat = replica_saturation(stats, marks, snapshot=snapshot, now=now)
-        shown = stats.to_dict()
-        for gpu, gpu_row in zip(stats.gpus, shown["gpus"], strict=True):
-            gpu_row["other_bytes"] = gpu.other_bytes
-            gpu_row["pressure"] = gpu_memory_pressure(gpu, marks.gpu_memory)
+    for shown in data["replicas"]:
+        stats = ReplicaStats.from_dict({k: v for k, v in shown.items() if k in REPLICA_FIELDS and k != "gpus"})
+        for gpu_row in shown["gpus"]:
+            gpu_row["pressure"] = _number(gpu_row["pressure"])
         rows.append(
             {
-                **shown,
+                **{k: v for k, v in shown.items() if k not in ("stale", "saturation")},
                 "age_s": round(stats.age(now), 2),
-                "saturation": sat.value,
-                "saturation_term": sat.term,
-                "saturation_detail": sat.detail,
+                "saturation": _number(shown["saturation"]),
                 "kv_budget_tokens": stats.kv_budget_tokens,
                 "prefix_cache_hit_rate": stats.prefix_cache_hit_rate,
             }

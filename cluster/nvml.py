@@ -61,10 +61,6 @@ class GpuInfo:
     read_at: float
     processes: tuple[GpuProcess, ...] | None = ()
 
-    @property
-    def memory_used_fraction(self) -> float:
-        return self.memory_used / self.memory_total if self.memory_total else 0.0
-
 
 @dataclass(frozen=True)
 class GpuInventory:

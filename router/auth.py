@@ -48,10 +48,6 @@ class Authenticator:
             t.name: TokenBucket(t.requests_per_minute, clock=clock) for t in tenants if t.requests_per_minute
         }
 
-    @property
-    def tenants_with_keys(self) -> int:
-        return len(self._entries)
-
     def authenticate(self, authorization: str | None) -> TenantPolicy:
         scheme, _, given = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not given.strip():

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from router.capabilities import local_id, provider_key
 from router.saturation import Saturation, replica_saturation
 from router.snapshot import ClusterSnapshot
 from router.watermarks import Watermarks
@@ -94,10 +95,10 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
             reason += (
                 f"; inflight {inputs.inflight} < admission limit {inputs.admission_limit} ({inputs.admission_detail})"
             )
-        return RouteDecision("local", f"local:{inputs.model}", reason, latched)
+        return RouteDecision("local", local_id(inputs.model), reason, latched)
 
     if inputs.local_only:
         return RouteDecision("wait", "", f"{reason}; local_only: waiting for local capacity", latched)
     if not inputs.providers:
         return RouteDecision("wait", "", f"{reason}; no cloud provider serves {inputs.model}", latched)
-    return RouteDecision("cloud", f"cloud:{inputs.providers[0]}", reason, latched)
+    return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)

@@ -129,9 +129,32 @@ def estimate_cost_usd(caps: Capabilities, prompt_tokens: int, output_tokens: int
     return (prompt_tokens * caps.price_in_per_mtok + output_tokens * caps.price_out_per_mtok) / 1_000_000
 
 
+LOCAL_PREFIX = "local:"
+
+
+def local_id(alias: str) -> str:
+    """A local model's one name, `local:<alias>`: its target id, health key and x-spillover-target."""
+    return f"{LOCAL_PREFIX}{alias}"
+
+
+def provider_key(provider: str) -> str:
+    """A cloud provider's name, `cloud:<provider>`: its health key and x-spillover-target."""
+    return f"cloud:{provider}"
+
+
+def cloud_id(provider: str, alias: str) -> str:
+    """A cloud target's id, `cloud:<provider>/<alias>`: one model at one provider (breakers, quotas
+    and decision records are per model; health and the response header per provider)."""
+    return f"{provider_key(provider)}/{alias}"
+
+
+def is_local_id(target_id: str) -> bool:
+    return target_id.startswith(LOCAL_PREFIX)
+
+
 @dataclass(frozen=True)
 class Target:
-    id: str  # local:<alias> | cloud:<provider>/<alias>
+    id: str  # local_id(alias) | cloud_id(provider, alias)
     kind: TargetKind
     provider: str | None  # None for local targets
     alias: str
@@ -141,6 +164,11 @@ class Target:
     @property
     def known(self) -> bool:
         return self.caps.known
+
+    @property
+    def endpoint(self) -> str:
+        """Where it runs, as health and `x-spillover-target` name it: `local:<alias>` | `cloud:<provider>`."""
+        return local_id(self.alias) if self.kind == "local" else provider_key(self.provider or "")
 
 
 def local_capabilities(
@@ -211,12 +239,12 @@ def cloud_capabilities(provider_name: str, alias: str, entry: str | ProviderMode
 
 def local_target(alias: str, engine_args: Mapping[str, Any], **kwargs: Any) -> Target:
     """`kwargs` go to `local_capabilities` (region, quality, snapshot, ...)."""
-    return Target(f"local:{alias}", "local", None, alias, alias, local_capabilities(alias, engine_args, **kwargs))
+    return Target(local_id(alias), "local", None, alias, alias, local_capabilities(alias, engine_args, **kwargs))
 
 
 def cloud_target(provider_name: str, alias: str, entry: str | ProviderModel) -> Target:
     caps = cloud_capabilities(provider_name, alias, entry)
-    return Target(f"cloud:{provider_name}/{alias}", "cloud", provider_name, alias, provider_model_name(entry), caps)
+    return Target(cloud_id(provider_name, alias), "cloud", provider_name, alias, provider_model_name(entry), caps)
 
 
 class ModelSpecLike(Protocol):

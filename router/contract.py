@@ -76,10 +76,6 @@ class RequestContract:
     def min_context(self) -> int:
         return self.est_prompt_tokens + self.max_output_tokens
 
-    @property
-    def needs_vision(self) -> bool:
-        return "image" in self.modalities
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, for decision records."""
         residency = self.residency if isinstance(self.residency, str) else sorted(self.residency)

@@ -160,10 +160,6 @@ class DecisionRecord:
         """Every attempt's known cost, failed attempts included."""
         return sum(a.cost_usd for a in self.attempts if a.cost_usd is not None)
 
-    @property
-    def cost_complete(self) -> bool:
-        return all(a.cost_usd is not None for a in self.attempts)
-
     def to_dict(self) -> dict[str, Any]:
         data = _plain(self)
         data["tiers"] = [list(t) for t in self.tiers]

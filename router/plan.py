@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from router.burst import BurstInputs, Route, decide
-from router.capabilities import Registry, Target
+from router.capabilities import Registry, Target, is_local_id
 from router.contract import RequestContract
 from router.errors import NoTargetFitsContext, TargetUnavailable
 from router.pipeline import PipelineResult, no_capable_model, run_pipeline
@@ -85,8 +85,8 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
                 f"every target able to serve {contract.model} under this contract is unavailable"
                 + (f" ({why})" if why else "")
             )
-        removal = next((r for r in result.removed if r.target.startswith("local:")), None)
-        down = next((inputs.unavailable[i] for i in result.unavailable if i.startswith("local:")), None)
+        removal = next((r for r in result.removed if is_local_id(r.target)), None)
+        down = next((inputs.unavailable[i] for i in result.unavailable if is_local_id(i)), None)
         if removal is not None:
             why = f"local {contract.model} cannot serve this request: {removal.reason}"
         else:

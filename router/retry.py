@@ -1,4 +1,4 @@
-"""Backoff delays and retry budgets: how long to wait, and whether another attempt is allowed.
+"""Backoff delays, retry budgets and the next-attempt decision of the dispatcher's attempt loop.
 
 Pure: the clock and the randomness are injected, nothing sleeps or awaits. The dispatcher asks
 three questions before a second or later attempt of a request:
@@ -6,6 +6,10 @@ three questions before a second or later attempt of a request:
     may this request try again at all?        AttemptBudget.next_allowed (attempts, deadline)
     may the gateway afford one more retry?    RetryBudget.try_withdraw   (gateway-wide bucket)
     how long to wait first?                   Backoff.delay_s            (full jitter, Retry-After)
+
+`after_failure` (fed by the retry table's rule for the failure, router/failure.py) and
+`before_attempt` put these answers together into the loop's decisions; serve_apps/dispatch.py
+only carries them out.
 
 `RetryBudget` is what keeps retries from amplifying an outage: when every target fails, a
 gateway retrying every request 3 times sends 3x the load to already-failing targets. Capping
@@ -20,6 +24,11 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
+
+from router.failure import Rule
+
+MAX_SAME_TARGET_RETRIES = 1  # a second failure of the same target moves on (or gives up)
 
 # Exponents above this only matter for absurd base values; clamping keeps `2**n` finite.
 _MAX_EXPONENT = 1000
@@ -153,3 +162,39 @@ class AttemptBudget:
     def next_allowed(self, attempts_made: int, now: float, delay_s: float) -> bool:
         """True when another attempt is left and starting it after `delay_s` is before the deadline."""
         return attempts_made < self.max_attempts and now + delay_s < self.deadline
+
+
+AfterFailure = Literal["retry_same", "fail_over", "give_up"]
+BeforeAttempt = Literal["attempt", "skip", "stop"]
+
+
+def after_failure(rule: Rule, same_retries: int, retry_granted: Callable[[], bool]) -> AfterFailure:
+    """What follows a failed attempt whose failure the retry table gives `rule`: the same target
+    again when the rule allows it, fewer than MAX_SAME_TARGET_RETRIES retries of it were made and
+    the gateway-wide budget grants one (`retry_granted`, e.g. `RetryBudget.try_withdraw`, asked
+    only then); else the next candidate when the rule allows failing over; else give up."""
+    if rule.retry_same and same_retries < MAX_SAME_TARGET_RETRIES and retry_granted():
+        return "retry_same"
+    return "fail_over" if rule.fail_over else "give_up"
+
+
+def before_attempt(
+    attempts_made: int,
+    budget: AttemptBudget,
+    now: float,
+    delay_s: float,
+    *,
+    into_failed_domain: bool,
+    retry_granted: Callable[[], bool],
+) -> BeforeAttempt:
+    """Whether the next candidate is tried: the first attempt always is; a later one stops the
+    request when its attempt budget is spent (count or deadline, after `delay_s`), and is skipped
+    when it fails over into the failure domain that just failed (`into_failed_domain`) and the
+    gateway-wide budget grants no retry (failing over elsewhere adds no load to the struggling one)."""
+    if not attempts_made:
+        return "attempt"
+    if not budget.next_allowed(attempts_made, now, delay_s):
+        return "stop"
+    if into_failed_domain and not retry_granted():
+        return "skip"
+    return "attempt"

@@ -8,13 +8,19 @@ The direct path (Ray's metrics export lags seconds, too late for a watermark):
 
 Each `ReplicaStats` carries `read_at`, the wall-clock time the replica read its engine; the
 snapshot's `taken_at` is when the gateway fetched the board. A replica whose stats are older
-than `max_age_s` is stale, and the router treats a stale replica as saturated.
+than `max_age_s` is stale, and the router treats a stale replica as saturated. The gateway's
+poller also attaches each replica's saturation (router/saturation.py `assess`), computed once per
+snapshot for every reader.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # router/saturation.py builds on this module; only the annotation is needed here
+    from router.saturation import Saturation
 
 
 @dataclass(frozen=True)
@@ -45,10 +51,6 @@ class GpuMemory:
     attribution: str = "none"
     utilization_gpu: int | None = None  # SM utilisation, percent
     processes: tuple[GpuProcessMemory, ...] = ()
-
-    @property
-    def used_fraction(self) -> float:
-        return self.used_bytes / self.total_bytes if self.total_bytes else 0.0
 
     @property
     def other_bytes(self) -> int:
@@ -115,6 +117,8 @@ class ClusterSnapshot:
     replicas: tuple[ReplicaStats, ...] = ()
     max_age_s: float = 1.0
     errors: tuple[str, ...] = field(default=())
+    # replica id -> its reading's saturation regardless of age (router/saturation.py `assess`)
+    saturations: Mapping[str, Saturation] = field(default_factory=dict, compare=False)
 
     def for_model(self, model: str) -> tuple[ReplicaStats, ...]:
         return tuple(r for r in self.replicas if r.model == model)

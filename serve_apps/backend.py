@@ -1,8 +1,10 @@
-"""What the gateway needs from whatever serves a model: the `ModelBackend` protocol.
+"""What the gateway needs from whatever serves a model, and the one reply every backend returns.
 
-The gateway's HTTP layer talks only to this protocol. In production it is
-`serve_apps.local_backend.ServeHandleBackend` (Ray Serve DeploymentHandles to vLLM
-LLMServer deployments); unit tests use a fake that implements the same protocol.
+`ModelBackend`: the local models, by alias (in production `serve_apps.local_backend.ServeHandleBackend`,
+Ray Serve DeploymentHandles to vLLM LLMServer deployments). `CloudBackend`: one cloud provider's chat
+API (in production `serve_apps.providers.OpenAICompatProvider`). Both answer a `BackendReply`, so the
+dispatcher, the output contract, the prober and the HTTP layer handle local and cloud answers alike.
+Unit tests use the fakes of tests/fakes.py, which implement the same protocols.
 """
 
 from __future__ import annotations
@@ -34,4 +36,15 @@ class ModelBackend(Protocol):
 
     async def check_health(self, alias: str, timeout_s: float) -> str | None:
         """None when the model's deployment is healthy, else a short reason."""
+        ...
+
+
+class CloudBackend(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> BackendReply:
+        """Run one chat completion on the provider's model for `alias`. Raises a
+        `router.errors.RequestError` for anything before the first byte of the reply; a stream's
+        iterator raises `UpstreamError` after it."""
         ...

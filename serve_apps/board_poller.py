@@ -1,4 +1,8 @@
-"""The gateway's side of the telemetry path: poll the TelemetryBoard into ClusterSnapshots."""
+"""The gateway's side of the telemetry path: poll the TelemetryBoard into ClusterSnapshots.
+
+Each new snapshot is assessed once (router/saturation.py `assess`, against each model's
+watermarks): the router, `/metrics` and `GET /v1/spillover/cluster` all read those saturations.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,20 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
+from router.saturation import assess
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.watermarks import Watermarks
 
 log = logging.getLogger("spillover.telemetry")
 
 
 class BoardPoller:
-    """Keeps the latest immutable `ClusterSnapshot`; `run()` refreshes it every `period_s`."""
+    """Keeps the latest immutable `ClusterSnapshot`; `run()` refreshes it every `period_s`.
+
+    `watermarks_for(model)`: the model's watermarks, which each snapshot's saturations are judged by."""
 
     def __init__(
         self,
@@ -22,6 +31,7 @@ class BoardPoller:
         *,
         period_s: float,
         max_age_s: float,
+        watermarks_for: Callable[[str], Watermarks],
         clock: Callable[[], float] = time.time,
         on_refresh: Callable[[ClusterSnapshot, float], None] | None = None,
     ):
@@ -29,6 +39,7 @@ class BoardPoller:
         self._on_refresh = on_refresh
         self._period_s = period_s
         self._max_age_s = max_age_s
+        self._watermarks_for = watermarks_for
         self._clock = clock
         self._snapshot = ClusterSnapshot(taken_at=0.0, max_age_s=max_age_s, errors=("no telemetry yet",))
 
@@ -40,11 +51,11 @@ class BoardPoller:
         try:
             rows = await self._board.snapshot.remote(now)
             replicas = tuple(sorted((ReplicaStats.from_dict(r) for r in rows), key=lambda r: (r.model, r.replica_id)))
-            self._snapshot = ClusterSnapshot(taken_at=now, replicas=replicas, max_age_s=self._max_age_s)
+            snapshot = ClusterSnapshot(taken_at=now, replicas=replicas, max_age_s=self._max_age_s)
+            self._snapshot = assess(snapshot, self._watermarks_for)
         except Exception as exc:  # noqa: BLE001 - keep the old replicas; they age into "stale"
             log.warning("telemetry board unreachable: %s", type(exc).__name__)
-            old = self._snapshot
-            self._snapshot = ClusterSnapshot(old.taken_at, old.replicas, old.max_age_s, (f"board: {exc!r}"[:200],))
+            self._snapshot = replace(self._snapshot, errors=(f"board: {exc!r}"[:200],))
         if self._on_refresh is not None:
             self._on_refresh(self._snapshot, now)
         return self._snapshot

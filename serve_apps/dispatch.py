@@ -39,15 +39,13 @@ from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.errors import ContractViolation, RequestError, TargetUnavailable
 from router.openai_request import Kind
 from router.plan import Plan, PlanInputs, plan_request
-from router.retry import AttemptBudget
+from router.retry import AttemptBudget, after_failure, before_attempt
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
-from serve_apps.backend import BackendReply, ModelBackend
-from serve_apps.dispatch_types import CloudBackend, Dispatched, DispatchObserver, NoObserver, header_target
+from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
+from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Resilience
-
-MAX_SAME_TARGET_RETRIES = 1  # a second failure of the same target moves on (or gives up)
 
 
 class Dispatcher:
@@ -186,10 +184,11 @@ class Dispatcher:
         trail: list[Attempt],
         deadline: float,
     ) -> Dispatched:
-        """Walk the candidates, appending every attempt to `trail`: `router.failure`'s table decides
-        after each failure whether to retry the same target (after a backoff), fail over to the next
-        one, or give up."""
+        """Walk the candidates, appending every attempt to `trail`. What comes next is decided by
+        router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
+        same target after a backoff, fail over to the next one, or give up); this loop carries it out."""
         res = self._resilience
+        granted = res.budget.try_withdraw  # the gateway-wide retry budget (router/retry.py)
         candidates = self._candidates(plan, contract)
         local_body = salted(body, contract.tenant)  # per-tenant prefix cache (router/cache_salt.py)
         tokens = contract.est_prompt_tokens + contract.max_output_tokens
@@ -203,21 +202,22 @@ class Dispatcher:
             target, planned_reason = candidates[index]
             has_next = index + 1 < len(candidates)
             attempts = sum(a.outcome != "skipped" for a in trail)
-            if attempts:
-                if not budget.next_allowed(attempts, self._clock(), delay):
-                    refusals.append(f"attempt budget spent ({attempts} of {budget.max_attempts}, or the deadline)")
-                    break
-                # only retries against the domain that just failed draw on the gateway-wide budget:
-                # failing over elsewhere adds no load to the struggling one
-                if not same_retries and res.domain(target) == failed_domain and not res.budget.try_withdraw():
-                    trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
-                    index += 1
-                    continue
+            into_failed = attempts > 0 and not same_retries and res.domain(target) == failed_domain
+            step = before_attempt(
+                attempts, budget, self._clock(), delay, into_failed_domain=into_failed, retry_granted=granted
+            )
+            if step == "stop":
+                refusals.append(f"attempt budget spent ({attempts} of {budget.max_attempts}, or the deadline)")
+                break
+            if step == "skip":
+                trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
+                index += 1
+                continue
             gate = res.gate(target, has_alternative=has_next, tokens=tokens)
             if gate.refused is not None:
                 trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
                 refusals.append(gate.refused)
-                reason = f"{header_target(target)} skipped: {gate.refused}"[:300]
+                reason = f"{target.endpoint} skipped: {gate.refused}"[:300]
                 index, same_retries, delay = index + 1, 0, 0.0
                 continue
             if delay > 0:
@@ -237,17 +237,18 @@ class Dispatcher:
                 trail.append(attempt)
                 res.charge(request_id, target, outcome, attempt.cost_usd, contract.tenant)
                 last_error, failed_domain = exc, res.domain(target)
-                if rule.retry_same and same_retries < MAX_SAME_TARGET_RETRIES and res.budget.try_withdraw():
+                step_after = after_failure(rule, same_retries, granted)
+                if step_after == "retry_same":
                     delay = res.backoff.delay_s(same_retries, getattr(exc, "retry_after_s", None))
                     same_retries += 1
                     continue
-                if not rule.fail_over:
+                if step_after == "give_up":
                     raise
                 index, same_retries, delay = index + 1, 0, 0.0
                 if isinstance(exc, ContractViolation):
-                    reason = f"{header_target(target)} broke the output contract"
+                    reason = f"{target.endpoint} broke the output contract"
                 else:
-                    reason = f"{header_target(target)} failed before the first byte: {exc.message}"[:300]
+                    reason = f"{target.endpoint} failed before the first byte: {exc.message}"[:300]
                 continue
             attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
             trail.append(attempt)
@@ -258,7 +259,7 @@ class Dispatcher:
             else:
                 reply = BackendReply(chunks=self._observed(target, reply.chunks))
             route: Route = "local" if target.kind == "local" else "cloud"
-            return Dispatched(reply, route, header_target(target), reason, 0.0, headers)
+            return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
         if last_error is not None:
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
@@ -279,8 +280,7 @@ class Dispatcher:
     ) -> BackendReply:
         if target.kind == "local":
             return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
-        reply = await self._providers[target.provider or ""].chat(target.alias, body, request_id)
-        return BackendReply(body=reply.body, chunks=reply.chunks)
+        return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
 
     async def _local_unless_stale(
         self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool

@@ -1,32 +1,22 @@
-"""The dispatcher's interfaces: what it calls (`CloudBackend`), what it returns (`Dispatched`),
-whom it tells (`DispatchObserver`), and the `x-spillover-target` form of a target."""
+"""The dispatcher's interfaces: what it returns (`Dispatched`) and whom it tells
+(`DispatchObserver`). What it calls: serve_apps/backend.py."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from router.burst import Route
-from router.capabilities import Target
 from router.decision import DecisionRecord
 from serve_apps.backend import BackendReply
-
-
-class CloudBackend(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any:
-        """Returns an object with `body` (dict | None) and `chunks` (async iterator | None)."""
-        ...
 
 
 @dataclass(frozen=True)
 class Dispatched:
     reply: BackendReply
     route: Route
-    target: str  # header form: local:<alias> | cloud:<provider>
+    target: str  # Target.endpoint: local:<alias> | cloud:<provider>
     reason: str
     waited_s: float
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -56,7 +46,3 @@ class NoObserver:
 
     def recorded(self, record: DecisionRecord) -> None:
         return None
-
-
-def header_target(target: Target) -> str:
-    return f"local:{target.alias}" if target.kind == "local" else f"cloud:{target.provider}"

@@ -11,11 +11,14 @@ GPU (`ray.get_gpu_ids()` is empty there). So a replica's engine footprint on thi
 
 Ray has no public call for "the actors of a placement group" without the dashboard, so this reads
 the GCS actor table through ray 2.60's GlobalState accessor (pinned like the rest of the
-ray.serve.llm coupling). The footprint is refreshed every FOOTPRINT_REFRESH_S.
+ray.serve.llm coupling). The replica's own placement group, node and GPUs are asked once; the
+actor table is read again every FOOTPRINT_REFRESH_S, in a worker thread (`ReplicaGpus.refresh`): it
+is a blocking call to the GCS, which the replica's event loop (serving requests) must not wait on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,22 +58,17 @@ def own_processes(pid: int, gpu_ids: Sequence[int]) -> Locate:
     return lambda: EngineFootprint(process_tree(pid), tuple(gpu_ids))
 
 
-def placement_group_actors() -> EngineFootprint:
-    """PIDs and GPU ids of the live actors of the caller's placement group on the caller's node."""
-    import ray  # here, not at the top: the NVML side (ReplicaGpus, own_processes) runs without Ray
-
-    group = ray.util.get_current_placement_group()
-    if group is None:
-        return EngineFootprint(frozenset(), ())
-    from ray._private.state import state
+def placement_group_actors(group_id: bytes, node_id: str) -> EngineFootprint:
+    """PIDs and GPU ids of the live actors of placement group `group_id` on node `node_id` (blocking:
+    it reads the GCS actor table)."""
+    from ray._private.state import state  # here, not at the top: the NVML side runs without Ray
     from ray.core.generated import gcs_pb2
 
-    node = ray.get_runtime_context().get_node_id()
     pids: set[int] = set()
     gpus: set[int] = set()
     for raw in state._connect_and_get_accessor().get_actor_table(None, "ALIVE"):
         actor = gcs_pb2.ActorTableData.FromString(raw)  # type: ignore[attr-defined]  # generated, no stubs
-        if actor.placement_group_id != group.id.binary() or actor.address.node_id.hex() != node:
+        if actor.placement_group_id != group_id or actor.address.node_id.hex() != node_id:
             continue
         pids.add(int(actor.pid))
         for mapping in actor.resource_mapping:  # in a placement group: "GPU_group_<bundle>_<pg id>"
@@ -80,13 +78,20 @@ def placement_group_actors() -> EngineFootprint:
 
 
 def replica_engine(pid: int) -> Locate:
-    """What a SpilloverLLMServer replica's engine occupies (see the module docstring)."""
+    """What a SpilloverLLMServer replica's engine occupies (see the module docstring). Call it in the
+    replica: its placement group, node and own GPUs are read here, once (they stay the replica's for
+    its life); `locate` then reads only processes and the actor table, from any thread."""
+    import ray
+
+    group = ray.util.get_current_placement_group()
+    node_id = ray.get_runtime_context().get_node_id()
+    own_gpus = tuple(int(i) for i in ray.get_gpu_ids())
 
     def locate() -> EngineFootprint:
-        import ray
-
-        own = EngineFootprint(process_tree(pid), tuple(int(i) for i in ray.get_gpu_ids()))
-        return own | placement_group_actors()
+        own = EngineFootprint(process_tree(pid), own_gpus)
+        if group is None:
+            return own
+        return own | placement_group_actors(group.id.binary(), node_id)
 
     return locate
 
@@ -95,7 +100,8 @@ class ReplicaGpus:
     """A replica's GPUs, read at each push and split between its engine and everything else.
 
     `reserved_fraction`: the engine's gpu_memory_utilization. `locate` says where the engine is;
-    it is asked again every FOOTPRINT_REFRESH_S (GPU workers start after the replica)."""
+    it is asked again every FOOTPRINT_REFRESH_S (GPU workers start after the replica): by `refresh`
+    in a worker thread on an event loop, else by `read` itself."""
 
     def __init__(
         self,
@@ -116,9 +122,18 @@ class ReplicaGpus:
     def footprint(self) -> EngineFootprint:
         return self._footprint
 
+    def _due(self, now: float) -> bool:
+        return now - self._located_at >= FOOTPRINT_REFRESH_S
+
+    async def refresh(self) -> None:
+        """Locate the engine again when FOOTPRINT_REFRESH_S has passed, off the event loop."""
+        now = self._clock()
+        if self._due(now):
+            self._footprint, self._located_at = await asyncio.to_thread(self._locate), now
+
     def read(self) -> tuple[tuple[GpuMemory, ...], str | None]:
         now = self._clock()
-        if now - self._located_at >= FOOTPRINT_REFRESH_S:
+        if self._due(now):
             self._footprint, self._located_at = self._locate(), now
         if not self._footprint.gpu_ids:
             return (), None  # a CPU replica: NVML is not read

@@ -22,7 +22,6 @@ from cluster.tenants import authenticator_for
 from router.decision import DecisionStore
 from router.errors import SpilloverError
 from router.idempotency import IdempotencyStore
-from router.saturation import Saturation, replica_saturation
 from router.snapshot import ClusterSnapshot
 from serve_apps.background_writer import BackgroundWriter
 from serve_apps.board_poller import BoardPoller
@@ -54,15 +53,6 @@ class Gateway:
         self._config = parse_config(config, "(deployed config)")
         self._handles = handles
         self._created = int(time.time())
-
-    def _saturations(self, snapshot: ClusterSnapshot, now: float) -> dict[str, tuple[str, Saturation]]:
-        return {
-            r.replica_id: (
-                r.model,
-                replica_saturation(r, self._config.watermarks_for(r.model), snapshot=snapshot, now=now),
-            )
-            for r in snapshot.replicas
-        }
 
     def _spend_ledger(self) -> SpendLedger | None:
         """The SQLite spend ledger (every cloud attempt's cost); None when it cannot be opened
@@ -118,8 +108,7 @@ class Gateway:
         sink = BackgroundWriter(JsonlFile(log_path), name="decision-log") if log_path else None
 
         def refreshed(snapshot: ClusterSnapshot, now: float) -> None:
-            marks = self._config.watermarks_for
-            metrics.replicas(snapshot, self._saturations(snapshot, now), lambda model: marks(model).gpu_memory)
+            metrics.replicas(snapshot, now)
             metrics.resilience(resilience.view())
             if sink is not None:
                 metrics.decision_log(failed=sink.failures, dropped=sink.dropped)
@@ -128,6 +117,7 @@ class Gateway:
             get_or_create_board(),
             period_s=telemetry.poll_period_s,
             max_age_s=telemetry.max_age_s,
+            watermarks_for=self._config.watermarks_for,
             on_refresh=refreshed,
         )
         loop = asyncio.get_running_loop()

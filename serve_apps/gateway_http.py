@@ -9,33 +9,31 @@ Routes
                                 check (serve_apps/golden_gate.py); 503 names each model's reason
     GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
     GET  /openapi.json          this surface as OpenAPI 3.0 (serve_apps/openapi.py)
-    GET  /v1/spillover/cluster    the latest ClusterSnapshot: per-replica engine stats and their age,
+    GET  /v1/spillover/cluster    the latest ClusterSnapshot: engine stats, age, saturation per replica,
                                   and each model's golden check
     GET  /v1/spillover/resilience        health, breakers, retry budget, quotas (serve_apps/ops_routes.py)
     POST /v1/spillover/resilience/reset  operator reset of health and breaker state
 
-Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local
-replica, cloud provider, or a bounded wait for local room); answers carry `x-spillover-route`
-(local|cloud), `x-spillover-target` and `x-spillover-reason`. Clients may send
-`x-spillover-residency: local_only` (never leaves the cluster), `x-spillover-deadline-ms` and the
-other contract headers (router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}`
-returns the decision record of a recent request. A non-streamed request with `Idempotency-Key` is
-answered once and replayed for repeats (serve_apps/idempotent.py).
+Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local replica,
+cloud provider, or a bounded wait for local room); answers carry `x-spillover-route` (local|cloud),
+`x-spillover-target` and `x-spillover-reason`. Clients may send `x-spillover-residency: local_only`
+(never leaves the cluster), `x-spillover-deadline-ms` and the other contract headers
+(router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}` returns the decision record
+of a recent request. A non-streamed request with `Idempotency-Key` is answered once and replayed for
+repeats (serve_apps/idempotent.py).
 
-With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the
-OpenAI shape otherwise), a tenant's generation requests are held to its concurrency limit and monthly
-budget (serve_apps/tenant_limits.py), and the tenant's residency / providers narrow the request's contract; the
-operator routes (`/v1/spillover/cluster`, `/v1/spillover/resilience*`) need an `admin` tenant (403).
-The key is checked before the body is read, and a body is read only up to `max_body_bytes` (413);
-error texts are scrubbed of URLs, hosts, account ids and the `redact` names (serve_apps/http_guards.py).
-A decision record is its tenant's own (serve_apps/decision_routes.py).
+With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the OpenAI
+shape otherwise), a tenant's generation requests are held to its concurrency limit and monthly budget
+(serve_apps/tenant_limits.py), the tenant's residency / providers narrow the contract, and the operator routes
+(`/v1/spillover/cluster`, `/v1/spillover/resilience*`) need an `admin` tenant (403). The key is checked
+before the body is read; a body is read only up to `max_body_bytes` (413); error texts are scrubbed of URLs,
+hosts, account ids and `redact` names (serve_apps/http_guards.py); decision records are per tenant.
 
-Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve
-proxy the proxy itself sets that header (and passes the same id in the request headers),
-so the deployment runs with `set_request_id=False` to avoid a duplicate header.
-Responses that a model produced also carry `x-spillover-route` and `x-spillover-target`. Every error uses
-the OpenAI shape `{"error": {"message", "type", "param", "code"}}`; no traceback ever
-reaches a client.
+Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve proxy the
+proxy itself sets that header (and passes the same id in the request headers), so the deployment runs
+with `set_request_id=False` to avoid a duplicate header. Responses that a model produced also carry
+`x-spillover-route` and `x-spillover-target`. Every error uses the OpenAI shape
+`{"error": {"message", "type", "param", "code"}}`; no traceback ever reaches a client.
 """
 
 from __future__ import annotations
@@ -59,11 +57,13 @@ from starlette.routing import Route
 
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
+from router.capabilities import local_id
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionStore
 from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout, error_body
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
+from router.saturation import cluster_view
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.decision_routes import OwnedDecisions, owner_of
@@ -130,7 +130,7 @@ class LocalDispatch:
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
         reply = await self._local.call(contract.model, kind, body, request_id)
-        return Dispatched(reply, "local", f"local:{contract.model}", "local (burst not configured)", 0.0)
+        return Dispatched(reply, "local", local_id(contract.model), "local (burst not configured)", 0.0)
 
 
 class GatewayHTTP:
@@ -384,7 +384,7 @@ class GatewayHTTP:
             body = error_body("this gateway has no telemetry source", "invalid_request_error", "no_telemetry")
             return JSONResponse(body, status_code=404, headers=headers)
         now = self._clock()
-        body = {"now": now, "models": list(self._models), **self._snapshot().to_dict(now)}
+        body = {"now": now, "models": list(self._models), **cluster_view(self._snapshot(), now)}
         body["golden"] = self._golden.view() if self._golden is not None else {}
         return JSONResponse(body, headers=headers)
 

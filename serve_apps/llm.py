@@ -9,6 +9,7 @@ the model's `num_gpus`, so Serve places replicas on the GPUs the nodes declare.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,16 @@ def check_engine_args(config: SpilloverConfig, config_path: str) -> None:
         raise ConfigError(config_path, problems)
 
 
-def replica_router_config(spec: ModelSpec, watermarks: Watermarks) -> dict[str, Any]:
+WATERMARKS_KEY = "spillover_watermarks"  # in LLMConfig.experimental_configs
+
+
+def watermarks_of(experimental_configs: Mapping[str, Any]) -> Watermarks:
+    """From an LLMConfig's `experimental_configs`: the model's watermarks, which its replicas judge
+    their own saturation by (the routing stats serve_apps/replica_router.py reads)."""
+    return Watermarks(**experimental_configs.get(WATERMARKS_KEY, {}))
+
+
+def replica_router_config(spec: ModelSpec) -> dict[str, Any]:
     """Serve's request router for the model's replicas: Ray's default (power of two) or ours
     (only with more than one replica: with one there is nothing to choose)."""
     if spec.replica_router == "power_of_two" or spec.replicas < 2:
@@ -68,9 +78,6 @@ def replica_router_config(spec: ModelSpec, watermarks: Watermarks) -> dict[str, 
         "request_router_config": {
             "request_router_class": ROUTER_PATH,
             "request_router_kwargs": {
-                "kv_cache": watermarks.kv_cache,
-                "gpu_memory": watermarks.gpu_memory,
-                "queue": watermarks.queue,
                 "imbalanced_threshold": spec.imbalanced_threshold,
                 "prefix_chars": spec.prefix_chars,
             },
@@ -80,7 +87,7 @@ def replica_router_config(spec: ModelSpec, watermarks: Watermarks) -> dict[str, 
 
 
 def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None = None) -> LLMConfig:
-    """`watermarks`: the model's (from the config); the replica router judges saturation with them."""
+    """`watermarks`: the model's (from the config); its replicas judge their saturation by them."""
     watermarks = watermarks or spec.watermarks or Watermarks()
     env: dict[str, str] = {}
     extra: dict[str, Any] = {}
@@ -107,8 +114,9 @@ def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None =
             "num_replicas": spec.replicas,
             "health_check_period_s": 5,
             "health_check_timeout_s": 10,
-            **replica_router_config(spec, watermarks),
+            **replica_router_config(spec),
         },
+        experimental_configs={WATERMARKS_KEY: watermarks.model_dump()},
         log_engine_metrics=True,
         **extra,
     )

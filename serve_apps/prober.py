@@ -39,11 +39,12 @@ from typing import Any, Literal, Protocol
 from cluster.config import SpilloverConfig
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ProviderProbe
+from router.capabilities import local_id, provider_key
 from router.errors import RequestError
 from router.failure import FailureClass, classify, rule_for
 from router.health import Health, HealthBoard
 from router.snapshot import ClusterSnapshot
-from serve_apps.backend import ModelBackend
+from serve_apps.backend import CloudBackend, ModelBackend
 
 log = logging.getLogger("spillover.prober")
 
@@ -51,13 +52,8 @@ Level = Literal["liveness", "latency", "correctness"]
 TINY_PROMPT = "Say OK."
 
 
-class ProbedProvider(Protocol):
-    @property
-    def name(self) -> str: ...
-
+class ProbedProvider(CloudBackend, Protocol):
     async def probe(self) -> None: ...
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -90,7 +86,7 @@ def local_checks(
     snapshot: Callable[[], ClusterSnapshot],
     clock: Callable[[], float],
 ) -> list[ProbeCheck]:
-    health, alias, key = config.resilience.health, spec.alias, f"local:{spec.alias}"
+    health, alias, key = config.resilience.health, spec.alias, local_id(spec.alias)
 
     async def alive() -> bool | None:
         snap, now = snapshot(), clock()
@@ -128,7 +124,7 @@ def local_checks(
 
 
 def cloud_checks(provider: ProbedProvider, alias: str, config: SpilloverConfig) -> list[ProbeCheck]:
-    health, key = config.resilience.health, f"cloud:{provider.name}"
+    health, key = config.resilience.health, provider_key(provider.name)
     spec = next((p.probe for p in config.cloud.providers if p.name == provider.name), ProviderProbe())
 
     async def alive() -> bool:
@@ -138,7 +134,7 @@ def cloud_checks(provider: ProbedProvider, alias: str, config: SpilloverConfig) 
     async def answers() -> bool:
         body = _tiny_chat(alias, spec.prompt, spec.max_tokens, spec.temperature)
         reply = await provider.chat(alias, body, f"probe-{key}")
-        if getattr(reply, "chunks", None) is not None:
+        if reply.chunks is not None:
             async for _ in reply.chunks:
                 pass
         return True

@@ -8,9 +8,11 @@ hashing of that key: every gateway replica, with no shared state and no extra ca
 same prefix to the same model replica, and when a replica leaves only its keys move.
 
 Balanced against load and saturation:
-* replicas whose own engine says they are saturated (`record_routing_stats` of
-  `SpilloverLLMServer`: KV usage, waiting requests, GPU memory pressure, against the model's
-  watermarks, with the functions of router/saturation.py) are left out, unless every one is;
+* replicas whose own engine says they are saturated are left out, unless every one is: each
+  replica answers Serve's `record_routing_stats` hook (`SpilloverLLMServer`, every
+  ROUTING_STATS_PERIOD_S) with `routing_stats` of its latest reading, the saturation of
+  router/saturation.py against its model's watermarks, computed there once per period; a request
+  only compares that number with 1;
 * when the preferred replica's queue is longer than the shortest by more than
   `imbalanced_threshold`, the two shortest-queued of two random picks win (power of two);
 * the ranking is returned whole, so Serve falls back to the next replica if the first is full.
@@ -31,33 +33,30 @@ from typing import Any
 
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 
-from router.saturation import gpu_term
-from router.snapshot import GpuMemory
+from router.saturation import load
+from router.snapshot import ReplicaStats
+from router.watermarks import Watermarks
 
 ROUTER_PATH = "serve_apps.replica_router:PrefixAffinityRouter"
 ROUTING_STATS_PERIOD_S = 1.0
 DEFAULT_PREFIX_CHARS = 2000
 
 
-def saturated(stats: Mapping[str, Any], *, kv_cache: float, gpu_memory: float, queue: int) -> bool:
-    """The replica's own last reading, against its model's watermarks (empty stats: not saturated)."""
-    if not stats:
-        return False
-    if stats.get("gpu_error"):
-        return True
-    gpus = tuple(GpuMemory.from_dict(g) for g in stats.get("gpus", ()))
-    return (
-        float(stats.get("kv_cache_usage", 0.0)) >= kv_cache
-        or gpu_term(gpus, gpu_memory)[0] >= 1.0
-        or int(stats.get("num_waiting", 0)) >= queue
-    )
+def routing_stats(reading: ReplicaStats, watermarks: Watermarks) -> dict[str, Any]:
+    """What a replica answers Serve's routing-stats hook with: its reading's saturation (the
+    gateway computes the same from the same reading, router/saturation.py `load`)."""
+    saturation = load(reading, watermarks)
+    return {"saturation": saturation.value, "saturation_term": saturation.term, "read_at": reading.read_at}
 
 
-def unsaturated(replicas: Sequence[Any], *, kv_cache: float, gpu_memory: float, queue: int) -> list[Any]:
+def saturated(stats: Mapping[str, Any]) -> bool:
+    """A replica's last routing stats say it is saturated (no stats yet: not saturated)."""
+    return float(stats.get("saturation", 0.0)) >= 1.0
+
+
+def unsaturated(replicas: Sequence[Any]) -> list[Any]:
     """The replicas with room, or all of them when none has room."""
-    free = [
-        r for r in replicas if not saturated(r.routing_stats, kv_cache=kv_cache, gpu_memory=gpu_memory, queue=queue)
-    ]
+    free = [r for r in replicas if not saturated(r.routing_stats)]
     return free or list(replicas)
 
 
@@ -98,20 +97,14 @@ def rendezvous(key: str, replica_ids: Sequence[str]) -> list[str]:
 class PrefixAffinityRouter(PowerOfTwoChoicesRequestRouter):
     def initialize_state(  # type: ignore[override]  # Serve passes request_router_kwargs as these keywords
         self,
-        kv_cache: float = 0.85,
-        gpu_memory: float = 0.95,
-        queue: int = 8,
         imbalanced_threshold: float = 4,
         prefix_chars: int = DEFAULT_PREFIX_CHARS,
     ) -> None:
-        self._kv_cache, self._gpu_memory, self._queue = kv_cache, gpu_memory, queue
         self._imbalanced_threshold = imbalanced_threshold
         self._prefix_chars = prefix_chars
 
     async def choose_replicas(self, candidate_replicas: list[Any], pending_request: Any = None) -> list[list[Any]]:
-        replicas = unsaturated(
-            candidate_replicas, kv_cache=self._kv_cache, gpu_memory=self._gpu_memory, queue=self._queue
-        )
+        replicas = unsaturated(candidate_replicas)
         if not replicas:
             return []
         key = prefix_key(pending_request.args or (), self._prefix_chars) if pending_request is not None else None

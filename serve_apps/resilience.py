@@ -38,7 +38,7 @@ from typing import Any
 from cluster.config import SpilloverConfig
 from router.breaker import Breakers, BreakerSettings
 from router.budget import cost_weight
-from router.capabilities import Target
+from router.capabilities import Target, local_id
 from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
 from router.failure import Rule, rule_for
 from router.health import Health, HealthBoard, HealthMachine, HealthSettings
@@ -47,15 +47,11 @@ from router.quota import Quotas, Refusal, Reservation
 from router.rate_headers import read_rate_limits
 from router.retry import Backoff, RetryBudget
 from router.snapshot import ClusterSnapshot
-from serve_apps.dispatch_types import header_target
 from serve_apps.golden_gate import GoldenGate
 from serve_apps.spend_ledger import SpendLedger
 
 DEFAULT_COOL_S = 1.0  # a 429 without Retry-After cools its domain this long
 POLICY_REFRESH_S = 10.0  # how often the month's spend is read back for the soft budget
-
-
-health_key = header_target  # health is kept per local model and per cloud provider
 
 
 @dataclass(frozen=True)
@@ -107,7 +103,7 @@ class Resilience:
     # -- plan time ---------------------------------------------------------------------------------
     def domain(self, target: Target) -> str:
         if target.kind == "local":
-            return f"local:{target.alias}"
+            return target.endpoint
         return self._domains.get(target.provider or "", target.provider or "")
 
     def watch_local(self, alias: str, snapshot: ClusterSnapshot, now: float) -> None:
@@ -133,7 +129,7 @@ class Resilience:
         stale_for = newest - snapshot.max_age_s
         self._stale_local[alias] = f"every replica of {alias} stale ({stale_for:.1f}s past max_age_s)"
         watched_for = min(stale_for, now - first_look)
-        machine = self.health.get(f"local:{alias}")
+        machine = self.health.get(local_id(alias))
         if watched_for >= self._stale_red_s and machine.state not in (Health.RED, Health.BLACK):
             machine.mark_down(f"every replica of {alias} stopped reporting stats for {stale_for:.0f}s")
 
@@ -146,7 +142,7 @@ class Resilience:
             if target.kind == "local" and target.alias in self._stale_local:
                 out[target.id] = self._stale_local[target.alias]
                 continue
-            machine = self.health.get(health_key(target))
+            machine = self.health.get(target.endpoint)
             if _shut(machine):
                 out[target.id] = f"health {machine.state.value}: {machine.reason}"
                 continue
@@ -178,13 +174,13 @@ class Resilience:
 
     # -- attempt time ------------------------------------------------------------------------------
     def gate(self, target: Target, *, has_alternative: bool, tokens: int) -> Gate:
-        machine = self.health.get(health_key(target))
+        machine = self.health.get(target.endpoint)
         if _shut(machine):
-            return Gate(f"{health_key(target)} is {machine.state.value}: {machine.reason}")
+            return Gate(f"{target.endpoint} is {machine.state.value}: {machine.reason}")
         if has_alternative and not machine.admits(self._rng.random()):
             share = machine.share()
             state = "red, half-open," if machine.half_open else machine.state.value
-            return Gate(f"{health_key(target)} is {state} and takes {share:.0%} of new requests")
+            return Gate(f"{target.endpoint} is {state} and takes {share:.0%} of new requests")
         allowed, why = self.breakers.allows(target.id, self.domain(target))
         if not allowed:
             return Gate(why)
@@ -200,7 +196,7 @@ class Resilience:
         domain = self.domain(target)
         if rule.breaker_failure:
             self.breakers.record(target.id, domain, ok=False)
-            self.health.get(health_key(target)).outcome(False)
+            self.health.get(target.endpoint).outcome(False)
         waits = isinstance(error, ProviderRateLimited | ProviderOverloaded)  # they carry a Retry-After
         if isinstance(error, ProviderRateLimited | ProviderOverloaded) and error.retry_after_s is not None:
             error.retry_after_s = self.capped_retry_after(error.retry_after_s)
@@ -208,7 +204,7 @@ class Resilience:
             after = getattr(error, "retry_after_s", None) if waits else None
             self.breakers.cool_domain(domain, after if after is not None else DEFAULT_COOL_S)
         if rule.marks_black:
-            self.health.get(health_key(target)).credential_failed(error.code or "")
+            self.health.get(target.endpoint).credential_failed(error.code or "")
         return rule
 
     def capped_retry_after(self, seconds: float) -> float:
@@ -218,7 +214,7 @@ class Resilience:
 
     def succeeded(self, target: Target) -> None:
         self.breakers.record(target.id, self.domain(target), ok=True)
-        self.health.get(health_key(target)).outcome(True)
+        self.health.get(target.endpoint).outcome(True)
 
     def settle(self, reservation: Reservation | None, tokens: int) -> None:
         if reservation is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ray.actor import ActorHandle
 
@@ -20,11 +20,13 @@ log = logging.getLogger("spillover.replica")
 PUSH_PERIOD_S = 0.2
 
 
-async def push_forever(read: Callable[[], ReplicaStats], board: ActorHandle, period_s: float = PUSH_PERIOD_S) -> None:
-    """Push `read()` every `period_s` until cancelled; a failed push is logged and retried."""
+async def push_forever(
+    read: Callable[[], Awaitable[ReplicaStats]], board: ActorHandle, period_s: float = PUSH_PERIOD_S
+) -> None:
+    """Push `await read()` every `period_s` until cancelled; a failed push is logged and retried."""
     while True:
         try:
-            await board.push.remote(read().to_dict())
+            await board.push.remote((await read()).to_dict())
         except Exception:
             log.exception("pushing engine stats failed; retrying")
             await asyncio.sleep(1.0)

@@ -1,6 +1,14 @@
-"""Fakes shared by the unit tests (one of each, checked by mypy like the code they stand in for)."""
+"""Fakes shared by the unit tests, one of each: a clock, a local model engine, a cloud provider."""
 
 from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from router.errors import RequestError, UpstreamError
+from router.openai_request import Kind
+from serve_apps.backend import BackendReply
 
 
 class FakeClock:
@@ -15,3 +23,111 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+Call = tuple[str, str, dict[str, Any], str]  # alias, kind, body, request id
+DONE = "data: [DONE]\n\n"
+
+
+def completion(model: str, content: str, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    """An OpenAI chat completion answering `content`, as vLLM's server and cloud providers send it."""
+    message = {"role": "assistant", "content": content}
+    body: dict[str, Any] = {"object": "chat.completion", "model": model, "choices": [{"index": 0, "message": message}]}
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def chunk_event(model: str, content: str) -> str:
+    """One SSE event of an OpenAI chat completion stream carrying `content` as its delta."""
+    chunk = {
+        "object": "chat.completion.chunk",
+        "model": model,
+        "choices": [{"index": 0, "delta": {"content": content}}],
+    }
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
+def delta(event: str) -> str:
+    """The content delta of an SSE event `chunk_event` made."""
+    return str(json.loads(event.removeprefix("data: "))["choices"][0]["delta"]["content"])
+
+
+class FakeEngine:
+    """A local model as the gateway reaches it (`ModelBackend`, serve_apps/backend.py), answering
+    like vLLM's OpenAI server: a chat completion whose message is `answer` (with `usage` when given)
+    or, for `"stream": true`, the answer in two chunk events and then `data: [DONE]`. `fail` is raised
+    before the first byte (a replica that is gone), `fail_mid_stream` after the first event (one
+    that dies while streaming); `unhealthy[alias]` is the reason its health check reports."""
+
+    def __init__(self, answer: str = "Paris", usage: dict[str, int] | None = None) -> None:
+        self.answer = answer
+        self.usage = usage
+        self.calls: list[Call] = []
+        self.fail: Exception | None = None
+        self.fail_mid_stream: Exception | None = None
+        self.unhealthy: dict[str, str] = {}
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.calls.append((alias, kind, body, request_id))
+        if self.fail is not None:
+            raise self.fail
+        if body.get("stream"):
+            return BackendReply(chunks=self._chunks(alias))
+        return BackendReply(body=completion(alias, self.answer, self.usage))
+
+    async def _chunks(self, model: str) -> AsyncIterator[str]:
+        half = len(self.answer) // 2
+        yield chunk_event(model, self.answer[:half])
+        if self.fail_mid_stream is not None:
+            raise self.fail_mid_stream
+        yield chunk_event(model, self.answer[half:])
+        yield DONE
+
+    async def check_health(self, alias: str, timeout_s: float) -> str | None:
+        return self.unhealthy.get(alias)
+
+
+class FakeProvider:
+    """A cloud provider as the dispatcher and the prober reach it (`CloudBackend`,
+    serve_apps/backend.py; `probe` as serve_apps/prober.py asks): each call first raises the next
+    of the `script`ed errors (as a failing provider answers one request after another), then answers
+    like FakeEngine with the model `<name>/<alias>` (the provider's own name for the model). With
+    `cut` a stream ends after its first event with the `UpstreamError` a dropped connection gives
+    (serve_apps/providers/sse.py); `probe_error` is what its liveness probe raises."""
+
+    def __init__(
+        self,
+        name: str = "sim",
+        answer: str = "ok",
+        *,
+        script: list[RequestError] | None = None,
+        usage: dict[str, int] | None = None,
+        probe_error: Exception | None = None,
+    ) -> None:
+        self.name = name
+        self.answer = answer
+        self.script = list(script or [])
+        self.usage = usage
+        self.probe_error = probe_error
+        self.cut = False
+        self.calls: list[str] = []  # request ids
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.calls.append(request_id)
+        if self.script:
+            raise self.script.pop(0)
+        model = f"{self.name}/{alias}"
+        if body.get("stream"):
+            return BackendReply(chunks=self._chunks(model))
+        return BackendReply(body=completion(model, self.answer, self.usage))
+
+    async def _chunks(self, model: str) -> AsyncIterator[str]:
+        yield chunk_event(model, self.answer)
+        if self.cut:
+            raise UpstreamError("connection lost mid-stream", code="provider_cut")
+        yield DONE
+
+    async def probe(self) -> None:
+        if self.probe_error is not None:
+            raise self.probe_error

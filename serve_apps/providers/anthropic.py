@@ -113,13 +113,15 @@ class AnthropicProvider(OpenAICompatProvider):
                 await self._read(response)
                 raise malformed(self.name, f"a stream request's answer as {content_type or 'no type'}")
             translator = ChunkTranslator(self.name, created, include_usage=include_usage)
-            return ProviderReply(status, headers, chunks=AnthropicEventStream(response, self.name, translator, redact))
+            return ProviderReply(
+                status=status, headers=headers, chunks=AnthropicEventStream(response, self.name, translator, redact)
+            )
         content = await self._read(response)
         try:
             message = json.loads(content)
         except ValueError:
             message = None
-        return ProviderReply(status, headers, body=chat_completion(message, created, self.name))
+        return ProviderReply(status=status, headers=headers, body=chat_completion(message, created, self.name))
 
 
 def anthropic_status_error(

@@ -53,7 +53,8 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
-from serve_apps.providers.sse import EventStream, ProviderEventStream
+from serve_apps.backend import BackendReply
+from serve_apps.providers.sse import ProviderEventStream
 
 log = logging.getLogger("spillover.providers")
 
@@ -89,15 +90,13 @@ _MAX_DETAIL = 500
 
 
 @dataclass(frozen=True)
-class ProviderReply:
-    """Exactly one of `body` (a complete chat completion) or `chunks` (SSE events, the last
-    `data: [DONE]\\n\\n`) is set. `headers` holds the provider's response headers of interest
+class ProviderReply(BackendReply):
+    """A `BackendReply` (exactly one of `body`, a complete chat completion, or `chunks`, a
+    `ProviderEventStream`) with the provider's HTTP `status` and its response headers of interest
     (`x-request-id`, `openai-*`, `x-ratelimit-*`, `retry-after*`, `content-type`)."""
 
-    status: int
+    status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
-    body: dict[str, Any] | None = None
-    chunks: EventStream | None = None
 
 
 class OpenAICompatProvider:
@@ -210,7 +209,8 @@ class OpenAICompatProvider:
                 await self._read(response)
                 message = f"cloud provider {self.name!r} answered a stream request with {content_type or 'no type'}"
                 raise UpstreamError(message, code="provider_malformed")
-            return ProviderReply(status, headers, chunks=ProviderEventStream(response, self.name, redact))
+            events = ProviderEventStream(response, self.name, redact)
+            return ProviderReply(status=status, headers=headers, chunks=events)
         content = await self._read(response)
         try:
             body = json.loads(content)
@@ -222,7 +222,7 @@ class OpenAICompatProvider:
         if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
             message = f"cloud provider {self.name!r} sent a body that is not a chat completion (HTTP {status})"
             raise UpstreamError(message, code="provider_malformed")
-        return ProviderReply(status, headers, body=body)
+        return ProviderReply(status=status, headers=headers, body=body)
 
     async def _read(self, response: httpx.Response) -> bytes:
         try:

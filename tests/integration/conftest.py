@@ -24,10 +24,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from bench.cloud_sim.process import running_cloud_sim
@@ -163,3 +165,18 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             yield Stack(running.base_url, config, cloud_log, sim_url, spare_url, anthropic_url)
         finally:
             running.stop()
+
+
+def wait_until_local_models_green(stack: Stack, timeout_s: float = 90) -> None:
+    """Wait until every local model's health is green and not ramping: a test that loaded the
+    models may have slowed their probes (yellow sheds a share of new requests to the cloud) and
+    must leave them as the next test expects them, whatever test that is."""
+    deadline = time.monotonic() + timeout_s
+    keys = [f"local:{m.alias}" for m in stack.config.models]
+    while True:
+        health = httpx.get(f"{stack.base_url}/v1/spillover/resilience", timeout=10).json()["health"]
+        states = {k: (health.get(k, {}).get("state"), health.get(k, {}).get("ramping")) for k in keys}
+        if all(state in ("green", None) and not ramping for state, ramping in states.values()):
+            return
+        assert time.monotonic() < deadline, f"local models did not settle back to green: {states}"
+        time.sleep(0.5)

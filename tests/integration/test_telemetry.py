@@ -7,13 +7,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from cluster.capacity_plan import resolve_shape
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, wait_until_local_models_green
 
 pytestmark = pytest.mark.integration
 
@@ -69,6 +70,14 @@ def _long_request(base: str, errors: list[str], index: int) -> None:
         errors.append(repr(exc))
 
 
+@pytest.fixture
+def settles_after(stack: Stack) -> Iterator[None]:
+    """The load can slow the model's health probes (yellow); leave it green for the next test."""
+    yield
+    wait_until_local_models_green(stack)
+
+
+@pytest.mark.usefixtures("settles_after")
 def test_kv_usage_rises_under_load_and_falls_after(stack: Stack) -> None:
     (before,) = _wait_for_replicas(stack, SMOL)
     errors: list[str] = []

@@ -38,7 +38,8 @@ class StatsReplica:
         self._replica_id = serve.get_replica_context().replica_id.unique_id
         self._pusher = asyncio.get_running_loop().create_task(push_forever(self._read, get_or_create_board()))
 
-    def _read(self) -> ReplicaStats:
+    async def _read(self) -> ReplicaStats:
+        await self._gpus.refresh()
         gpus, gpu_error = self._gpus.read()
         return ReplicaStats(
             model=self._model,

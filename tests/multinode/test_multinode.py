@@ -150,8 +150,8 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
     assert len(nodes) == 2
     head_node = cluster.head_node.node_id
     serve.run(StatsReplica.bind(MODEL, UTILIZATION), name="multinode", route_prefix=None)
-    poller = BoardPoller(get_or_create_board(), period_s=0.2, max_age_s=MAX_AGE_S)
     cfg = config()
+    poller = BoardPoller(get_or_create_board(), period_s=0.2, max_age_s=MAX_AGE_S, watermarks_for=cfg.watermarks_for)
     watermark = cfg.watermarks_for(MODEL).gpu_memory
 
     async def scenario() -> None:
@@ -163,10 +163,11 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
         assert {r.node_id for r in replicas} == set(nodes)  # one replica per node
         for replica in replicas:
             (gpu,) = replica.gpus
-            assert gpu.used_fraction == pytest.approx(UTILIZATION, abs=0.01)  # NVML: 90% used, at idle
+            assert gpu.used_bytes / gpu.total_bytes == pytest.approx(UTILIZATION, abs=0.01)  # NVML: 90% used, at idle
             assert gpu.attribution == "pid" and gpu.other_bytes == DRIVER  # ... the engine's, but the driver's
             assert gpu_memory_pressure(gpu, watermark) == pytest.approx(DRIVER_GIB / 4)  # 4 GiB of room
-            print(f"idle {replica.node_id[:8]}: used {gpu.used_fraction:.0%}, engine's own, pressure {DRIVER_GIB / 4}")
+            used = gpu.used_bytes / gpu.total_bytes
+            print(f"idle {replica.node_id[:8]}: used {used:.0%}, engine's own, pressure {DRIVER_GIB / 4}")
 
         # a co-tenant takes 5 GiB on the worker's GPU only (room above the 5% floor is 4 GiB)
         worker_file = gpu_files[1]

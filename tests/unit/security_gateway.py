@@ -1,7 +1,7 @@
 """The gateway's real HTTP layer in-process, for the hostile-input tests (test_security_*.py).
 
 The gateway runs with its real dispatcher, contract pipeline, authenticator, decision store and
-cloud provider adapter. Two things are stand-ins: the local engine (`EchoBackend`, the same
+cloud provider adapter. Two things are stand-ins: the local engine (`FakeEngine` of tests/fakes.py, the same
 `ModelBackend` protocol as the Ray one) and the cloud provider's server, an `httpx.MockTransport`
 that answers like OpenAI's chat endpoint (a JSON chat completion, or the error body OpenAI sends)
 and records every request exactly as it arrived — what arrives is what these tests are about.
@@ -27,7 +27,7 @@ from serve_apps.http_guards import client_redactions
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
-from tests.unit.test_openapi_fuzz import EchoBackend
+from tests.fakes import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
@@ -75,7 +75,7 @@ def build(
     provider: Callable[[httpx.Request], httpx.Response] = completion,
     env: dict[str, str] | None = None,
     decisions: DecisionStore | None = None,
-    local: EchoBackend | None = None,
+    local: FakeEngine | None = None,
     attempts: int = 1,
     **gateway: Any,
 ) -> Gateway:
@@ -93,7 +93,7 @@ def build(
     snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
     resilience = Resilience(cfg, clock=lambda: 0.0)
     store = decisions if decisions is not None else DecisionStore(cfg.gateway.decisions_kept)
-    local = local or EchoBackend()
+    local = local or FakeEngine(answer="ok")
     dispatcher = Dispatcher(
         cfg,
         local,

@@ -17,28 +17,15 @@ import pytest
 from cluster.config import parse_config
 from router.auth import Authenticator, TenantPolicy
 from router.cache_salt import MAX_SALT_CHARS, salted, tenant_salt
-from router.openai_request import Kind
-from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from tests.fakes import FakeEngine
 from tests.unit.test_dispatch import World
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "the same long system prompt"}]}
 
 
-class Recording:
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-
-    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.bodies.append(body)
-        return BackendReply(body={"object": "chat.completion", "choices": [{"message": {"content": "ok"}}]})
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return None
-
-
-async def _client(local: Recording, auth: Authenticator | None) -> AsyncIterator[httpx.AsyncClient]:
+async def _client(local: FakeEngine, auth: Authenticator | None) -> AsyncIterator[httpx.AsyncClient]:
     config = parse_config(
         {"models": [{"alias": "m", "source": "prepared:x", "family": "llama", "engine_args": {"max_model_len": 4096}}]},
         "test",
@@ -53,8 +40,8 @@ async def _client(local: Recording, auth: Authenticator | None) -> AsyncIterator
 
 
 @pytest.fixture
-async def with_auth() -> AsyncIterator[tuple[httpx.AsyncClient, Recording]]:
-    local = Recording()
+async def with_auth() -> AsyncIterator[tuple[httpx.AsyncClient, FakeEngine]]:
+    local = FakeEngine(answer="ok")
     auth = Authenticator([TenantPolicy("alpha"), TenantPolicy("beta")], {"alpha": "key-a", "beta": "key-b"})
     async for client in _client(local, auth):
         yield client, local
@@ -65,7 +52,7 @@ async def test_cache_salt_isolates_tenants_when_auth_is_on(with_auth: Any) -> No
     for key in ("key-a", "key-a", "key-b"):
         response = await client.post("/v1/chat/completions", json=BODY, headers={"authorization": f"Bearer {key}"})
         assert response.status_code == 200, response.text
-    salts = [b["cache_salt"] for b in local.bodies]
+    salts = [call[2]["cache_salt"] for call in local.calls]
     assert salts[0] == salts[1] != salts[2]  # one tenant shares its own cache, never another's
     assert salts[0] == tenant_salt("alpha") and salts[2] == tenant_salt("beta")
 
@@ -75,22 +62,22 @@ async def test_a_client_cannot_choose_another_tenants_salt(with_auth: Any) -> No
     forged = {**BODY, "cache_salt": tenant_salt("alpha")}
     response = await client.post("/v1/chat/completions", json=forged, headers={"authorization": "Bearer key-b"})
     assert response.status_code == 200
-    assert local.bodies[0]["cache_salt"] not in (tenant_salt("alpha"), forged["cache_salt"])
-    assert local.bodies[0]["cache_salt"] == tenant_salt("beta", forged["cache_salt"])  # folded into beta's
+    assert local.calls[0][2]["cache_salt"] not in (tenant_salt("alpha"), forged["cache_salt"])
+    assert local.calls[0][2]["cache_salt"] == tenant_salt("beta", forged["cache_salt"])  # folded into beta's
 
 
 async def test_without_auth_the_clients_salt_passes_and_a_bad_one_is_400() -> None:
-    local = Recording()
+    local = FakeEngine(answer="ok")
     async for client in _client(local, None):
         plain = await client.post("/v1/chat/completions", json=BODY)
         own = await client.post("/v1/chat/completions", json={**BODY, "cache_salt": "mine"})
         bad = await client.post("/v1/chat/completions", json={**BODY, "cache_salt": "a/b"})
         long = await client.post("/v1/chat/completions", json={**BODY, "cache_salt": "x" * (MAX_SALT_CHARS + 1)})
     assert plain.status_code == own.status_code == 200
-    assert "cache_salt" not in local.bodies[0] and local.bodies[1]["cache_salt"] == "mine"
+    assert "cache_salt" not in local.calls[0][2] and local.calls[1][2]["cache_salt"] == "mine"
     for response in (bad, long):
         assert response.status_code == 400 and response.json()["error"]["param"] == "cache_salt"
-    assert len(local.bodies) == 2
+    assert len(local.calls) == 2
 
 
 def test_salted_leaves_the_callers_body_alone() -> None:

@@ -39,7 +39,7 @@ def test_plain_request() -> None:
     assert c.est_prompt_tokens == 10 + 4  # ceil(40 / 4) + 4 per message
     assert (c.max_output_tokens, c.min_context) == (256, 270)
     assert not (c.needs_tools or c.needs_parallel_tools or c.needs_json_schema or c.needs_json_mode)
-    assert not (c.needs_streaming or c.needs_vision)
+    assert not c.needs_streaming
     assert c.modalities == frozenset({"text"})
     assert (c.residency, c.allowed_providers, c.allowed_target_patterns) == ("any", None, ("*",))
     assert (c.max_cost_usd, c.deadline_ms, c.quality_floor) == (None, None, 0)
@@ -67,7 +67,6 @@ def test_content_parts_and_modalities() -> None:
         {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
     ]
     c = derive_contract(_body(messages=[{"role": "user", "content": content}]), {}, POLICY)
-    assert c.needs_vision
     assert c.modalities == frozenset({"text", "image", "audio"})
     assert c.est_prompt_tokens == 2 + 4  # images and audio are not counted
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from router.policy import Policy
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
+from tests.fakes import FakeEngine, FakeProvider, completion
 
 T0 = 5000.0
 
@@ -90,44 +90,6 @@ class World:
             self.replica = self.changes[self.sleeps]
 
 
-class Local:
-    def __init__(self) -> None:
-        self.calls = 0
-        self.fail: Exception | None = None
-
-    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.calls += 1
-        if self.fail:
-            raise self.fail
-        if body.get("stream"):
-            return BackendReply(chunks=self._chunks())
-        return BackendReply(body={"from": "local"})
-
-    async def _chunks(self) -> AsyncIterator[str]:
-        yield "data: {}\n\n"
-        yield "data: [DONE]\n\n"
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return None
-
-
-@dataclass
-class Reply:
-    body: dict[str, Any] | None
-    chunks: Any = None
-
-
-class Cloud:
-    name = "sim"
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Reply:
-        self.calls.append(request_id)
-        return Reply(body={"from": "cloud"})
-
-
 class Observer:
     def __init__(self) -> None:
         self.max_waiting = 0
@@ -156,8 +118,8 @@ def world() -> World:
 def dispatcher(world: World, config: SpilloverConfig | None = None, **parts: Any) -> Dispatcher:
     return Dispatcher(
         config or make_config(),
-        parts.get("local") or Local(),
-        {"sim": parts.get("cloud") or Cloud()},
+        parts.get("local") or FakeEngine(),
+        {"sim": parts.get("cloud") or FakeProvider()},
         world.snapshot,
         clock=world.clock,
         sleep=world.sleep,
@@ -172,7 +134,7 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
 async def test_low_load_stays_local(world: World) -> None:
     d = dispatcher(world)
     done = await run(d, "chat", CHAT, "r-1", deadline_s=5)
-    assert (done.route, done.target, done.reply.body) == ("local", "local:m", {"from": "local"})
+    assert (done.route, done.target, done.reply.body) == ("local", "local:m", completion("m", "Paris"))
     assert d.inflight("m") == 0
 
 
@@ -186,7 +148,7 @@ async def test_stream_counts_inflight_until_consumed(world: World) -> None:
 
 async def test_saturated_bursts_with_reason(world: World) -> None:
     world.replica = stats(kv=0.91)
-    cloud = Cloud()
+    cloud = FakeProvider()
     done = await run(dispatcher(world, cloud=cloud), "chat", CHAT, "r-2", deadline_s=5)
     assert (done.route, done.target) == ("cloud", "cloud:sim")
     assert done.reason == "kv_usage 0.91 >= 0.85 on all 1 replicas"
@@ -196,7 +158,7 @@ async def test_saturated_bursts_with_reason(world: World) -> None:
 async def test_local_only_waits_for_room(world: World) -> None:
     world.replica = stats(kv=0.91)
     world.changes = {3: stats(kv=0.5)}
-    observer, cloud = Observer(), Cloud()
+    observer, cloud = Observer(), FakeProvider()
     d = dispatcher(world, cloud=cloud, observer=observer)
     done = await run(d, "chat", CHAT, "r-3", deadline_s=5, x_spillover_residency="local_only")
     assert done.route == "local" and cloud.calls == []
@@ -211,7 +173,7 @@ async def test_local_only_waits_for_room(world: World) -> None:
 
 async def test_local_only_times_out_with_429(world: World) -> None:
     world.replica = stats(kv=0.91)
-    cloud = Cloud()
+    cloud = FakeProvider()
     with pytest.raises(LocalCapacityExhausted) as caught:
         await run(
             dispatcher(world, cloud=cloud), "chat", CHAT, "r-4", deadline_s=1.0, x_spillover_residency="local_only"
@@ -260,7 +222,7 @@ def test_computed_admission_limit_from_engine_blocks(world: World) -> None:
 
 
 async def test_local_failure_before_first_byte_falls_back_to_cloud(world: World) -> None:
-    local, cloud = Local(), Cloud()
+    local, cloud = FakeEngine(), FakeProvider()
     local.fail = TargetUnavailable("replica died")
     done = await run(dispatcher(world, local=local, cloud=cloud), "chat", CHAT, "r-9", deadline_s=5)
     assert done.route == "cloud" and "failed before the first byte: replica died" in done.reason
@@ -276,7 +238,7 @@ async def test_completions_never_burst(world: World) -> None:
         await run(dispatcher(world), "completions", {"prompt": "x"}, "r-11", deadline_s=0.3)
 
 
-class HangingLocal(Local):
+class HangingLocal(FakeEngine):
     """A local call that never gets its first byte (a dead replica's request held by Serve)."""
 
     def __init__(self) -> None:
@@ -300,7 +262,7 @@ async def test_waiting_for_first_byte_fails_over_when_model_goes_stale(world: Wo
         read_at = world.now if calls["n"] == 1 else world.now - 5  # fresh at decision time, stale after
         return ClusterSnapshot(taken_at=world.now, replicas=(replace(world.replica, read_at=read_at),), max_age_s=1.0)
 
-    local, cloud = HangingLocal(), Cloud()
+    local, cloud = HangingLocal(), FakeProvider()
     d = Dispatcher(make_config(), local, {"sim": cloud}, snapshot, clock=world.clock, sleep=world.sleep, poll_s=0.01)
     done = await run(d, "chat", CHAT, "r-12", deadline_s=5)
     assert done.route == "cloud" and "went stale while waiting for the first byte" in done.reason

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from cluster.config import parse_config
 from router.errors import ContractViolation, NoCapableModel, NoTargetFitsContext
-from router.openai_request import Kind
-from serve_apps.backend import BackendReply
-from tests.unit.test_dispatch import CHAT, SIM_M, Cloud, Local, Reply, World, dispatcher, make_config, run
+from tests.fakes import FakeEngine, FakeProvider
+from tests.unit.test_dispatch import CHAT, SIM_M, World, dispatcher, make_config, run
 
 
 @pytest.fixture
@@ -18,27 +15,9 @@ def world() -> World:
     return World()
 
 
-class Answering(Local):
-    """A local backend whose chat answer is `content` (to exercise output contracts)."""
-
-    def __init__(self, content: str) -> None:
-        super().__init__()
-        self.content = content
-
-    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.calls += 1
-        message = {"role": "assistant", "content": self.content}
-        return BackendReply(body={"choices": [{"index": 0, "message": message}], "usage": {"prompt_tokens": 9}})
-
-
-class CloudAnswering(Cloud):
-    def __init__(self, content: str) -> None:
-        super().__init__()
-        self.content = content
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Reply:
-        self.calls.append(request_id)
-        return Reply(body={"choices": [{"index": 0, "message": {"role": "assistant", "content": self.content}}]})
+def answering(content: str) -> FakeEngine:
+    """A local engine whose chat answer is `content` (to exercise output contracts)."""
+    return FakeEngine(answer=content, usage={"prompt_tokens": 9})
 
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -50,11 +29,11 @@ TOOLS_BODY = {
 
 
 async def test_tools_request_goes_to_capable_cloud_even_with_local_room(world: World) -> None:
-    local, cloud = Local(), Cloud()
+    local, cloud = FakeEngine(), FakeProvider()
     done = await run(dispatcher(world, local=local, cloud=cloud), "chat", TOOLS_BODY, "r-20")
     assert (done.route, done.target) == ("cloud", "cloud:sim")
     assert done.reason.startswith("local m cannot serve this request") and "tool" in done.reason
-    assert local.calls == 0
+    assert local.calls == []
 
 
 async def test_no_target_with_tools_is_422_with_reasons(world: World) -> None:
@@ -91,7 +70,7 @@ async def test_prompt_beyond_every_context_is_400_context_length(world: World) -
 
 
 async def test_l1_invalid_local_json_retries_on_cloud(world: World) -> None:
-    local, cloud = Answering("no json here"), CloudAnswering('{"city": "Paris"}')
+    local, cloud = answering("no json here"), FakeProvider(answer='{"city": "Paris"}')
     d = dispatcher(world, local=local, cloud=cloud)
     done = await run(d, "chat", JSON_BODY, "r-24", x_spillover_level="L1")
     assert done.route == "cloud" and "broke the output contract" in done.reason
@@ -117,10 +96,10 @@ async def test_l1_never_uses_a_retaining_provider(world: World) -> None:
         },
         "t",
     )
-    cloud = CloudAnswering('{"city": "Paris"}')
+    cloud = FakeProvider(answer='{"city": "Paris"}')
     with pytest.raises(ContractViolation):
         await run(
-            dispatcher(world, config, local=Answering("nope"), cloud=cloud),
+            dispatcher(world, config, local=answering("nope"), cloud=cloud),
             "chat",
             JSON_BODY,
             "r-28",
@@ -130,19 +109,19 @@ async def test_l1_never_uses_a_retaining_provider(world: World) -> None:
 
 
 async def test_l1_invalid_everywhere_is_502_contract_violation(world: World) -> None:
-    d = dispatcher(world, local=Answering("nope"), cloud=CloudAnswering('{"town": 1}'))
+    d = dispatcher(world, local=answering("nope"), cloud=FakeProvider(answer='{"town": 1}'))
     with pytest.raises(ContractViolation) as caught:
         await run(d, "chat", JSON_BODY, "r-25", x_spillover_level="L1")
     assert caught.value.status_code == 502 and caught.value.to_openai()["error"]["errors"]
 
 
 async def test_json_in_surrounding_text_is_repaired(world: World) -> None:
-    d = dispatcher(world, local=Answering('Sure! {"city": "Paris"} Anything else?'))
+    d = dispatcher(world, local=answering('Sure! {"city": "Paris"} Anything else?'))
     done = await run(d, "chat", JSON_BODY, "r-26", x_spillover_level="L1")
     assert done.route == "local" and done.headers == {"x-spillover-contract": "repaired"}
     assert done.reply.body["choices"][0]["message"]["content"] == '{"city": "Paris"}'  # type: ignore[index]
 
 
 async def test_l2_violation_passes_with_warning(world: World) -> None:
-    done = await run(dispatcher(world, local=Answering("plain text")), "chat", JSON_BODY, "r-27")
+    done = await run(dispatcher(world, local=answering("plain text")), "chat", JSON_BODY, "r-27")
     assert done.route == "local" and "x-spillover-contract" in done.headers

@@ -8,8 +8,7 @@ cloud): `a` and `a2` share the failure domain `pool`, `b` is on its own. Time is
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,18 +18,17 @@ from router.contract import derive_contract
 from router.errors import (
     ProviderRateLimited,
     ProviderRejected,
-    RequestError,
     TargetUnavailable,
     UpstreamError,
 )
 from router.health import Health
 from router.policy import Policy
 from router.snapshot import ClusterSnapshot, ReplicaStats
-from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
+from tests.fakes import FakeEngine, FakeProvider
 
 T0 = 1_800_000_000.0
 CAPS = {
@@ -95,49 +93,13 @@ class World:
         self.now += seconds
 
 
-@dataclass
-class Reply:
-    body: dict[str, Any] | None
-    chunks: Any = None
-
-
-@dataclass
-class Provider:
-    """Fails with the scripted errors in order, then answers; `cut` makes streams fail mid-way."""
-
-    name: str
-    script: list[RequestError] = field(default_factory=list)
-    calls: list[str] = field(default_factory=list)
-    cut: bool = False
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Reply:
-        self.calls.append(request_id)
-        if self.script:
-            raise self.script.pop(0)
-        if body.get("stream"):
-            return Reply(None, self._chunks())
-        usage = {"prompt_tokens": 1000, "completion_tokens": 500}
-        return Reply({"from": self.name, "choices": [{"message": {"content": "ok"}}], "usage": usage})
-
-    async def _chunks(self) -> AsyncIterator[str]:
-        yield 'data: {"choices":[{"delta":{"content":"he"}}]}\n\n'
-        if self.cut:
-            raise UpstreamError("connection lost mid-stream", code="provider_cut")
-        yield "data: [DONE]\n\n"
-
-
-class Local:
-    async def call(self, alias: str, kind: str, body: dict[str, Any], request_id: str) -> BackendReply:
-        return BackendReply(body={"from": "local"})
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return None
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 500}  # priced per attempt
 
 
 @dataclass
 class Setup:
     world: World
-    providers: dict[str, Provider]
+    providers: dict[str, FakeProvider]
     dispatcher: Dispatcher
     resilience: Resilience
 
@@ -153,9 +115,10 @@ class Setup:
 def setup(config: SpilloverConfig | None = None, spend: SpendLedger | None = None) -> Setup:
     config = config or make_config()
     world = World()
-    providers = {p.name: Provider(p.name) for p in config.cloud.providers}
+    providers = {p.name: FakeProvider(p.name, usage=USAGE) for p in config.cloud.providers}
     res = Resilience(config, clock=world.clock, rng=random.Random(7), spend=spend)
-    d = Dispatcher(config, Local(), providers, world.snapshot, clock=world.clock, sleep=world.sleep, resilience=res)
+    local = FakeEngine()
+    d = Dispatcher(config, local, providers, world.snapshot, clock=world.clock, sleep=world.sleep, resilience=res)
     return Setup(world, providers, d, res)
 
 

@@ -6,12 +6,15 @@ in tests/gpu_sim, where stand-in workers hold the simulated GPUs in the placemen
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
+import threading
 
 from cluster.nvml import GpuInventory, PynvmlReader
 from cluster.nvml_fake import GIB, FakeGpu, FakeNvml, FakeProcess
+from router.snapshot import GpuMemory
 from serve_apps.engine_gpus import EngineFootprint, ReplicaGpus, own_processes, process_tree
 
 
@@ -42,6 +45,29 @@ def test_footprint_is_refreshed_every_five_seconds() -> None:
     (gpu,), error = gpus.read()
     assert error is None and calls == [100.0, 105.5]
     assert (gpu.attribution, gpu.engine_bytes) == ("pid", int(72 * GIB))
+
+
+def test_refresh_locates_the_engine_off_the_event_loop() -> None:
+    """A Serve replica's `locate` reads the GCS actor table, a blocking call: `refresh` runs it in a
+    worker thread when due, and `read` (on the loop) then uses that footprint without locating."""
+    now = {"t": 100.0}
+    threads: list[int] = []
+
+    def locate() -> EngineFootprint:
+        threads.append(threading.get_ident())
+        return EngineFootprint(frozenset({42}), (0,))
+
+    fake = FakeNvml([FakeGpu("GPU-0", "H100", 80 * GIB, None, 0, [FakeProcess(42, int(72 * GIB))])])
+    gpus = ReplicaGpus(PynvmlReader(nvml_module=fake), 0.9, locate, clock=lambda: now["t"])
+
+    async def push() -> tuple[tuple[GpuMemory, ...], str | None]:
+        await gpus.refresh()
+        await gpus.refresh()  # not due again within FOOTPRINT_REFRESH_S
+        return gpus.read()
+
+    (gpu,), error = asyncio.run(push())
+    assert error is None and gpu.attribution == "pid"
+    assert len(threads) == 1 and threads[0] != threading.get_ident()
 
 
 def test_process_tree_holds_children() -> None:

@@ -24,6 +24,7 @@ from router.openai_request import Kind
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from tests.fakes import FakeEngine, delta
 
 MODELS = [
     ServedModel("small", "llama", "cpu", 2048),
@@ -31,41 +32,13 @@ MODELS = [
 ]
 
 
-class FakeBackend:
-    """Answers like an engine: JSON or SSE; can fail before or after the first byte."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Kind, dict[str, Any]]] = []
-        self.fail_with: RequestError | None = None
-        self.fail_mid_stream: Exception | None = None
-        self.unhealthy: dict[str, str] = {}
-
-    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.calls.append((alias, kind, body))
-        if self.fail_with:
-            raise self.fail_with
-        if body.get("stream"):
-            return BackendReply(chunks=self._chunks(alias))
-        return BackendReply(body={"object": "chat.completion", "model": alias, "choices": [{"text": "Paris"}]})
-
-    async def _chunks(self, alias: str) -> AsyncIterator[str]:
-        yield f'data: {{"model": "{alias}", "delta": "Pa"}}\n\n'
-        if self.fail_mid_stream:
-            raise self.fail_mid_stream
-        yield f'data: {{"model": "{alias}", "delta": "ris"}}\n\n'
-        yield "data: [DONE]\n\n"
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return self.unhealthy.get(alias)
+@pytest.fixture
+def backend() -> FakeEngine:
+    return FakeEngine()
 
 
 @pytest.fixture
-def backend() -> FakeBackend:
-    return FakeBackend()
-
-
-@pytest.fixture
-async def client(backend: FakeBackend) -> AsyncIterator[httpx.AsyncClient]:
+async def client(backend: FakeEngine) -> AsyncIterator[httpx.AsyncClient]:
     ids = iter(f"id-{i}" for i in range(1000))
     gateway = GatewayHTTP(backend, MODELS, created=123, new_id=lambda: next(ids))
     transport = httpx.ASGITransport(app=gateway.app)
@@ -88,14 +61,14 @@ def _assert_openai_error(response: httpx.Response, status: int, code: str) -> di
     return error
 
 
-async def test_chat_json_headers(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+async def test_chat_json_headers(client: httpx.AsyncClient, backend: FakeEngine) -> None:
     response = await client.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "abc"})
     assert response.status_code == 200
-    assert response.json()["choices"][0]["text"] == "Paris"
+    assert response.json()["choices"][0]["message"]["content"] == "Paris"
     assert response.headers["x-request-id"] == "abc"
     assert response.headers["x-spillover-route"] == "local"
     assert response.headers["x-spillover-target"] == "local:small"
-    assert backend.calls == [("small", "chat", CHAT)]
+    assert [call[:3] for call in backend.calls] == [("small", "chat", CHAT)]
 
 
 async def test_request_id_generated_when_absent(client: httpx.AsyncClient) -> None:
@@ -103,7 +76,7 @@ async def test_request_id_generated_when_absent(client: httpx.AsyncClient) -> No
     assert response.headers["x-request-id"] == "id-0"
 
 
-async def test_completions_route(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+async def test_completions_route(client: httpx.AsyncClient, backend: FakeEngine) -> None:
     response = await client.post("/v1/completions", json={"model": "tiny-qwen", "prompt": "hi"})
     assert response.status_code == 200
     assert backend.calls[0][:2] == ("tiny-qwen", "completions")
@@ -116,7 +89,7 @@ async def test_stream_passes_events_and_done(client: httpx.AsyncClient) -> None:
         text = "".join([chunk async for chunk in response.aiter_text()])
     events = [e for e in text.split("\n\n") if e]
     assert events[-1] == "data: [DONE]"
-    assert [json.loads(e[6:])["delta"] for e in events[:-1]] == ["Pa", "ris"]
+    assert [delta(e) for e in events[:-1]] == ["Pa", "ris"]
 
 
 @pytest.mark.parametrize(
@@ -124,12 +97,12 @@ async def test_stream_passes_events_and_done(client: httpx.AsyncClient) -> None:
     [UpstreamError("engine died"), RuntimeError("replica gone")],
 )
 async def test_mid_stream_failure_ends_with_error_event(
-    client: httpx.AsyncClient, backend: FakeBackend, failure: Exception
+    client: httpx.AsyncClient, backend: FakeEngine, failure: Exception
 ) -> None:
     backend.fail_mid_stream = failure
     response = await client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     events = [e for e in response.text.split("\n\n") if e]
-    assert json.loads(events[0][6:])["delta"] == "Pa"
+    assert delta(events[0]) == "Pa"
     assert json.loads(events[1][6:])["error"]["code"] == "upstream_error"
     assert events[-1] == "data: [DONE]"
     assert len(backend.calls) == 1  # never re-sent after the first byte
@@ -145,7 +118,7 @@ async def test_missing_messages(client: httpx.AsyncClient) -> None:
     assert _assert_openai_error(response, 400, "invalid_request")["param"] == "messages"
 
 
-async def test_unknown_model_lists_models(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+async def test_unknown_model_lists_models(client: httpx.AsyncClient, backend: FakeEngine) -> None:
     response = await client.post("/v1/chat/completions", json={**CHAT, "model": "gpt-9"})
     error = _assert_openai_error(response, 404, "model_not_found")
     assert "small" in error["message"] and "tiny-qwen" in error["message"]
@@ -174,9 +147,9 @@ async def test_no_capable_target_keeps_reasons(error: RequestError, status: int,
     ],
 )
 async def test_backend_errors_keep_openai_shape(
-    client: httpx.AsyncClient, backend: FakeBackend, error: RequestError, status: int, code: str
+    client: httpx.AsyncClient, backend: FakeEngine, error: RequestError, status: int, code: str
 ) -> None:
-    backend.fail_with = error
+    backend.fail = error
     response = await client.post("/v1/chat/completions", json=CHAT)
     assert _assert_openai_error(response, status, code)["message"] == error.message
 
@@ -188,7 +161,7 @@ async def test_models_lists_every_configured_model(client: httpx.AsyncClient) ->
     assert data[1]["metadata"]["synthetic"] is True and data[1]["metadata"]["family"] == "qwen"
 
 
-async def test_health_and_readiness(client: httpx.AsyncClient, backend: FakeBackend) -> None:
+async def test_health_and_readiness(client: httpx.AsyncClient, backend: FakeEngine) -> None:
     assert (await client.get("/healthz")).json() == {"status": "ok"}
     ready = await client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["models"] == {"small": "ok", "tiny-qwen": "ok"}
@@ -203,7 +176,7 @@ async def test_unknown_path_and_method(client: httpx.AsyncClient) -> None:
     _assert_openai_error(await client.get("/v1/chat/completions"), 405, "method_not_allowed")
 
 
-async def test_unexpected_error_is_500_without_traceback(backend: FakeBackend) -> None:
+async def test_unexpected_error_is_500_without_traceback(backend: FakeEngine) -> None:
     async def boom(*args: Any) -> BackendReply:
         raise KeyError("internal bug")
 
@@ -217,7 +190,7 @@ async def test_unexpected_error_is_500_without_traceback(backend: FakeBackend) -
     assert "KeyError" not in error["message"]
 
 
-async def test_no_request_id_header_when_proxy_sets_it(backend: FakeBackend) -> None:
+async def test_no_request_id_header_when_proxy_sets_it(backend: FakeEngine) -> None:
     gateway = GatewayHTTP(backend, MODELS, created=1, set_request_id=False)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         response = await c.post("/v1/chat/completions", json=CHAT)
@@ -242,7 +215,7 @@ class RecordingDispatch:
 
 
 async def _post(dispatch: RecordingDispatch, headers: dict[str, str]) -> httpx.Response:
-    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1, dispatcher=dispatch, default_deadline_s=30)
+    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1, dispatcher=dispatch, default_deadline_s=30)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         return await c.post("/v1/chat/completions", json=CHAT, headers=headers)
 
@@ -288,7 +261,7 @@ async def test_local_capacity_exhausted_is_429_with_retry_after() -> None:
     assert response.headers["x-spillover-reason"].startswith("kv_usage 0.91")
 
 
-async def test_cluster_snapshot_endpoint(backend: FakeBackend) -> None:
+async def test_cluster_snapshot_endpoint(backend: FakeEngine) -> None:
     from router.snapshot import ClusterSnapshot, ReplicaStats
 
     replica = ReplicaStats("small", "r1", "n1", 99.0, 0.4, 2, 1, 10, 5, 364, 128)
@@ -301,7 +274,7 @@ async def test_cluster_snapshot_endpoint(backend: FakeBackend) -> None:
     assert (row["kv_cache_usage"], row["age_s"], row["stale"]) == (0.4, 1.0, False)
 
 
-async def test_readiness_waits_for_a_fresh_stats_reading_of_each_model(backend: FakeBackend) -> None:
+async def test_readiness_waits_for_a_fresh_stats_reading_of_each_model(backend: FakeEngine) -> None:
     """After a redeploy the telemetry board can hold only the previous replica's last reading:
     ready means the gateway would route to the model now, so a fresh reading is needed too."""
     from router.snapshot import ClusterSnapshot, ReplicaStats
@@ -330,7 +303,7 @@ async def test_cluster_endpoint_without_telemetry_is_404(client: httpx.AsyncClie
 
 
 async def test_l1_structured_stream_is_400() -> None:
-    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1)
+    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1)
     body = {**CHAT, "stream": True, "response_format": {"type": "json_object"}}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         response = await c.post("/v1/chat/completions", json=body, headers={"x-spillover-level": "L1"})
@@ -338,7 +311,7 @@ async def test_l1_structured_stream_is_400() -> None:
 
 
 async def test_invalid_json_schema_is_400_naming_the_error() -> None:
-    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1)
+    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1)
     schema = {"type": "object", "properties": {"a": {"type": "strng"}}}
     body = {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
@@ -347,7 +320,7 @@ async def test_invalid_json_schema_is_400_naming_the_error() -> None:
     assert "strng" in error["message"]
 
 
-async def test_decision_endpoint(backend: FakeBackend) -> None:
+async def test_decision_endpoint(backend: FakeEngine) -> None:
     from router.decision import DecisionRecord, DecisionStore
 
     store = DecisionStore(max_records=5)
@@ -366,7 +339,7 @@ async def test_no_answer_within_request_timeout_is_504() -> None:
             await asyncio.sleep(5)
             raise AssertionError("unreachable")
 
-    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1, dispatcher=Slow(), request_timeout_s=0.05)
+    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1, dispatcher=Slow(), request_timeout_s=0.05)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         response = await c.post("/v1/chat/completions", json=CHAT)
     assert "0.05" in _assert_openai_error(response, 504, "request_timeout")["message"]

@@ -17,8 +17,8 @@ from serve_apps.idempotent import IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.resilience import Resilience
-from tests.fakes import FakeClock
-from tests.unit.test_gateway_http import CHAT, MODELS, FakeBackend
+from tests.fakes import FakeClock, FakeEngine
+from tests.unit.test_gateway_http import CHAT, MODELS
 
 
 def resilience(clock: FakeClock) -> Resilience:
@@ -32,7 +32,7 @@ def resilience(clock: FakeClock) -> Resilience:
     return Resilience(config, clock=clock)
 
 
-def gateway(backend: FakeBackend, clock: FakeClock, res: Resilience, auth: Authenticator | None = None) -> GatewayHTTP:
+def gateway(backend: FakeEngine, clock: FakeClock, res: Resilience, auth: Authenticator | None = None) -> GatewayHTTP:
     store = IdempotencyStore(ttl_s=60, clock=clock)
     return GatewayHTTP(
         backend,
@@ -45,8 +45,8 @@ def gateway(backend: FakeBackend, clock: FakeClock, res: Resilience, auth: Authe
 
 
 @pytest.fixture
-async def setup() -> AsyncIterator[tuple[httpx.AsyncClient, FakeBackend, FakeClock, Resilience]]:
-    backend, clock = FakeBackend(), FakeClock(1_800_000_000.0)
+async def setup() -> AsyncIterator[tuple[httpx.AsyncClient, FakeEngine, FakeClock, Resilience]]:
+    backend, clock = FakeEngine(), FakeClock(1_800_000_000.0)
     res = resilience(clock)
     transport = httpx.ASGITransport(app=gateway(backend, clock, res).app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
@@ -78,10 +78,10 @@ async def test_the_same_key_with_another_body_is_a_clear_400(setup: Any) -> None
 
 async def test_failures_are_not_stored_so_the_key_can_be_retried(setup: Any) -> None:
     client, backend, _, _ = setup
-    backend.fail_with = TargetUnavailable("down")
+    backend.fail = TargetUnavailable("down")
     failed = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "k"})
     assert failed.status_code == 503
-    backend.fail_with = None
+    backend.fail = None
     ok = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "k"})
     assert ok.status_code == 200 and "x-spillover-idempotent-replay" not in ok.headers
 
@@ -109,7 +109,7 @@ async def test_resilience_view_and_reset(setup: Any) -> None:
 
 
 async def test_only_admin_tenants_may_reset() -> None:
-    backend, clock = FakeBackend(), FakeClock(1_800_000_000.0)
+    backend, clock = FakeEngine(), FakeClock(1_800_000_000.0)
     res = resilience(clock)
     auth = Authenticator(
         [TenantPolicy("ops", admin=True), TenantPolicy("app")], {"ops": "sk-ops-key", "app": "sk-app-key"}
@@ -150,7 +150,7 @@ async def test_probes_that_contradict_live_traffic_show_in_the_view_and_the_metr
 
 
 async def test_the_resilience_view_needs_an_admin_tenant() -> None:
-    backend, clock = FakeBackend(), FakeClock(1_800_000_000.0)
+    backend, clock = FakeEngine(), FakeClock(1_800_000_000.0)
     res = resilience(clock)
     auth = Authenticator([TenantPolicy("ops", admin=True), TenantPolicy("app")], {"ops": "sk-ops", "app": "sk-app"})
     transport = httpx.ASGITransport(app=gateway(backend, clock, res, auth).app)

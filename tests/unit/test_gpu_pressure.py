@@ -71,7 +71,7 @@ def test_pressure_table(processes: tuple[FakeProcess, ...], driver_gib: float, p
 
 def test_idle_engine_reads_90_percent_used_yet_no_pressure() -> None:
     (gpu,) = read(device(reserved()))
-    assert gpu.used_fraction == pytest.approx(0.9)
+    assert gpu.used_bytes / gpu.total_bytes == pytest.approx(0.9)
     assert gpu.engine_bytes == gpu.reserved_bytes == int(72 * GIB)
     sat = saturation((gpu,))
     assert sat.term != "gpu_memory" or sat.value == 0.0

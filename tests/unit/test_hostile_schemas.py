@@ -28,28 +28,23 @@ from router.policy import Policy
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from tests.fakes import FakeEngine, completion
 from tests.unit.test_dispatch import World
 
 GENEROUS_S = 30.0  # bounded-time checks for hostile input: generous, never a tight timing assertion
 L1 = {"x-spillover-level": "L1"}
 
 
-class Answering:
+class Answering(FakeEngine):
     """Answers every chat with `content` (what a model said); `started` is set on each call."""
 
     def __init__(self, content: str) -> None:
-        self.content = content
-        self.calls = 0
+        super().__init__(answer=content)
         self.started = asyncio.Event()
 
     async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.calls += 1
         self.started.set()
-        message = {"role": "assistant", "content": self.content}
-        return BackendReply(body={"object": "chat.completion", "choices": [{"index": 0, "message": message}]})
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return None
+        return await super().call(alias, kind, body, request_id)
 
 
 def _gateway(local: Answering) -> GatewayHTTP:
@@ -118,7 +113,7 @@ async def test_remote_ref_in_response_format_is_400(listener: tuple[str, list[in
     error = _assert_invalid_schema(response)
     assert error["param"] == "response_format.json_schema.schema"
     assert "does not resolve inside the schema" in error["message"]
-    assert hits == [] and local.calls == 0  # nothing fetched, nothing ran
+    assert hits == [] and local.calls == []  # nothing fetched, nothing ran
 
 
 async def test_file_ref_in_tool_parameters_is_400(tmp_path: Path) -> None:
@@ -129,7 +124,7 @@ async def test_file_ref_in_tool_parameters_is_400(tmp_path: Path) -> None:
         response = await client.post("/v1/chat/completions", json=_tool_body({"$ref": secret.as_uri()}))
     error = _assert_invalid_schema(response)
     assert error["param"] == "tools[0].function.parameters"
-    assert "the-secret-value" not in response.text and local.calls == 0
+    assert "the-secret-value" not in response.text and local.calls == []
 
 
 @pytest.mark.parametrize(
@@ -192,7 +187,7 @@ async def test_recursive_schema_is_400_not_500(schema: dict[str, Any]) -> None:
     async with await _client(local) as client:
         response = await client.post("/v1/chat/completions", json=_json_schema_body(schema), headers=L1)
     error = _assert_invalid_schema(response)
-    assert "refers to itself" in error["message"] and local.calls == 0
+    assert "refers to itself" in error["message"] and local.calls == []
 
 
 async def test_recursion_that_descends_into_the_answer_is_allowed() -> None:
@@ -219,8 +214,7 @@ class HostileOrPlain(Answering):
     async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
         if "response_format" in body:
             return await super().call(alias, kind, body, request_id)
-        message = {"role": "assistant", "content": "fine"}
-        return BackendReply(body={"object": "chat.completion", "choices": [{"index": 0, "message": message}]})
+        return BackendReply(body=completion(alias, "fine"))
 
 
 async def test_catastrophic_pattern_bounded() -> None:
@@ -308,7 +302,7 @@ async def test_many_tools_share_one_schema_size_bound() -> None:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools}
         response = await client.post("/v1/chat/completions", json=body)
     error = _assert_invalid_schema(response)
-    assert "more than" in error["message"] and local.calls == 0
+    assert "more than" in error["message"] and local.calls == []
 
 
 def test_pattern_that_does_not_compile_is_400() -> None:

@@ -10,7 +10,8 @@ import httpx
 
 from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.logs import configure_json_logs
-from tests.unit.test_gateway_http import CHAT, MODELS, FakeBackend
+from tests.fakes import FakeEngine
+from tests.unit.test_gateway_http import CHAT, MODELS
 
 
 async def test_gateway_logs_json_lines_with_route_and_no_prompt() -> None:
@@ -21,7 +22,7 @@ async def test_gateway_logs_json_lines_with_route_and_no_prompt() -> None:
     try:
         configure_json_logs(stream=stream)
         configure_json_logs(stream=stream)  # idempotent: one handler
-        gateway = GatewayHTTP(FakeBackend(), MODELS, created=1)
+        gateway = GatewayHTTP(FakeEngine(), MODELS, created=1)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
             await c.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "req-1"})
             await c.post("/v1/chat/completions", json={"model": "nope", "messages": [{"role": "user"}]})

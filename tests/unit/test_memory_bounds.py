@@ -16,6 +16,7 @@ from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.idempotent import IdempotentReplies
+from tests.fakes import FakeEngine
 from tests.unit.test_dispatch import World
 
 
@@ -64,23 +65,21 @@ async def test_idempotent_replies_bounded_by_bytes() -> None:
     assert store.bytes_kept <= 50_000
 
 
-class Blocking:
+class Blocking(FakeEngine):
     """A local engine whose first chat hangs until `release` is set (a slow generation)."""
 
     def __init__(self) -> None:
-        self.calls = 0
+        super().__init__(answer="ok")
         self.started = asyncio.Event()
         self.release = asyncio.Event()
 
     async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.calls += 1
-        if self.calls == 1:
+        first = not self.calls
+        reply = await super().call(alias, kind, body, request_id)  # counted before it hangs
+        if first:
             self.started.set()
             await self.release.wait()
-        return BackendReply(body={"object": "chat.completion", "choices": [{"message": {"content": "ok"}}]})
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return None
+        return reply
 
 
 async def test_idempotency_waiters_hold_no_admission_slot() -> None:
@@ -125,4 +124,4 @@ async def test_idempotency_waiters_hold_no_admission_slot() -> None:
         answers = [await first, *[await t for t in twins]]
     assert [a.status_code for a in answers] == [200] * 6
     assert [a.headers.get("x-spillover-idempotent-replay") for a in answers[1:]] == ["true"] * 5
-    assert backend.calls == 2  # the first request and the unrelated one; no twin ran
+    assert len(backend.calls) == 2  # the first request and the unrelated one; no twin ran

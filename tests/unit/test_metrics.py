@@ -7,12 +7,29 @@ import re
 from pathlib import Path
 
 from router.decision import Attempt, DecisionRecord
-from router.saturation import Saturation
+from router.saturation import assess
 from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
-from serve_apps.metrics import GatewayMetrics, metric_names
+from router.watermarks import Watermarks
+from serve_apps.metrics import PREFIX, GatewayMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 METRIC = re.compile(r"\b(spillover_[a-z_]+)\b")
+
+
+def metric_names() -> set[str]:
+    """The names a scrape shows for every metric of GatewayMetrics (counters get `_total`, histograms
+    `_bucket`/`_sum`/`_count`) — what the Grafana dashboard may reference."""
+    names = set()
+    for metric in GatewayMetrics().registry.collect():
+        for sample in metric.samples:
+            names.add(sample.name)
+        if metric.type == "counter":
+            names.add(metric.name + "_total")
+        elif metric.type == "histogram":
+            names |= {metric.name + "_bucket", metric.name + "_sum", metric.name + "_count"}
+        else:
+            names.add(metric.name)
+    return {n for n in names if n.startswith(PREFIX)}
 
 
 def test_every_dashboard_query_names_an_exported_metric() -> None:
@@ -32,8 +49,8 @@ def test_observations_show_up_in_a_scrape() -> None:
     gib = 1024**3
     gpu = GpuMemory(0, "GPU-0", 74 * gib, 80 * gib, 72 * gib, 72 * gib, "pid", utilization_gpu=35)
     replica = ReplicaStats("m", "r1", "n", 10.0, 0.42, 1, 0, 0, 0, 10, 16, gpus=(gpu,))
-    saturation = {"r1": ("m", Saturation(0.5, "kv_cache", "kv"))}
-    metrics.replicas(ClusterSnapshot(10.0, (replica,)), saturation, lambda model: 0.95)
+    snapshot = assess(ClusterSnapshot(10.0, (replica,)), lambda model: Watermarks(kv_cache=0.84, gpu_memory=0.95))
+    metrics.replicas(snapshot, now=10.5)
     record = DecisionRecord("x", "1", {}, (), ((), ()), started_at=0.0)
     metrics.recorded(record.with_attempt(Attempt("cloud:sim/m", "ok", 0.1, 10, 5, 0.002)))
     text = metrics.render().decode()

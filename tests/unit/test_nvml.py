@@ -55,7 +55,7 @@ def test_two_gpus_inventory() -> None:
         10 * GIB,
         90,
     )
-    assert second.memory_used_fraction == 0.75
+    assert second.memory_used / second.memory_total == 0.75
     assert (first.read_at, second.read_at, inventory.read_at) == (1000.0, 1001.0, 1002.0)  # the injected clock
     assert inventory.smallest() == second
 

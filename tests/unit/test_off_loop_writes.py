@@ -24,7 +24,8 @@ from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
-from tests.unit.test_gateway_http import MODELS, FakeBackend
+from tests.fakes import FakeEngine
+from tests.unit.test_gateway_http import MODELS
 
 CONFIG = {"models": [{"alias": "m", "source": "prepared:x", "family": "llama"}]}
 
@@ -95,7 +96,7 @@ async def test_ledger_failures_show_in_metrics(tmp_path: Path) -> None:
     res = Resilience(parse_config(CONFIG, "test"), spend=ledger)
     metrics = GatewayMetrics()
     metrics.resilience(res.view())  # what the gateway does on every telemetry refresh
-    gateway = GatewayHTTP(FakeBackend(), MODELS, created=1, metrics=metrics)
+    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1, metrics=metrics)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client:
         page = (await client.get("/metrics")).text
     assert 'spillover_spend_ledger_failures_total{op="write"} 1.0' in page

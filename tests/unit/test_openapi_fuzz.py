@@ -11,7 +11,6 @@ local model backend is a fake implementing the same `ModelBackend` protocol.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,31 +24,15 @@ from bench.cloud_sim import build_app as build_cloud_sim
 from cluster.config import dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
 from router.idempotency import IdempotencyStore
-from router.openai_request import Kind
 from router.snapshot import ClusterSnapshot, ReplicaStats
-from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.idempotent import IdempotentReplies
 from serve_apps.providers import OpenAICompatProvider
+from tests.fakes import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
-
-
-class EchoBackend:
-    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        message = {"role": "assistant", "content": "ok"}
-        if body.get("stream"):
-            return BackendReply(chunks=self._chunks())
-        return BackendReply(body={"object": "chat.completion", "choices": [{"index": 0, "message": message}]})
-
-    async def _chunks(self) -> AsyncIterator[str]:
-        yield 'data: {"choices": [{"index": 0, "delta": {"content": "ok"}}]}\n\n'
-        yield "data: [DONE]\n\n"
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return None
 
 
 FUZZ_KEY = "sk-fuzz-tenant"
@@ -67,7 +50,7 @@ def build_gateway(auth: bool = False) -> Any:
     provider = OpenAICompatProvider(config.cloud.providers[0], transport=httpx.ASGITransport(app=sim))
     replica = ReplicaStats(MODEL, "r1", "n1", 0.0, 0.1, 0, 0, 0, 0, 364, 128)
     snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
-    backend = EchoBackend()
+    backend = FakeEngine(answer="ok")
     dispatcher = Dispatcher(config, backend, {"cloud-sim": provider}, lambda: snapshot, clock=lambda: 0.0)
     models = [ServedModel(MODEL, "llama", "cpu", 4096)]
     http = GatewayHTTP(

@@ -13,7 +13,7 @@ from router.health import Health, HealthBoard, HealthSettings
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.prober import ProbeCheck, Prober, cloud_checks, local_checks
-from tests.fakes import FakeClock
+from tests.fakes import FakeClock, FakeEngine, FakeProvider
 
 T0 = 1_800_000_000.0
 
@@ -29,19 +29,6 @@ def config(**golden: Any) -> Any:
     )
 
 
-class Backend:
-    def __init__(self, answer: str = "OK") -> None:
-        self.answer = answer
-        self.bodies: list[dict[str, Any]] = []
-
-    async def call(self, alias: str, kind: str, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.bodies.append(body)
-        return BackendReply(body={"choices": [{"message": {"content": self.answer}}]})
-
-    async def check_health(self, alias: str, timeout_s: float) -> str | None:
-        return None
-
-
 def board(clock: FakeClock, **settings: Any) -> HealthBoard:
     return HealthBoard(HealthSettings(**settings), clock)
 
@@ -51,7 +38,7 @@ async def test_liveness_follows_fresh_stats_and_three_misses_make_the_model_red(
     stats = ReplicaStats("m", "r1", "n1", T0, 0.1, 0, 0, 0, 0, 364, 128)
     snapshot = ClusterSnapshot(taken_at=T0, replicas=(stats,), max_age_s=1.0)
     health = board(clock)
-    checks = local_checks(config().models[0], config(), Backend(), lambda: snapshot, clock)
+    checks = local_checks(config().models[0], config(), FakeEngine(), lambda: snapshot, clock)
     assert [c.level for c in checks] == ["liveness", "latency"]  # no golden: no correctness probe
     prober = Prober(checks, health, latency_slo_s=5, timeout_s=5, clock=clock)
     await prober.run_due(clock.now)
@@ -95,35 +82,21 @@ async def test_a_slow_latency_probe_fails_it() -> None:
 async def test_the_golden_prompt_must_be_answered_right() -> None:
     clock = FakeClock(T0)
     cfg = config(prompt="What is the capital of France?", expect="paris")
-    backend = Backend(answer="The capital is Lyon.")
+    backend = FakeEngine(answer="The capital is Lyon.")
     alive = ClusterSnapshot(T0, (ReplicaStats("m", "r1", "n1", T0, 0.1, 0, 0, 0, 0, 364, 128),), 1.0)
     checks = local_checks(cfg.models[0], cfg, backend, lambda: alive, clock)
     correctness = next(c for c in checks if c.level == "correctness")
     assert await correctness.run() is False
     backend.answer = "PARIS."
     assert await correctness.run() is True
-    assert backend.bodies[-1]["messages"][0]["content"] == "What is the capital of France?"
-
-
-class Provider:
-    name = "sim"
-
-    def __init__(self, error: Exception | None) -> None:
-        self.error = error
-
-    async def probe(self) -> None:
-        if self.error is not None:
-            raise self.error
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> Any:
-        raise TargetUnavailable("not used")
+    assert backend.calls[-1][2]["messages"][0]["content"] == "What is the capital of France?"
 
 
 async def test_a_refused_key_found_by_the_liveness_probe_makes_the_provider_black() -> None:
     clock = FakeClock(T0)
     health = board(clock)
     refused = UpstreamError("cloud provider 'sim' refused our credentials (HTTP 401)", code="provider_auth_failed")
-    checks = [c for c in cloud_checks(Provider(refused), "m", config()) if c.level == "liveness"]
+    checks = [c for c in cloud_checks(FakeProvider(probe_error=refused), "m", config()) if c.level == "liveness"]
     await Prober(checks, health, latency_slo_s=1, timeout_s=1, clock=clock).run_due(clock.now)
     assert health.get("cloud:sim").state is Health.BLACK
     assert "provider_auth_failed" in health.get("cloud:sim").reason
@@ -133,7 +106,7 @@ async def test_an_unreachable_provider_is_a_failed_probe_not_black() -> None:
     clock = FakeClock(T0)
     health = board(clock)
     down = TargetUnavailable("unreachable", code="provider_unreachable")
-    checks = [c for c in cloud_checks(Provider(down), "m", config()) if c.level == "liveness"]
+    checks = [c for c in cloud_checks(FakeProvider(probe_error=down), "m", config()) if c.level == "liveness"]
     await Prober(checks, health, latency_slo_s=1, timeout_s=1, clock=clock).run_due(clock.now)
     assert health.get("cloud:sim").state is Health.YELLOW
 
@@ -141,7 +114,7 @@ async def test_an_unreachable_provider_is_a_failed_probe_not_black() -> None:
 async def test_a_model_not_up_yet_is_no_evidence_and_stays_green() -> None:
     clock = FakeClock(T0)
     health = board(clock)
-    backend = Backend()
+    backend = FakeEngine()
     empty = ClusterSnapshot(taken_at=T0, replicas=(), max_age_s=1.0)
     checks = local_checks(config().models[0], config(), backend, lambda: empty, clock)
     prober = Prober(checks, health, latency_slo_s=5, timeout_s=5, clock=clock)
@@ -149,7 +122,7 @@ async def test_a_model_not_up_yet_is_no_evidence_and_stays_green() -> None:
         await prober.run_due(clock.now)
         clock.now += 5
     assert health.get("local:m").state is Health.GREEN
-    assert prober.results[("local:m", "liveness")] is None and backend.bodies == []  # no chat sent either
+    assert prober.results[("local:m", "liveness")] is None and backend.calls == []  # no chat sent either
 
 
 # -- fair probes, per-provider probe chat, a schedule that follows the target ---------------------

@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.config import parse_config
-from router.snapshot import GpuMemory
+from router.snapshot import GpuMemory, ReplicaStats
 from router.watermarks import Watermarks
-from serve_apps.llm import llm_config_for
-from serve_apps.replica_router import ROUTER_PATH, prefix_key, rendezvous, saturated, unsaturated
+from serve_apps.llm import llm_config_for, watermarks_of
+from serve_apps.replica_router import ROUTER_PATH, prefix_key, rendezvous, routing_stats, saturated, unsaturated
 
-MARKS = {"kv_cache": 0.85, "gpu_memory": 0.95, "queue": 8}
+MARKS = Watermarks(kv_cache=0.85, gpu_memory=0.95, queue=8)
 GIB = 1024**3
 
 
@@ -21,39 +21,47 @@ class Replica:
     routing_stats: dict[str, Any] = field(default_factory=dict)
 
 
+def reading(**fields: Any) -> ReplicaStats:
+    """A replica's engine reading, as SpilloverLLMServer takes it every push period."""
+    base: dict[str, Any] = dict(
+        model="m", replica_id="r", node_id="n", read_at=100.0, kv_cache_usage=0.0, num_running=0, num_waiting=0
+    )
+    base |= dict(prefix_cache_queries=0, prefix_cache_hits=0, num_gpu_blocks=10, block_size=16)
+    return ReplicaStats(**{**base, **fields})
+
+
 def test_a_replica_is_saturated_by_any_one_term() -> None:
-    assert not saturated({}, **MARKS)  # no reading yet: not held against it
+    """The stats a replica answers Serve's routing-stats hook with, as the replica router reads them."""
+    assert not saturated({})  # no reading yet: not held against it
     idle_engine = GpuMemory(0, "GPU-0", 72 * GIB, 80 * GIB, engine_bytes=72 * GIB, reserved_bytes=72 * GIB)
     crowded = GpuMemory(0, "GPU-0", 77 * GIB, 80 * GIB, engine_bytes=72 * GIB, reserved_bytes=72 * GIB)
-    assert not saturated({"kv_cache_usage": 0.5, "num_waiting": 2, "gpus": [idle_engine.to_dict()]}, **MARKS)
-    assert saturated({"kv_cache_usage": 0.9}, **MARKS)
-    assert saturated({"num_waiting": 8}, **MARKS)
-    assert saturated({"gpus": [crowded.to_dict()]}, **MARKS)  # others 5 GiB > the 4 GiB room above the floor
-    assert saturated({"gpu_error": "NVML failed: GPU is lost"}, **MARKS)
+    assert not saturated(routing_stats(reading(kv_cache_usage=0.5, num_waiting=2, gpus=(idle_engine,)), MARKS))
+    assert saturated(routing_stats(reading(kv_cache_usage=0.9), MARKS))
+    assert saturated(routing_stats(reading(num_waiting=8), MARKS))
+    assert saturated(routing_stats(reading(gpus=(crowded,)), MARKS))  # others 5 GiB > the 4 GiB room above the floor
+    assert saturated(routing_stats(reading(gpu_error="NVML failed: GPU is lost"), MARKS))
+    stats = routing_stats(reading(kv_cache_usage=0.17), Watermarks(kv_cache=0.34, low=0.2))
+    assert stats == {"saturation": 0.5, "saturation_term": "kv_cache", "read_at": 100.0}  # the model's own marks
 
 
 def test_saturated_replicas_are_left_out_unless_all_are() -> None:
-    hot, cool = Replica("hot", {"kv_cache_usage": 0.95}), Replica("cool", {"kv_cache_usage": 0.1})
-    assert [r.name for r in unsaturated([hot, cool], **MARKS)] == ["cool"]
-    assert [r.name for r in unsaturated([hot], **MARKS)] == ["hot"]  # the gateway decides about bursting
+    hot, cool = Replica("hot", {"saturation": 1.1}), Replica("cool", {"saturation": 0.1})
+    assert [r.name for r in unsaturated([hot, cool])] == ["cool"]
+    assert [r.name for r in unsaturated([hot])] == ["hot"]  # the gateway decides about bursting
 
 
 def config(**model: Any) -> Any:
     return parse_config({"models": [{"alias": "m", "source": "prepared:x", "family": "qwen", **model}]}, "test")
 
 
-def test_several_replicas_get_our_router_with_the_models_watermarks() -> None:
+def test_several_replicas_get_our_router_and_the_replicas_their_models_watermarks() -> None:
     spec = config(replicas=2, imbalanced_threshold=3).models[0]
-    llm = llm_config_for(spec, "/models/m", Watermarks(kv_cache=0.5, queue=4, low=0.4))
+    marks = Watermarks(kv_cache=0.5, queue=4, low=0.4)
+    llm = llm_config_for(spec, "/models/m", marks)
     router = llm.deployment_config["request_router_config"]
     assert router["request_router_class"] == ROUTER_PATH
-    assert router["request_router_kwargs"] == {
-        "kv_cache": 0.5,
-        "gpu_memory": 0.95,
-        "queue": 4,
-        "imbalanced_threshold": 3,
-        "prefix_chars": 2000,
-    }
+    assert router["request_router_kwargs"] == {"imbalanced_threshold": 3, "prefix_chars": 2000}
+    assert watermarks_of(llm.experimental_configs) == marks  # what each replica judges its routing stats by
 
 
 def test_one_replica_or_power_of_two_keeps_rays_default() -> None:
@@ -127,7 +135,7 @@ async def test_choose_replicas_prefers_the_prefix_owner_unless_saturated_or_imba
     assert ranks[0][0].replica_id.unique_id == owner_id and len(ranks[1]) == 2  # owner first, the rest as fallback
 
     owner = next(r for r in replicas if r.replica_id.unique_id == owner_id)
-    owner.routing_stats = {"kv_cache_usage": 0.99}  # saturated: left out
+    owner.routing_stats = {"saturation": 1.16}  # saturated: left out
     ranks = await router.choose_replicas(replicas, request)
     assert owner not in [r for rank in ranks for r in rank]
 

@@ -9,19 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from router.decision import DecisionStore
 from router.errors import TargetUnavailable
-from router.openai_request import Kind
-from serve_apps.backend import BackendReply
 from serve_apps.decision_log import JsonlFile
 from serve_apps.providers.openai_compat import CHAT_FIELDS
+from tests.fakes import FakeEngine
 from tests.unit.security_gateway import APPS, CHAT, KEYS, OPS, OTHER, build, completion
-from tests.unit.test_openapi_fuzz import EchoBackend
 
 # --- item 7: decision records are the tenant's own ------------------------------------------------------
 
@@ -147,15 +144,15 @@ async def test_error_messages_name_no_env_var_host_or_account(
     assert not [leak for leak in LEAKS if leak in text], text
 
 
-class DyingReplica(EchoBackend):
+def dying_replica() -> FakeEngine:
     """Fails the way a Ray replica on another node does: TargetUnavailable quoting the node's address."""
-
-    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        raise TargetUnavailable("replica on node 10.20.30.40 (http://10.20.30.40:8265) died")
+    engine = FakeEngine(answer="ok")
+    engine.fail = TargetUnavailable("replica on node 10.20.30.40 (http://10.20.30.40:8265) died")
+    return engine
 
 
 async def test_error_messages_fail_over_reason_and_decision_record_name_no_host() -> None:
-    gateway = build(local=DyingReplica(), attempts=3)  # local, local again (same-target retry), cloud
+    gateway = build(local=dying_replica(), attempts=3)  # local, local again (same-target retry), cloud
     async with gateway.client() as c:
         response = await c.post("/v1/chat/completions", json=CHAT, headers={**APPS, "x-request-id": "r1"})
         record = await c.get("/v1/spillover/decisions/r1", headers=APPS)

@@ -8,6 +8,7 @@ from typing import Any
 
 from cluster.stats_tap import StatsTap
 from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.watermarks import Watermarks
 from serve_apps.board_poller import BoardPoller
 from tests.fakes import FakeClock as Clock
 
@@ -69,7 +70,9 @@ def test_replica_stats_round_trip_and_derived_values() -> None:
     assert ReplicaStats.from_dict(stats.to_dict()) == stats
     assert stats.kv_budget_tokens == 364 * 128 == 46_592
     assert stats.prefix_cache_hit_rate == 0.4
-    assert stats.gpus[0].used_fraction == 0.75 and stats.gpus[0].other_bytes == 60  # no engine: all "other"
+    assert (
+        stats.gpus[0].used_bytes / stats.gpus[0].total_bytes == 0.75 and stats.gpus[0].other_bytes == 60
+    )  # no engine: all "other"
 
 
 def test_snapshot_staleness_and_model_filter() -> None:
@@ -111,12 +114,16 @@ class FakeBoard:
 def test_poller_builds_snapshots_and_survives_board_loss() -> None:
     clock = Clock(50.0)
     board = FakeBoard([_stats("b", "r2", 49.9).to_dict(), _stats("a", "r1", 49.8).to_dict()])
-    poller = BoardPoller(board, period_s=0.2, max_age_s=1.0, clock=clock)
+    marks = {"a": Watermarks(kv_cache=0.5, low=0.25), "b": Watermarks()}
+    poller = BoardPoller(board, period_s=0.2, max_age_s=1.0, watermarks_for=marks.__getitem__, clock=clock)
     assert poller.latest().replicas == () and poller.latest().errors
     snapshot = asyncio.run(poller.refresh())
     assert [r.model for r in snapshot.replicas] == ["a", "b"] and snapshot.taken_at == 50.0
+    # assessed once, each replica against its own model's watermarks (kv usage 0.5 for both)
+    assert snapshot.saturations["r1"].value == 1.0 and snapshot.saturations["r2"].value == 0.5 / 0.85
     board.fail = True
     clock.now = 60.0
     after = asyncio.run(poller.refresh())
     assert after.replicas == snapshot.replicas  # kept, and now stale by age
+    assert after.saturations == snapshot.saturations
     assert after.errors and all(after.is_stale(r, clock.now) for r in after.replicas)

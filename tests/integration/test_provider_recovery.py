@@ -13,7 +13,7 @@ defaults (conftest overrides only detection and probe periods that do not drive 
   health stays green (the rejected probes are counted, not held against it), and a request whose
   prompt is filtered gets the 400 with the provider's reason — it is not silently sent to the spare.
 
-Runs before test_zx_resilience (the fault matrix) and test_zz_failover; it leaves the sims and the
+Like every integration test it leaves the stack as it found it, in any order: the sims and the
 gateway's resilience state reset.
 """
 

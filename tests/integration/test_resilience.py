@@ -1,6 +1,6 @@
 """Resilience on the real stack: the fault matrix against cloud-sim, a provider whose
-key is refused, and Idempotency-Key. Runs late in the session: the fault matrix leaves the
-gateway's resilience state reset and the sims fault-free.
+key is refused, and Idempotency-Key. The fault matrix leaves the sims fault-free (each fault is
+cleared after its run) and the gateway's resilience state reset, whatever tests run after it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import asyncio
 import os
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -65,6 +66,16 @@ def test_idempotency_key_replays_the_first_answer(stack: Stack) -> None:
     assert again.headers["x-spillover-idempotent-replay"] == "true"
 
 
+@pytest.fixture
+def resets_after(stack: Stack) -> Iterator[None]:
+    """The sims without faults and the breakers and health the faults moved reset, after the test."""
+    yield
+    for sim in (stack.sim_url, stack.spare_url):
+        httpx.post(f"{sim.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
+    httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
+
+
+@pytest.mark.usefixtures("resets_after")
 def test_fault_matrix_loses_nothing_and_never_resends_a_started_stream(stack: Stack) -> None:
     options = FaultOptions(
         url=stack.openai_base,

@@ -1,4 +1,4 @@
-"""Last in the session (it kills a replica): the local model's replica dies under load.
+"""The local model's replica dies under load.
 
 Non-streamed requests keep arriving from two clients. When the replica is killed (ray.kill), its
 stats go stale after `telemetry.max_age_s`, its health turns red, and requests burst to the cloud:
@@ -6,6 +6,10 @@ none may fail. Serve starts a new replica; once its stats are fresh again and th
 a half-open trial request that succeeds (or `recovery_probes` good liveness probes) starts the ramp of
 the local share 20% → 50% → 100% (`ramp_step_s` each) and local traffic comes back. local_only
 requests never leave.
+
+The test leaves the stack as it found it, whatever the order the tests run in: one fresh replica of
+the model on the telemetry board (the killed one's last reading is forgotten after the board's
+`forget_after_s`, 60 s) and the gateway's resilience state reset.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -20,7 +25,7 @@ import pytest
 import ray
 
 from tests.integration.conftest import Stack
-from tests.integration.test_burst import QWEN, SHORT, chat, cloud_requests
+from tests.integration.qwen_load import QWEN, SHORT, chat, cloud_requests, qwen_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -75,6 +80,20 @@ def _local_health(stack: Stack) -> dict:
     return view["health"].get(f"local:{QWEN}", {})
 
 
+@pytest.fixture
+def restores_the_model(stack: Stack) -> Iterator[None]:
+    """After the test: only the new replica on the board, fresh, and the resilience state reset."""
+    yield
+    deadline = time.monotonic() + 180  # the new replica starting, the dead one's reading forgotten
+    replicas = qwen_replicas(stack)
+    while not (len(replicas) == 1 and not replicas[0]["stale"]):
+        assert time.monotonic() < deadline, f"the board did not settle on one fresh replica: {replicas}"
+        time.sleep(1)
+        replicas = qwen_replicas(stack)
+    httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
+
+
+@pytest.mark.usefixtures("restores_the_model")
 def test_killed_replica_under_load_loses_nothing_and_ramps_back(stack: Stack) -> None:
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
     assert chat(stack, SHORT).headers["x-spillover-route"] == "local"

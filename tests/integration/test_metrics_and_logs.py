@@ -1,5 +1,6 @@
-"""After the session's real requests (local, burst, waits, contracts), `/metrics` has data for
-every metric the Grafana dashboard queries."""
+"""`/metrics` has data for every metric the Grafana dashboard queries, after the traffic the
+dashboard charts (made here: a local answer, a burst to the cloud, a wait for local room); the
+gateway's JSON log lines carry the route and reason and never the prompt."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import httpx
 import pytest
 
 from tests.integration.conftest import REPO, Stack
+from tests.integration.qwen_load import SHORT, chat, saturated_qwen
 
 pytestmark = pytest.mark.integration
 METRIC = re.compile(r"\b(spillover_[a-z_]+)\b")
 
 
 def test_every_dashboard_metric_has_data(stack: Stack) -> None:
+    assert chat(stack, SHORT).headers["x-spillover-route"] == "local"
+    with saturated_qwen(stack):
+        assert chat(stack, SHORT).headers["x-spillover-route"] == "cloud"  # tokens and cost by a cloud target
+        local_only = {"x-spillover-residency": "local_only", "x-spillover-deadline-ms": "1500"}
+        assert chat(stack, SHORT, headers=local_only).status_code in (200, 429)  # waited for local room
     scrape = httpx.get(f"{stack.base_url}/metrics", timeout=10)
     assert scrape.status_code == 200 and scrape.headers["content-type"].startswith("text/plain")
     with_data = {line.split("{")[0].split(" ")[0] for line in scrape.text.splitlines() if not line.startswith("#")}
