@@ -18,6 +18,7 @@ from ray.serve.handle import DeploymentHandle
 
 from cluster.config import parse_config
 from cluster.models import CATALOG, cache_dir
+from cluster.render import GATEWAY_DEPLOYMENT
 from cluster.tenants import authenticator_for
 from router.decision import DecisionStore
 from router.errors import SpilloverError
@@ -46,7 +47,7 @@ from serve_apps.tenant_limits import TenantLimits
 log = logging.getLogger("spillover.gateway")
 
 
-@serve.deployment(name="SpilloverGateway", max_ongoing_requests=1000)
+@serve.deployment(name=GATEWAY_DEPLOYMENT, max_ongoing_requests=1000)
 @serve.ingress()
 class Gateway:
     def __init__(self, config: dict[str, Any], handles: dict[str, DeploymentHandle]) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,12 +14,14 @@ from dataclasses import dataclass
 import httpx
 import ray
 from ray import serve
+from ray.serve.context import _get_global_client as serve_client
+from ray.serve.schema import ServeDeploySchema
 
 from cluster.config import SpilloverConfig
 from cluster.models import CATALOG, prepare
 from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_sim import prepare_simulated_gpus
-from cluster.render import APP_NAME
+from cluster.render import APP_NAME, application
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.breaker_exchange import kill_exchange
@@ -97,55 +98,53 @@ def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float
     check_deployable(config, config_path)  # config errors surface before Ray starts
     prepare_models(config, say)
     started = connect_ray(config, say)
-    app = build_app(config, config_path)  # after ray.init: building may auto-init a default Ray
+    build_app(config, config_path)  # config errors surface here; after ray.init: building may auto-init a Ray
     host, port = config.gateway.host, config.gateway.port
-    serve.start(http_options={"host": host, "port": port})
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            serve.run(app, name=APP_NAME, route_prefix="/")
-        except BaseException as exc:  # noqa: BLE001 - reported by the waiting thread
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, name="serve-run", daemon=True)
-    thread.start()
+    serve.start(proxy_location="EveryNode", http_options={"host": host, "port": port})
+    # Applied as `serve deploy` applies a config file (cluster/render.py): a redeploy that changes only
+    # the gateway's replica count resizes that deployment and leaves the engines running; `serve.run`
+    # would give every deployment a new random version and restart every replica.
+    target = ServeDeploySchema.model_validate({"applications": [application(config, config_path)]})
+    client = serve_client()
+    if client is None:
+        raise ClusterError("Serve's controller is not reachable after serve.start")
+    try:
+        client.deploy_apps(target)
+    except ray.exceptions.RayError as exc:
+        raise ClusterError(f"deployment failed: {exc}") from None
     url_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     running = Running(base_url=f"http://{url_host}:{port}", started_ray=started)
     try:
-        _wait_ready(running.base_url, config.gateway.readiness_timeout_s, thread, failure, say, poll_s)
+        _wait_ready(running.base_url, config.gateway.readiness_timeout_s, say, poll_s)
     except BaseException:
         running.stop()
         raise
     return running
 
 
-def _deployment_summary() -> str:
+def _deployment_summary() -> tuple[str, str]:
+    """The application's status (RUNNING, DEPLOYING, ...) and its deployments' for the progress line."""
     try:
         app = serve.status().applications.get(APP_NAME)
     except Exception:  # noqa: BLE001 - status is only decoration for the progress line
-        return ""
+        return "", ""
     if app is None:
-        return "waiting for the controller"
+        return "", "waiting for the controller"
     parts = [f"{name.split(':')[-1]}={d.status.value.lower()}" for name, d in app.deployments.items()]
     if app.status.value == "DEPLOY_FAILED":
         raise ClusterError(f"deployment failed: {app.message.strip()[-2000:]}")
-    return ", ".join(parts)
+    return app.status.value, ", ".join(parts) or app.status.value.lower()
 
 
-def _wait_ready(
-    base_url: str, timeout_s: float, thread: threading.Thread, failure: list[BaseException], say: Say, poll_s: float
-) -> None:
+def _wait_ready(base_url: str, timeout_s: float, say: Say, poll_s: float) -> None:
     started = time.monotonic()
     last = ""
     while True:
-        if failure:
-            raise ClusterError(f"deployment failed: {failure[0]}")
         elapsed = time.monotonic() - started
         if elapsed > timeout_s:
             raise ClusterError(f"not ready after {timeout_s:.0f}s ({last})")
-        summary = _deployment_summary()
-        if not thread.is_alive():
+        status, summary = _deployment_summary()
+        if status == "RUNNING":
             try:
                 response = httpx.get(f"{base_url}/readyz", timeout=10)
                 if response.status_code == 200:

@@ -2,7 +2,7 @@
 
     python tests/cluster_launch/cluster_report.py [--wait-nodes N] [--timeout-s S]
 
-`nodes`: every node Ray knows (id, IP, alive, CPU); `actors`: every live actor with the IP of
+`nodes`: every node Ray knows (id, IP, alive, CPU); `actors`: every live actor (id, PID) with the IP of
 the node it runs on (Serve replicas are `ServeReplica:<app>:<deployment>`), from Ray's state API.
 With --wait-nodes it first waits until that many nodes are alive (the head's autoscaler brings
 the workers up after `ray up` returns).
@@ -39,7 +39,10 @@ def report(wait_nodes: int, timeout_s: float) -> dict[str, object]:
             }
             for n in nodes
         ],
-        "actors": [{"class": a.class_name, "node_id": a.node_id, "ip": ip_of.get(a.node_id)} for a in actors],
+        "actors": [
+            {"class": a.class_name, "id": a.actor_id, "pid": a.pid, "node_id": a.node_id, "ip": ip_of.get(a.node_id)}
+            for a in actors
+        ],
     }
 
 

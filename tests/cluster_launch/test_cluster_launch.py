@@ -134,6 +134,31 @@ def test_spillover_deploy_serves_chat_through_the_gateway_with_the_model_on_a_wo
     assert replica["ip"] == WORKER.ip
 
 
+def gateway_replicas(report: dict) -> list[dict]:
+    return [a for a in report["actors"] if a["class"].startswith("ServeReplica:") and "Gateway" in a["class"]]
+
+
+def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launched) -> None:
+    """README's scale step: change `gateway.replicas` and run the deploy again (here as an overlay,
+    which `spillover deploy` merges on top of the config). Serve adds a gateway replica; the model's
+    replica — its engine loaded — is left as it was."""
+    before = cluster_report(up)
+    (engine,) = model_replicas(before)
+    assert len(gateway_replicas(before)) == 1
+    overlay = up.hosts.state / "scale.yaml"
+    overlay.write_text("gateway:\n  replicas: 2\n")
+    started = time.monotonic()
+    up.on_head(f"spillover deploy --config {up.spillover_config} --overlay {overlay}", timeout=480)
+    report = cluster_report(up)
+    gateways = gateway_replicas(report)
+    took = time.monotonic() - started
+    say(f"redeploy with gateway.replicas 2 took {took:.0f}s; gateways on {[g['ip'] for g in gateways]}")
+    assert len(gateways) == 2
+    assert model_replicas(report) == [engine]  # the same actor on the same node: not restarted
+    answer = ask(up)
+    assert "paris" in answer.lower()
+
+
 def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: Launched) -> None:
     # `serve shutdown` leaves the detached telemetry board holding the old replica's last reading for a
     # while: the new gateway must not read it as a model gone red, and /readyz waits for a fresh one
@@ -141,7 +166,11 @@ def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: L
     serve_yaml = up.hosts.state / "serve.yaml"
     started = time.monotonic()
     up.on_head(f"spillover render --config {up.spillover_config} --out {serve_yaml} && serve deploy {serve_yaml}")
-    wait_ready(300)
+    try:
+        wait_ready(300)
+    except AssertionError:
+        say("`serve status` on the head:\n" + up.on_head("serve status", timeout=120, check=False)[-4000:])
+        raise
     say(f"`serve deploy` of the rendered file ready after {time.monotonic() - started:.0f}s")
     answer = ask(up)
     say(f"chat through {GATEWAY} (rendered app): {answer!r}")
