@@ -1,15 +1,18 @@
-"""The dispatcher's interfaces: what it returns (`Dispatched`) and whom it tells
-(`DispatchObserver`). What it calls: serve_apps/backend.py."""
+"""The dispatcher's interfaces: what it returns (`Dispatched`), whom it tells (`DispatchObserver`),
+what the HTTP layer calls (`Dispatch`; `LocalDispatch` without burst). What it calls: serve_apps/backend.py."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from router.burst import Route
+from router.capabilities import local_id
+from router.contract import RequestContract
 from router.decision import DecisionRecord
-from serve_apps.backend import BackendReply
+from router.openai_request import Kind
+from serve_apps.backend import BackendReply, ModelBackend
 
 
 @dataclass(frozen=True)
@@ -46,3 +49,22 @@ class NoObserver:
 
     def recorded(self, record: DecisionRecord) -> None:
         return None
+
+
+class Dispatch(Protocol):
+    async def dispatch(
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
+    ) -> Dispatched: ...
+
+
+class LocalDispatch:
+    """Everything local, no admission or burst: a gateway without a Dispatcher (tests, tools)."""
+
+    def __init__(self, local: ModelBackend) -> None:
+        self._local = local
+
+    async def dispatch(
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
+    ) -> Dispatched:
+        reply = await self._local.call(contract.model, kind, body, request_id)
+        return Dispatched(reply, "local", local_id(contract.model), "local (burst not configured)", 0.0)

@@ -45,8 +45,7 @@ import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -57,8 +56,7 @@ from starlette.routing import Route
 
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
-from router.capabilities import local_id
-from router.contract import RequestContract, derive_contract
+from router.contract import derive_contract
 from router.decision import DecisionStore
 from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout, error_body
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
@@ -67,11 +65,12 @@ from router.saturation import cluster_view
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.decision_routes import OwnedDecisions, owner_of
-from serve_apps.dispatch_types import Dispatched
+from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
 from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
+from serve_apps.model_card import ServedModel
 from serve_apps.openapi import openapi_document
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.tenant_limits import TenantLimits
@@ -88,49 +87,6 @@ USED_ID = hdr.USED_REQUEST_ID
 def _header_text(text: str) -> str:
     """A reason as an HTTP header value: printable ASCII, one line, bounded."""
     return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)[:300]
-
-
-@dataclass(frozen=True)
-class ServedModel:
-    alias: str
-    family: str
-    accelerator: str
-    max_model_len: int | None
-    synthetic: bool = False
-
-    def card(self, created: int) -> dict[str, Any]:
-        return {
-            "id": self.alias,
-            "object": "model",
-            "created": created,
-            "owned_by": "spillover",
-            "metadata": {
-                "family": self.family,
-                "accelerator": self.accelerator,
-                "max_model_len": self.max_model_len,
-                "synthetic": self.synthetic,
-                "route": "local",
-            },
-        }
-
-
-class Dispatch(Protocol):
-    async def dispatch(
-        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
-    ) -> Dispatched: ...
-
-
-class LocalDispatch:
-    """Everything local, no admission or burst: a gateway without a Dispatcher (tests, tools)."""
-
-    def __init__(self, local: ModelBackend) -> None:
-        self._local = local
-
-    async def dispatch(
-        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
-    ) -> Dispatched:
-        reply = await self._local.call(contract.model, kind, body, request_id)
-        return Dispatched(reply, "local", local_id(contract.model), "local (burst not configured)", 0.0)
 
 
 class GatewayHTTP:

@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 
-from cluster.config import CloudProvider
+from cluster.cloud_config import CloudProvider
 from router import headers as hdr
 from router.capabilities import provider_model_name
 from router.errors import (

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from bench.cloud_sim.server import CONTENT_FILTERED
-from cluster.config import CloudProvider
+from cluster.cloud_config import CloudProvider
 from router.errors import ProviderRejected, UpstreamError
 from router.failure import FailureClass, classify
 from serve_apps.providers import OpenAICompatProvider

@@ -1,0 +1,81 @@
+"""The `cloud:` section: the cloud APIs requests may burst to (cluster/config.py holds the rest)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from cluster.config_base import StrictModel, no_duplicates
+from cluster.resilience_config import ProviderProbe
+from router.capabilities import ProviderModelEntry
+
+
+class CloudProvider(StrictModel):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="the provider in target ids: cloud:<name>")
+    type: Literal["openai", "anthropic"] = Field(
+        "openai",
+        description="the API it speaks: openai (OpenAI-compatible chat completions) or anthropic (the Anthropic "
+        "Messages API, translated by serve_apps/providers/anthropic.py)",
+    )
+    base_url: str = Field(
+        pattern=r"^https?://",
+        description="base URL of its API, e.g. .../v1 (chat/completions or, for type anthropic, messages below it)",
+    )
+    api_key_env: str | None = Field(
+        None, description="environment variable holding the API key (read at call time, never logged)"
+    )
+    enabled: bool = Field(True, description="false: configured but never sent a request")
+    timeout_s: float = Field(60, gt=0, description="seconds a request to this provider may take")
+    domain: str | None = Field(
+        None, description="failure domain (endpoint / credential pool) shared with other providers; null: its name"
+    )
+    rpm: int | None = Field(
+        None,
+        ge=1,
+        description="requests per minute this gateway replica may send (the provider's limit / gateway.replicas); "
+        "null: unlimited",
+    )
+    tpm: int | None = Field(
+        None,
+        ge=1,
+        description="tokens per minute this gateway replica may send (estimated prompt + max_tokens, settled with "
+        "the real usage); null: unlimited",
+    )
+    models: dict[str, ProviderModelEntry] = Field(
+        default_factory=dict,
+        description="model alias -> provider model: a bare name means capabilities unknown (never routed there; "
+        "capabilities are never inferred from names), or its capabilities",
+    )
+    probe: ProviderProbe = Field(
+        ProviderProbe(),
+        description="the latency probe's chat (to the first model of `models`); a probe the provider rejects "
+        "as a client error (a 4xx other than 401/403/408/429) is logged and changes no health",
+    )
+
+    @property
+    def failure_domain(self) -> str:
+        return self.domain or self.name
+
+    @model_validator(mode="after")
+    def _anthropic_entries(self) -> CloudProvider:
+        if self.type == "anthropic":
+            structured = sorted(a for a, m in self.models.items() if not isinstance(m, str) and m.json_schema)
+            if structured:
+                raise ValueError(
+                    f"models {', '.join(structured)}: json_schema: true on a type anthropic provider; its adapter "
+                    "does not translate response_format, so set json_schema: false"
+                )
+        return self
+
+
+class CloudSection(StrictModel):
+    providers: list[CloudProvider] = Field(
+        default_factory=list, description="OpenAI-compatible cloud APIs requests may burst to"
+    )
+
+    @field_validator("providers")
+    @classmethod
+    def _unique(cls, value: list[CloudProvider]) -> list[CloudProvider]:
+        no_duplicates([p.name for p in value], "provider names")
+        return value
