@@ -3,7 +3,6 @@ log (in-process through httpx.ASGITransport), and the real server as a subproces
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -15,8 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from bench.cloud_sim import Fault, InvalidSettings, SimSettings, add_cloud_sim_parser, build_app, decide_fault
-from bench.cloud_sim.cli import settings_from_args
+from bench.cloud_sim import Fault, SimSettings, build_app, decide_fault
 from bench.cloud_sim.server import CloudSim
 
 REPO = Path(__file__).resolve().parents[2]
@@ -359,23 +357,6 @@ async def test_request_log_has_one_line_per_request_and_no_credentials(tmp_path:
     assert records[6]["error"] == "invalid_api_key"
     text = log_path.read_text().lower()
     assert "authorization" not in text and "s3cret" not in text and "bearer" not in text
-
-
-def test_cli_flags_become_settings() -> None:
-    parser = argparse.ArgumentParser()
-    add_cloud_sim_parser(parser.add_subparsers(dest="command"))
-    flags = "--port 0 --models a,b --ttft-s 0.1 --max-concurrency 3 --rate-limit-rate 0.25 --api-key-env SIM_KEY"
-    args = parser.parse_args(["cloud-sim", *flags.split(), "--log", "x.jsonl"])
-    settings = settings_from_args(args, env={"SIM_KEY": "k"})
-    assert args.func.__name__ == "run_cloud_sim" and args.log == "x.jsonl"
-    assert settings.models == ("a", "b") and settings.ttft_s == 0.1 and settings.max_concurrency == 3
-    assert settings.rate_limit_rate == 0.25 and settings.key_matches("k")
-    assert settings.tokens_per_s == SimSettings().tokens_per_s
-    with pytest.raises(InvalidSettings, match="SIM_KEY"):
-        settings_from_args(args, env={})
-    too_much = parser.parse_args(["cloud-sim", "--error-5xx-rate", "0.7", "--timeout-rate", "0.7"])
-    with pytest.raises(InvalidSettings, match="at most 1"):
-        settings_from_args(too_much, env={})
 
 
 async def test_schema_invalid_fault_breaks_only_json_schema_answers() -> None:
