@@ -1,8 +1,8 @@
 """The local model's replica dies under load.
 
 Non-streamed requests keep arriving from two clients. When the replica is killed (ray.kill), its
-stats go stale after `telemetry.max_age_s`, its health turns red, and requests burst to the cloud:
-none may fail. Serve starts a new replica; once its stats are fresh again and the cool-down is over,
+stats go stale after `telemetry.max_age_s` and requests burst to the cloud at once: none may fail;
+its health turns red once the staleness lasted `stale_red_s` (30 s). Serve starts a new replica; once its stats are fresh again and the cool-down is over,
 a half-open trial request that succeeds (or `recovery_probes` good liveness probes) starts the ramp of
 the local share 20% → 50% → 100% (`ramp_step_s` each) and local traffic comes back. local_only
 requests never leave.
@@ -110,9 +110,11 @@ def test_killed_replica_under_load_loses_nothing_and_ramps_back(stack: Stack) ->
         private = chat(stack, SHORT, request_id=private_id, headers={"x-spillover-residency": "local_only"})
         deadline = killed_at + 180
         health: dict = {}
-        while time.monotonic() < deadline:
+        went_red = False  # ~30 s after the kill (stale_red_s, or 3 failed 10 s liveness probes), well before
+        while time.monotonic() < deadline:  # Serve's new replica has loaded its engine; diverted until then
             health = _local_health(stack)
-            if health.get("state") == "green" and not health.get("ramping"):
+            went_red = went_red or health.get("state") == "red"
+            if went_red and health.get("state") == "green" and not health.get("ramping"):
                 break
             time.sleep(0.5)
         recovered_at = time.monotonic()
