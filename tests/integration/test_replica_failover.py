@@ -2,10 +2,10 @@
 
 Non-streamed requests keep arriving from two clients. When the replica is killed (ray.kill), its
 stats go stale after `telemetry.max_age_s` and requests burst to the cloud at once: none may fail;
-its health turns red once the staleness lasted `stale_red_s` (30 s). Serve starts a new replica; once its stats are fresh again and the cool-down is over,
-a half-open trial request that succeeds (or `recovery_probes` good liveness probes) starts the ramp of
-the local share 20% → 50% → 100% (`ramp_step_s` each) and local traffic comes back. local_only
-requests never leave.
+its health turns red once the staleness lasted `stale_red_s` (30 s). Serve starts a new replica;
+once its stats are fresh again and the cool-down is over, a half-open trial request that succeeds (or
+`recovery_probes` good liveness probes) starts the ramp of the local share 20% → 50% → 100%
+(`ramp_step_s` each) and local traffic comes back. local_only requests never leave.
 
 The test leaves the stack as it found it, whatever the order the tests run in: one fresh replica of
 the model on the telemetry board (the killed one's last reading is forgotten after the board's
