@@ -118,6 +118,7 @@ class GatewayHTTP:
         tenant_limits: TenantLimits | None = None,
     ) -> None:
         self._golden = golden
+        self._ops = ops
         self._client_text = ClientText(redact)
         self._tenant_limits = tenant_limits or TenantLimits()
         self._request_timeout_s = request_timeout_s
@@ -325,6 +326,8 @@ class GatewayHTTP:
         if self._snapshot is not None:
             snapshot, now = self._snapshot(), self._clock()
             reasons = [reason or _unread(snapshot, alias, now) for alias, reason in zip(aliases, reasons, strict=True)]
+        if self._ops is not None:  # red at start-up (probed while its engine loaded): not ready until it recovers
+            reasons = [reason or self._ops.local_down(a) for a, reason in zip(aliases, reasons, strict=True)]
         if self._golden is not None:  # up but not (yet) answering its golden prompt right: not ready
             reasons = [reason or self._golden.blocked(a) for a, reason in zip(aliases, reasons, strict=True)]
         models = {alias: (reason or "ok") for alias, reason in zip(aliases, reasons, strict=True)}

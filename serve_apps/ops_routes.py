@@ -25,7 +25,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.auth import TenantPolicy
+from router.capabilities import local_id
 from router.errors import Forbidden, InvalidRequest, RequestError
+from router.health import Health
 from serve_apps.resilience import Resilience
 
 Authorize = Callable[[Request], TenantPolicy | None]
@@ -45,6 +47,13 @@ class OpsRoutes:
         """`on_reset` tells the other gateway replicas (serve_apps.breaker_exchange)."""
         self._resilience = resilience
         self._on_reset = on_reset
+
+    def local_down(self, alias: str) -> str | None:
+        """Why the local model is out of routing by its health (red or black), for readiness."""
+        machine = self._resilience.health.get(local_id(alias))
+        if machine.state in (Health.RED, Health.BLACK):
+            return f"health {machine.state.value}: {machine.reason}"
+        return None
 
     def routes(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> list[Route]:
         async def view(request: Request) -> Response:
