@@ -41,7 +41,7 @@ from serve_apps.providers.openai_compat import (
     retry_after_s,
     status_error,
 )
-from serve_apps.providers.sse import DONE
+from serve_apps.providers.sse import DONE, ResponseEvents
 
 ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version this adapter speaks
 DEFAULT_MAX_TOKENS = 4096  # the Messages API requires max_tokens: used when the client and the entry give none
@@ -146,27 +146,16 @@ def _include_usage(body: dict[str, Any]) -> bool:
     return isinstance(options, dict) and options.get("include_usage") is True
 
 
-class AnthropicEventStream:
+class AnthropicEventStream(ResponseEvents):
     """A Messages API event stream as OpenAI SSE events (`data: {...}\\n\\n`, then `data: [DONE]`)."""
 
     def __init__(
         self, response: httpx.Response, provider: str, translator: ChunkTranslator, redact: Callable[[str], str]
     ) -> None:
-        self._response = response
         self._provider = provider
         self._translator = translator
         self._redact = redact
-        self._events = self._read()
-
-    def __aiter__(self) -> AnthropicEventStream:
-        return self
-
-    async def __anext__(self) -> str:
-        return await self._events.__anext__()
-
-    async def aclose(self) -> None:
-        await self._events.aclose()
-        await self._response.aclose()
+        super().__init__(response)
 
     async def _read(self) -> AsyncGenerator[str, None]:
         event, data = "", []

@@ -32,14 +32,18 @@ class EventStream(Protocol):
     async def aclose(self) -> None: ...
 
 
-class ProviderEventStream:
-    def __init__(self, response: httpx.Response, provider: str, redact: Callable[[str], str]) -> None:
+class ResponseEvents:
+    """The iterator plumbing of a provider's streamed reply: `_read()` yields its events; closing
+    the stream closes the response (subclasses: ProviderEventStream, the Anthropic stream)."""
+
+    def __init__(self, response: httpx.Response) -> None:
         self._response = response
-        self._provider = provider
-        self._redact = redact
         self._events = self._read()
 
-    def __aiter__(self) -> ProviderEventStream:
+    def _read(self) -> AsyncGenerator[str, None]:
+        raise NotImplementedError
+
+    def __aiter__(self) -> ResponseEvents:
         return self
 
     async def __anext__(self) -> str:
@@ -48,6 +52,13 @@ class ProviderEventStream:
     async def aclose(self) -> None:
         await self._events.aclose()
         await self._response.aclose()
+
+
+class ProviderEventStream(ResponseEvents):
+    def __init__(self, response: httpx.Response, provider: str, redact: Callable[[str], str]) -> None:
+        self._provider = provider
+        self._redact = redact
+        super().__init__(response)
 
     async def _read(self) -> AsyncGenerator[str, None]:
         data: list[str] = []
