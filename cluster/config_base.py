@@ -1,12 +1,11 @@
-"""The base of every config section: unknown keys are errors and a validated config is frozen."""
+"""The base of every config section: unknown keys are errors and a validated config is frozen
+(`StrictModel` lives in router/settings_base.py, where the router's own settings are defined)."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from router.settings_base import StrictModel
 
-
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+__all__ = ["StrictModel", "no_duplicates"]
 
 
 def no_duplicates(names: list[str], what: str) -> None:

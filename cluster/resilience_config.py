@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import re
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from cluster.config_base import StrictModel
+from router.breaker import BreakerSettings
+from router.health import HealthSettings
 
 
 class GoldenProbe(StrictModel):
@@ -58,64 +60,26 @@ class RetrySection(StrictModel):
     )
 
 
-class BreakerSection(StrictModel):
-    window_s: float = Field(30.0, gt=0, description="outcomes considered")
-    min_requests: int = Field(5, ge=1, description="outcomes needed in the window before it can open")
-    failure_ratio: float = Field(0.5, gt=0, le=1, description="share of failed outcomes in the window that opens it")
-    open_s: float = Field(10.0, gt=0, description="open this long, then half-open")
-    half_open_probes: int = Field(1, ge=1, description="trial requests let through when half-open")
+BreakerSection = BreakerSettings  # the router's breaker settings are the config section
 
 
-class HealthSection(StrictModel):
+class HealthSection(HealthSettings):
+    # the health state machine's settings (router/health.py) and the probe schedule
+
     liveness_probe_s: float = Field(10.0, gt=0, description="L1: is the target reachable at all")
     latency_probe_s: float = Field(30.0, gt=0, description="L2: a tiny prompt within latency_slo_s")
     correctness_probe_s: float = Field(300.0, gt=0, description="L3: a golden prompt with a known answer")
     latency_slo_s: float = Field(5.0, gt=0, description="an L2 probe slower than this failed")
     probe_timeout_s: float = Field(10.0, gt=0, description="a probe without an answer this long failed")
-    window_s: float = Field(120.0, gt=0, description="live outcomes considered")
-    min_requests: int = Field(5, ge=1, description="live outcomes needed in the window before their error ratio counts")
-    yellow_error_ratio: float = Field(0.2, gt=0, le=1, description="live error ratio that turns a green target yellow")
-    yellow_share: float = Field(0.7, ge=0, le=1, description="share of new requests a yellow target keeps")
-    red_after_s: float = Field(120.0, gt=0, description="yellow this long becomes red")
-    red_probe_failures: int = Field(3, ge=1, description="consecutive failed liveness probes: red at once")
-    red_live_failures: int = Field(5, ge=1, description="consecutive failed live requests: red at once")
-    recovery_probes: int = Field(
-        2, ge=1, description="consecutive good probes that start the ramp back (once the cool-down is over)"
-    )
-    cooldown_s: float = Field(10.0, ge=0, description="minimum time in red; then half-open")
-    half_open_share: float = Field(
-        0.1,
-        ge=0,
-        le=1,
-        description="share of new requests a half-open target (red, cool-down over) takes as trials; the first "
-        "that succeeds starts the ramp, one that fails restarts the cool-down",
-    )
     recovery_probe_s: float = Field(
         5.0, gt=0, description="liveness and latency probes of a red target run this often (when shorter)"
     )
-    live_evidence_s: float = Field(
-        10.0,
-        ge=0,
-        description="a live outcome at most this old outranks liveness and latency probes: they are recorded "
-        "(and counted as overruled when they disagree) but do not move the state",
-    )
-    ramp: tuple[float, ...] = Field((0.2, 0.5, 1.0), min_length=1, description="shares while ramping back")
-    ramp_step_s: float = Field(10.0, ge=0, description="each ramp share held this long without failures")
-    black_retry_s: float = Field(600.0, ge=0, description="after a credential failure, probes believed after this")
-    yellow_clear_s: float = Field(30.0, ge=0, description="yellow with a clean window this long: green")
     stale_red_s: float = Field(
         30.0,
         ge=0,
         description="every replica's stats stale this long past telemetry.max_age_s: red (shorter staleness "
         "only diverts traffic while it lasts)",
     )
-
-    @model_validator(mode="after")
-    def _ramp_rises_to_one(self) -> HealthSection:
-        ramp = self.ramp
-        if any(not 0 < share <= 1 for share in ramp) or list(ramp) != sorted(ramp) or ramp[-1] != 1.0:
-            raise ValueError("ramp must be rising shares in (0, 1] ending with 1.0")
-        return self
 
 
 class IdempotencySection(StrictModel):

@@ -38,8 +38,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal, cast
+
+from pydantic import Field
+
+from router.settings_base import StrictModel
 
 Clock = Callable[[], float]
 BreakerState = Literal["closed", "open", "half_open"]
@@ -49,24 +52,21 @@ EXPORT_VERSION = 1
 _CAUSES: tuple[Cause, ...] = ("failures", "cooling")
 
 
-@dataclass(frozen=True)
-class BreakerSettings:
-    window_s: float = 30.0  # sliding window of outcomes while closed
-    min_requests: int = 5  # never judge a ratio over fewer outcomes than this
-    failure_ratio: float = 0.5
-    open_s: float = 10.0  # how long a tripped breaker refuses before trying again
-    half_open_probes: int = 1  # trial requests allowed in flight while half-open
-    # A trial whose outcome never arrives (the caller was cancelled) frees its slot after this long,
-    # so one lost request cannot wedge a breaker half-open forever. Generous: LLM calls stream for minutes.
-    probe_timeout_s: float = 120.0
+class BreakerSettings(StrictModel):
+    # the `resilience.breaker` section of the config file (its description is the section's)
 
-    def __post_init__(self) -> None:
-        if self.window_s <= 0 or self.open_s < 0 or self.probe_timeout_s <= 0:
-            raise ValueError("breaker window_s and probe_timeout_s must be > 0, open_s >= 0")
-        if self.min_requests < 1 or self.half_open_probes < 1:
-            raise ValueError("breaker min_requests and half_open_probes must be >= 1")
-        if not 0.0 < self.failure_ratio <= 1.0:
-            raise ValueError(f"breaker failure_ratio must be in (0, 1], got {self.failure_ratio}")
+    window_s: float = Field(30.0, gt=0, description="outcomes considered (sliding window while closed)")
+    min_requests: int = Field(5, ge=1, description="outcomes needed in the window before it can open")
+    failure_ratio: float = Field(0.5, gt=0, le=1, description="share of failed outcomes in the window that opens it")
+    open_s: float = Field(10.0, gt=0, description="open this long, then half-open")
+    half_open_probes: int = Field(1, ge=1, description="trial requests let through when half-open")
+    probe_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="a half-open trial whose outcome never arrives (its caller was cancelled) frees its slot "
+        "after this long, so one lost request cannot wedge a breaker half-open; generous, as LLM calls stream "
+        "for minutes",
+    )
 
 
 class CircuitBreaker:

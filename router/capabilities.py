@@ -24,17 +24,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import Discriminator, Field, Tag, model_validator
+
+from router.settings_base import StrictModel
 
 Modality = Literal["text", "image"]
 DataPolicy = Literal["on_prem", "no_retention", "retention"]
 TargetKind = Literal["local", "cloud"]
 
 
-class ProviderModel(BaseModel):
+class ProviderModel(StrictModel):
     """One cloud model snapshot and what it supports, as configured (unknown keys are errors)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, description="the provider's model id, sent as `model`")
     snapshot: str = Field(min_length=1, description="pinned version id, e.g. gpt-4o-mini-2024-07-18")

@@ -63,7 +63,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import get_args
 
+from pydantic import Field, model_validator
+
 from router.health_evidence import Evidence, ProbeLevel
+from router.settings_base import StrictModel
 
 Clock = Callable[[], float]
 
@@ -78,36 +81,45 @@ class Health(StrEnum):
     BLACK = "black"
 
 
-@dataclass(frozen=True)
-class HealthSettings:
-    window_s: float = 120.0  # live outcome window
-    min_requests: int = 5  # never judge an error ratio over fewer outcomes
-    yellow_error_ratio: float = 0.2
-    yellow_share: float = 0.7  # yellow keeps 70% of new requests, sheds ~30%
-    red_after_s: float = 120.0  # yellow lasting this long is persistent degradation -> red
-    red_probe_failures: int = 3  # consecutive failed liveness probes -> red at once
-    red_live_failures: int = 5  # consecutive failed live requests -> red at once
-    recovery_probes: int = 2  # consecutive good probes that start the ramp (after the cool-down)
-    cooldown_s: float = 10.0  # minimum time in red before half-open
-    half_open_share: float = 0.1  # share of new requests a half-open target takes as trials
-    ramp: tuple[float, ...] = (0.2, 0.5, 1.0)
-    ramp_step_s: float = 10.0  # each ramp share is held this long without failures
-    black_retry_s: float = 600.0  # after a credential failure probes are only believed after this long
-    yellow_clear_s: float = 30.0  # yellow with no failure this long -> green
-    live_evidence_s: float = 10.0  # a live outcome this recent outranks liveness / latency probes
+class HealthSettings(StrictModel):
+    """What the state machine needs: the `resilience.health` section of the config file without its probe
+    schedule (cluster/resilience_config.py adds that)."""
 
-    def __post_init__(self) -> None:
-        if not self.ramp or any(not 0.0 < s <= 1.0 for s in self.ramp) or list(self.ramp) != sorted(self.ramp):
-            raise ValueError(f"health ramp must be non-empty, ascending shares in (0, 1], got {self.ramp}")
-        for name in ("yellow_error_ratio", "yellow_share", "half_open_share"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"health {name} must be in [0, 1], got {getattr(self, name)}")
-        if min(self.min_requests, self.red_probe_failures, self.recovery_probes, self.red_live_failures) < 1:
-            raise ValueError(
-                "health min_requests, red_probe_failures, red_live_failures and recovery_probes must be >= 1"
-            )
-        if self.live_evidence_s < 0:
-            raise ValueError(f"health live_evidence_s must be >= 0, got {self.live_evidence_s}")
+    window_s: float = Field(120.0, gt=0, description="live outcomes considered")
+    min_requests: int = Field(5, ge=1, description="live outcomes needed in the window before their error ratio counts")
+    yellow_error_ratio: float = Field(0.2, gt=0, le=1, description="live error ratio that turns a green target yellow")
+    yellow_share: float = Field(0.7, ge=0, le=1, description="share of new requests a yellow target keeps")
+    red_after_s: float = Field(120.0, gt=0, description="yellow this long becomes red")
+    red_probe_failures: int = Field(3, ge=1, description="consecutive failed liveness probes: red at once")
+    red_live_failures: int = Field(5, ge=1, description="consecutive failed live requests: red at once")
+    recovery_probes: int = Field(
+        2, ge=1, description="consecutive good probes that start the ramp back (once the cool-down is over)"
+    )
+    cooldown_s: float = Field(10.0, ge=0, description="minimum time in red; then half-open")
+    half_open_share: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="share of new requests a half-open target (red, cool-down over) takes as trials; the first "
+        "that succeeds starts the ramp, one that fails restarts the cool-down",
+    )
+    live_evidence_s: float = Field(
+        10.0,
+        ge=0,
+        description="a live outcome at most this old outranks liveness and latency probes: they are recorded "
+        "(and counted as overruled when they disagree) but do not move the state",
+    )
+    ramp: tuple[float, ...] = Field((0.2, 0.5, 1.0), min_length=1, description="shares while ramping back")
+    ramp_step_s: float = Field(10.0, ge=0, description="each ramp share held this long without failures")
+    black_retry_s: float = Field(600.0, ge=0, description="after a credential failure, probes believed after this")
+    yellow_clear_s: float = Field(30.0, ge=0, description="yellow with a clean window this long: green")
+
+    @model_validator(mode="after")
+    def _ramp_rises_to_one(self) -> HealthSettings:
+        ramp = self.ramp
+        if any(not 0 < share <= 1 for share in ramp) or list(ramp) != sorted(ramp) or ramp[-1] != 1.0:
+            raise ValueError("health ramp must be rising shares in (0, 1] ending with 1.0")
+        return self
 
 
 @dataclass(frozen=True)

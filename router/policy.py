@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from router.settings_base import StrictModel
 
 Level = Literal["L1", "L2", "L3"]
 Strategy = Literal["quality", "cost", "latency"]
@@ -34,9 +36,7 @@ DEFAULT_WEIGHTS: dict[Strategy, dict[str, float]] = {
 }
 
 
-class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Scenario(StrictModel):
     level: Level = Field(
         "L2",
         description="sensitivity: L1 the output must validate and only on_prem / no_retention targets; L2 a "
@@ -73,9 +73,7 @@ class Scenario(BaseModel):
         return value
 
 
-class Policy(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
+class Policy(StrictModel):
     version: str = Field("1", min_length=1, description="quoted in every decision record")
     require_scenario: bool = Field(False, description="reject requests without x-business-scenario (400)")
     default_scenario: str | None = Field(None, description="used without the header; null: the one named default")

@@ -6,13 +6,13 @@ router layer that reads it, so the router needs nothing from the cluster layer.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from router.settings_base import StrictModel
 
 
-class Watermarks(BaseModel):
+class Watermarks(StrictModel):
     """Pressure thresholds (fractions 0..1 except `queue`, a count of waiting requests)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     kv_cache: float = Field(0.85, gt=0, le=1, description="KV-cache usage above which a replica is saturated")
     gpu_memory: float = Field(

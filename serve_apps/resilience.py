@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.breaker import Breakers, BreakerSettings
+from router.breaker import Breakers
 from router.budget import cost_weight
 from router.capabilities import Target, local_id
 from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
 from router.failure import Rule, rule_for
-from router.health import Health, HealthBoard, HealthMachine, HealthSettings
+from router.health import Health, HealthBoard, HealthMachine
 from router.policy import Policy
 from router.quota import Quotas, Refusal, Reservation
 from router.rate_headers import read_rate_limits
@@ -80,11 +80,8 @@ class Resilience:
         self._wall = wall
         self._rng = rng or random.Random()
         self.max_retry_after_s = r.retry.max_retry_after_s
-        self.breakers = Breakers(BreakerSettings(**r.breaker.model_dump()), clock, wall=wall)
-        health = r.health.model_dump(
-            include={f for f in HealthSettings.__dataclass_fields__ if f in type(r.health).model_fields}
-        )
-        self.health = HealthBoard(HealthSettings(**health), clock)
+        self.breakers = Breakers(r.breaker, clock, wall=wall)
+        self.health = HealthBoard(r.health, clock)  # the config section is the machine's settings
         retry = r.retry
         self.budget = RetryBudget(
             ratio=retry.budget_ratio, min_per_s=retry.budget_min_per_s, window_s=retry.budget_window_s, clock=clock

@@ -285,7 +285,7 @@ def test_a_ramp_that_starts_at_full_share_reports_green() -> None:
     ],
 )
 def test_settings_reject_nonsense(bad: dict[str, Any]) -> None:
-    with pytest.raises(ValueError, match="health"):
+    with pytest.raises(ValueError, match="HealthSettings"):
         HealthSettings(**bad)
 
 
