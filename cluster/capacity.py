@@ -95,23 +95,6 @@ def admission_limit(predicted: int, fraction: float = DEFAULT_ADMISSION_FRACTION
     return max(1, math.floor(predicted * _exact(fraction)))
 
 
-def littles_law_concurrency(throughput_rps: float, latency_s: float) -> float:
-    """Little's law: requests in flight = arrival (throughput) rate × mean time in the system."""
-    if throughput_rps < 0 or latency_s < 0:
-        raise ValueError("throughput and latency must be >= 0")
-    return float(_exact(throughput_rps) * _exact(latency_s))
-
-
-def agent_concurrency(model_max_qps: float, calls_per_task: float, buffer: float) -> float:
-    """Agent-level concurrency = model max QPS × model calls per task × (1 + buffer).
-
-    Example: 20 QPS × 3 calls × 1.3 = 78.
-    """
-    if model_max_qps < 0 or calls_per_task < 0 or buffer < 0:
-        raise ValueError("QPS, calls per task and buffer must be >= 0")
-    return float(_exact(model_max_qps) * _exact(calls_per_task) * (1 + _exact(buffer)))
-
-
 def _check_share(prefix_share: float) -> None:
     if not 0 <= prefix_share < 1:
         raise ValueError(f"prefix_share must be in [0, 1), got {prefix_share}")

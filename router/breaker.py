@@ -106,10 +106,6 @@ class CircuitBreaker:
         until = self._open_until if self._state_at(now) == "open" else None
         return None if until is None else until - now
 
-    def trials_in_flight(self) -> int:
-        self._expire_trials(self._clock())
-        return len(self._trials)
-
     # -- admission -------------------------------------------------------------------------------
     def can_allow(self) -> bool:
         """Would `allow()` say yes? Reserves nothing, so a caller can check several breakers first."""

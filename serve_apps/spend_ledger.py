@@ -205,11 +205,6 @@ class SpendLedger:
         sql = "SELECT tenant, SUM(cost_usd) FROM spend WHERE at >= ? AND at < ? AND tenant IS NOT NULL GROUP BY tenant"
         return {str(tenant): float(total) for tenant, total in self._read_all(sql, (start, end))}  # type: ignore[arg-type]
 
-    def total_by_provider(self, since: float) -> dict[str, float]:
-        """Spend per provider from `since` (POSIX time) on. Empty when unreadable."""
-        rows = self._read_all("SELECT provider, SUM(cost_usd) FROM spend WHERE at >= ? GROUP BY provider", (since,))
-        return {str(provider): float(total) for provider, total in rows}  # type: ignore[arg-type]  # SUM(REAL)
-
     def _read_all(self, sql: str, args: tuple[float, ...]) -> list[tuple[object, ...]]:
         """Run a read; failures are logged and counted: the budget is soft, a request must go on."""
         with self._lock:

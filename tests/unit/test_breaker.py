@@ -61,7 +61,6 @@ def test_half_open_lets_through_at_most_the_probe_limit(probes: int) -> None:
     breaker.cool(5.0)
     clock.advance(5.0)
     assert [breaker.allow() for _ in range(probes + 2)] == [True] * probes + [False, False]
-    assert breaker.trials_in_flight() == probes
 
 
 @pytest.mark.parametrize(
@@ -228,7 +227,6 @@ def test_refused_target_does_not_spend_the_domains_trial() -> None:
     board.cool_domain("sim", 1.0)
     clock.advance(1.0)  # domain half-open, target a still open
     assert board.allows("a", "sim")[0] is False
-    assert board.domain("sim").trials_in_flight() == 0
     assert board.allows("b", "sim") == (True, "half-open trial for domain sim")
 
 

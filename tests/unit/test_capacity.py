@@ -9,11 +9,9 @@ import pytest
 
 from cluster.capacity import (
     admission_limit,
-    agent_concurrency,
     kv_budget_from_memory,
     kv_budget_tokens_from_blocks,
     kv_budget_tokens_from_bytes,
-    littles_law_concurrency,
     max_concurrent_sequences,
     parse_bytes,
     plan_capacity,
@@ -246,22 +244,6 @@ def test_report_steps_and_dict() -> None:
     assert data["bound"] == "memory"
     assert data["admission_limit"] == 1_640  # ⌊0.8 × 2,051⌋ = ⌊1,640.8⌋
     assert data["shape"]["kv_bytes_per_token"] == 57_344
-
-
-@pytest.mark.parametrize(
-    ("throughput", "latency", "concurrency"),
-    [(10.0, 2.0, 20.0), (0.5, 3.0, 1.5), (0.0, 5.0, 0.0)],
-)
-def test_littles_law(throughput: float, latency: float, concurrency: float) -> None:
-    assert littles_law_concurrency(throughput, latency) == concurrency
-
-
-def test_agent_formula_from_seed_002() -> None:
-    # 20 QPS × 3 model calls per task × (1 + 0.3) = 78.
-    assert agent_concurrency(20, 3, 0.3) == 78.0
-    assert agent_concurrency(10, 1, 0) == 10.0
-    with pytest.raises(ValueError):
-        agent_concurrency(-1, 3, 0.3)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from router.budget import cost_weight
 from router.errors import ConfigError
 from serve_apps.spend_ledger import SpendLedger, month_bounds
 from tests.fakes import FakeClock as Clock
+from tests.ledger_rows import spend_by_provider
 
 
 def ts(*args: int) -> float:
@@ -30,7 +31,7 @@ def test_totals_survive_close_and_reopen(tmp_path: Path) -> None:
 
     reopened = SpendLedger(path, clock=clock)
     assert reopened.month_total() == pytest.approx(1.75)
-    assert reopened.total_by_provider(since=0) == pytest.approx({"sim": 0.75, "openai": 1.0})
+    assert spend_by_provider(reopened, since=0) == pytest.approx({"sim": 0.75, "openai": 1.0})
     reopened.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -53,7 +54,7 @@ def test_month_total_counts_only_the_utc_calendar_month(tmp_path: Path) -> None:
     assert ledger.month_total(ts(2025, 2, 15)) == pytest.approx(6.0)
     assert ledger.month_total() == pytest.approx(8.0)  # the clock's month: March
     assert ledger.month_total(ts(2025, 4, 1)) == 0.0
-    assert ledger.total_by_provider(since=ts(2025, 2, 28)) == pytest.approx({"sim": 12.0})
+    assert spend_by_provider(ledger, since=ts(2025, 2, 28)) == pytest.approx({"sim": 12.0})
     ledger.close()
 
 
@@ -79,7 +80,7 @@ def test_two_ledgers_on_the_same_file_see_each_others_writes(tmp_path: Path) -> 
     a.add("r3", "t", "sim", "error", 0.3)
     assert a.month_total() == pytest.approx(0.6)
     assert b.month_total() == pytest.approx(0.6)
-    assert b.total_by_provider(since=0) == pytest.approx({"sim": 0.4, "openai": 0.2})
+    assert spend_by_provider(b, since=0) == pytest.approx({"sim": 0.4, "openai": 0.2})
     assert a.write_failures == b.write_failures == 0
     a.close()
     b.close()
