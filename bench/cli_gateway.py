@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -13,10 +14,12 @@ from bench.cli_args import number as _number
 from bench.cli_args import run as _run
 from bench.faults import FAULTS, FaultOptions, FaultRun, run_faults
 from bench.faults import summary_lines as faults_summary_lines
+from bench.gateway_throughput import DEFAULT_LEVELS as THROUGHPUT_LEVELS
+from bench.gateway_throughput import ThroughputOptions
 from bench.overhead import OverheadOptions, run_overhead
 from bench.overhead import summary_lines as overhead_summary
 from bench.overhead_streams import DEFAULT_LEVELS, StreamOptions
-from bench.target import api_key_from_env
+from bench.target import BenchError, api_key_from_env
 
 
 def _faults(text: str) -> tuple[str, ...]:
@@ -88,6 +91,17 @@ def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
     add("--stream-rounds", type=_number(int, 1), default=3, help="measured stream rounds per level (3)")
     add("--prompt-words", type=_number(int, 1), default=220, help="stream prompt length in words (220)")
     add("--output-tokens", type=_number(int, 2), default=64, help="stream answer length in tokens (64)")
+    add("--throughput", action="store_true",
+        help="also a gateway replica's req/s vs a zero-latency cloud-sim (needs --sim-url, --sim-region)")  # fmt: skip
+    add("--sim-url", default=None, metavar="URL", help="the zero-latency cloud-sim (…/v1) for --throughput")
+    add(
+        "--sim-region",
+        default=None,
+        metavar="REGION",
+        help="region of the gateway's provider whose base_url is --sim-url",
+    )
+    add("--throughput-levels", type=_levels, default=THROUGHPUT_LEVELS, help="closed-loop concurrencies (1,8,32)")
+    add("--throughput-s", type=_number(float, 0, exclusive=True), default=10.0, help="seconds per path and level (10)")
     add("--no-progress", action="store_true", help="no progress lines on stderr")
 
 
@@ -108,6 +122,11 @@ def cmd_overhead(args: argparse.Namespace) -> int:
 
         args.config = default_config_path()
     out = Path(args.out) if args.out else Path("bench/results") / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        throughput = _throughput(args)
+    except BenchError as exc:
+        print(f"error: {exc.message}", file=sys.stderr, flush=True)
+        return exc.exit_code
     opts = OverheadOptions(
         base_url=args.url.rstrip("/").removesuffix("/v1"),
         model=args.model,
@@ -130,8 +149,26 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         )
         if args.streams
         else None,
+        throughput=throughput,
     )
     return _run(lambda: run_overhead(opts, str(args.config), out, progress=not args.no_progress), overhead_summary)
+
+
+def _throughput(args: argparse.Namespace) -> ThroughputOptions | None:
+    if not args.throughput:
+        return None
+    if not args.sim_url or not args.sim_region:
+        raise BenchError("--throughput needs --sim-url and --sim-region", exit_code=2)
+    return ThroughputOptions(
+        gateway_url=args.url.rstrip("/").removesuffix("/v1") + "/v1",
+        sim_url=args.sim_url,
+        sim_region=args.sim_region,
+        model=args.model,
+        levels=args.throughput_levels,
+        duration_s=args.throughput_s,
+        request_timeout_s=args.request_timeout_s,
+        seed=args.seed,
+    )
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from bench.gateway_throughput import LevelResult, ThroughputOptions, measure_throughput, throughput_markdown
 from bench.overhead_streams import StreamOptions, StreamRun, check_paths, extra_headers, run_streams, stream_markdown
 from bench.stats import percentile
 from bench.target import BenchError
@@ -55,6 +56,7 @@ class OverheadOptions:
     litellm_url: str | None = None  # a LiteLLM proxy in front of vllm_url (…/v1), optional
     streams: StreamOptions | None = None  # also measure streams (bench/overhead_streams.py)
     ray_paths: bool = True  # direct and ray (joins the Ray cluster); False: the HTTP paths only
+    throughput: ThroughputOptions | None = None  # also one gateway replica's req/s (bench/gateway_throughput.py)
 
 
 @dataclass
@@ -135,11 +137,13 @@ class OverheadRun:
     environment: dict[str, Any]
     exit_code: int = 0
     streams: StreamRun | None = None
+    throughput: list[LevelResult] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"started_at": self.started_at, "options": asdict(self.options),
                 "paths": [s.to_dict() for s in self.stats], "comparisons": comparisons(self.stats),
                 "streams": self.streams.to_dict() if self.streams else None,
+                "throughput": [r.to_dict() for r in self.throughput] if self.throughput is not None else None,
                 "environment": self.environment}  # fmt: skip
 
 
@@ -174,6 +178,7 @@ def render_markdown(run: OverheadRun) -> str:
         "that same server through its HTTP-provider path; litellm = a LiteLLM proxy in front of it.",
         "",
         *(stream_markdown(run.streams) if run.streams else []),
+        *(throughput_markdown(run.throughput, o.throughput) if run.throughput is not None and o.throughput else []),
         *environment_and_plots(run.environment, []),
     ]
     return "\n".join(lines) + "\n"
@@ -244,6 +249,11 @@ def run_overhead(
             check_paths(paths)
             say(f"streams along {', '.join(paths)} at concurrency {', '.join(map(str, opts.streams.levels))} ...")
             streams = run_streams(replace(opts.streams, paths=paths, http_region=opts.http_region), say)
+        throughput = None
+        if opts.throughput is not None:
+            levels = ", ".join(map(str, opts.throughput.levels))
+            say(f"gateway throughput against the zero-latency simulator at concurrency {levels} ...")
+            throughput = asyncio.run(measure_throughput(opts.throughput, say))
     except SpilloverError as exc:
         raise BenchError(exc.message) from None
     finally:
@@ -254,7 +264,10 @@ def run_overhead(
                 ray.shutdown()
     failed = any(not s.latencies_s for s in stats)
     failed = failed or (streams is not None and any(not s.ok for s in streams.stats))
-    run = OverheadRun(opts, stats, started, environment(), exit_code=1 if failed else 0, streams=streams)
+    failed = failed or (throughput is not None and any(not r.latencies_s for r in throughput))
+    run = OverheadRun(
+        opts, stats, started, environment(), exit_code=1 if failed else 0, streams=streams, throughput=throughput
+    )
     if out_dir is not None:
         write_overhead_report(run, out_dir)
     return run
@@ -282,5 +295,10 @@ def summary_lines(run: OverheadRun) -> list[str]:
         lines.append(
             f"streams c={level.concurrency:<3} {level.path:13s} TTFT p50 {_ms(level.ttft(50))} ms  "
             f"TPOT p50 {_ms(level.tpot(50))} ms  {level.tokens_per_s or 0:.1f} tok/s  errors {level.errors}"
+        )
+    for r in run.throughput or []:
+        lines.append(
+            f"throughput c={r.concurrency:<3} {r.path:11s} {r.requests_per_s:.1f} req/s  p50 {_ms(r.p(50))} ms  "
+            f"p99 {_ms(r.p(99))} ms  errors {r.errors}"
         )
     return lines
