@@ -24,6 +24,7 @@ the handles).
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -203,6 +204,8 @@ def run_overhead(
     from serve_apps.ray_ingress import deploy_ray_ingress, model_handles, remove_ray_ingress
 
     say = progress_printer(progress)
+    for noisy in ("httpx", "httpcore"):  # Ray's logging setup would print a line per request of the run
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     config = load_config(config_path)
     if config.model(opts.model) is None:
         raise BenchError(f"model {opts.model!r} is not in {config_path}", exit_code=2)
