@@ -108,6 +108,7 @@ class Dispatcher:
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
             unavailable=self._unavailable(contract),
+            latency_ms=self._traffic.scores.latency_ms() if self._traffic is not None else {},
         )
         began = time.perf_counter()
         try:

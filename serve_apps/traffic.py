@@ -32,6 +32,7 @@ from router.capabilities import Target
 from router.contract import RequestContract
 from router.decision import Attempt
 from router.migration import Gates, Migration, splitter, stagger_delay_s
+from serve_apps.live_scores import LiveScores
 from serve_apps.traffic_metrics import TrafficMetrics
 
 log = logging.getLogger("spillover.traffic")
@@ -66,6 +67,7 @@ class Traffic:
         *,
         clock: Callable[[], float] = time.monotonic,
         metrics: TrafficMetrics | None = None,
+        scores: LiveScores | None = None,
     ) -> None:
         m = config.traffic.migration
         self._gates = Gates(
@@ -82,6 +84,7 @@ class Traffic:
         self._replica = replica
         self._clock = clock
         self._metrics = metrics
+        self.scores = scores or LiveScores(clock=clock)  # health score per target x scenario, live latency
         self.doc: dict[str, Any] = doc_ops.empty_doc()
         self.position = 0.0
         self._adopted: dict[str, _Adopted] = {}
@@ -175,6 +178,8 @@ class Traffic:
         return [(moved[0], why), *[(t, r or "") for t, r in out]], note + ": standby"
 
     def observed(self, contract: RequestContract, attempts: Iterable[Attempt]) -> None:
+        attempts = list(attempts)
+        self.scores.observe(contract.scenario, attempts)
         found = doc_ops.switch_for(self.doc, contract)
         if found is None or (adopted := self._adopted.get(found[0])) is None:
             return
@@ -238,6 +243,7 @@ class Traffic:
         return {
             **self.doc,
             "replica": {"id": self._replica, "position": self.position},
+            "scores": self.scores.view(),
             "migrations": {
                 scope: {**a.migration.view(), "adopted": now >= a.adopt_at, "adopt_in_s": max(0.0, a.adopt_at - now)}
                 for scope, a in self._adopted.items()

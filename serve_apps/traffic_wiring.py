@@ -14,6 +14,7 @@ from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.deferral import TieredDispatch
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dry_run import DryRun
+from serve_apps.live_scores import LiveScores
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.traffic import BoardClient, Traffic
 from serve_apps.traffic_metrics import TrafficMetrics
@@ -55,7 +56,8 @@ def traffic_parts(
 
         board = RayBoard(get_or_create_traffic_board())
     tm = TrafficMetrics(metrics.registry)
-    traffic = Traffic(config, board, replica, clock=clock, metrics=tm)
+    scores = LiveScores(clock=clock, registry=metrics.registry)
+    traffic = Traffic(config, board, replica, clock=clock, metrics=tm, scores=scores)
     enabled = [p for p in config.cloud.providers if p.name in providers]
     registry = Registry.from_config(config.models, enabled)
     dry_run = DryRun(registry, local, providers, config.policy, timeout_s=config.traffic.migration.dry_run_timeout_s)
