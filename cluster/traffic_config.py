@@ -53,6 +53,15 @@ class TicketSection(StrictModel):
     retry_s: float = Field(2.0, gt=0, le=60, description="pause between the background attempts of a deferred request")
 
 
+class CacheSection(StrictModel):
+    enabled: bool = Field(
+        False, description="keep recent answers and serve an identical request's answer when every target is down"
+    )
+    max_entries: int = Field(1000, ge=1, le=1_000_000, description="answers kept per gateway replica")
+    max_bytes: int = Field(16 * 1024 * 1024, ge=1024, description="bytes of answers kept per gateway replica")
+    ttl_s: float = Field(600.0, gt=0, description="an answer older than this is never served")
+
+
 class TrafficSection(StrictModel):
     sync_period_s: float = Field(
         1.0,
@@ -62,3 +71,6 @@ class TrafficSection(StrictModel):
     )
     migration: MigrationSection = Field(MigrationSection(), description="graded switches: steps, gates, staggering")
     tickets: TicketSection = Field(TicketSection(), description="deferred non-core requests (degradation tiers)")
+    cache: CacheSection = Field(
+        CacheSection(), description="read-only answers when every target is down (off by default)"
+    )

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from cluster.traffic_config import TicketSection
+from cluster.traffic_config import CacheSection, TicketSection
 from router import headers as hdr
 from router.contract import RequestContract
 from router.errors import (
@@ -39,6 +39,7 @@ from router.errors import (
 )
 from router.openai_request import Kind
 from router.policy import Policy
+from router.response_cache import ResponseCache, cache_key
 from router.tickets import TicketStore
 from router.tiers import priority_of, under_shortage
 from serve_apps.backend import BackendReply
@@ -48,6 +49,10 @@ from serve_apps.traffic_metrics import TrafficMetrics
 
 log = logging.getLogger("spillover.deferral")
 TICKETS_PATH = "/v1/spillover/tickets/"
+
+
+def kw(contract: RequestContract, deadline_s: float) -> dict[str, Any]:
+    return {"contract": contract, "deadline_s": deadline_s}
 
 
 def _short(exc: RequestError) -> bool:
@@ -68,6 +73,7 @@ class TieredDispatch:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        cache: CacheSection | None = None,
     ) -> None:
         self._inner = inner
         self._policy = policy
@@ -80,13 +86,26 @@ class TieredDispatch:
             max_entries=settings.max_entries, max_bytes=settings.max_bytes, ttl_s=settings.ttl_s, clock=clock
         )
         self._tasks: set[asyncio.Task[None]] = set()
+        self.cache = (
+            ResponseCache(max_entries=cache.max_entries, max_bytes=cache.max_bytes, ttl_s=cache.ttl_s, clock=clock)
+            if cache is not None and cache.enabled
+            else None
+        )
 
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
         priority = priority_of(self._policy, contract)
+        key = cache_key(contract.tenant, {**body, "kind": kind}) if self.cache is not None else None
         if priority == "core":
-            return await self._inner.dispatch(kind, body, request_id, contract=contract, deadline_s=deadline_s)
+            try:
+                return self._remember(
+                    key, await self._inner.dispatch(kind, body, request_id, **kw(contract, deadline_s))
+                )
+            except RequestError as exc:
+                if _short(exc) and (cached := self._cached(key, exc.message)) is not None:
+                    return cached
+                raise
         try:
             plan = self._inner.plan(contract, kind)
             why = "" if plan.route != "wait" else f"local capacity short and no burst: {plan.reason}"
@@ -94,11 +113,15 @@ class TieredDispatch:
             why = exc.message
         if not why:
             try:
-                return await self._inner.dispatch(kind, body, request_id, contract=contract, deadline_s=deadline_s)
+                return self._remember(
+                    key, await self._inner.dispatch(kind, body, request_id, **kw(contract, deadline_s))
+                )
             except RequestError as exc:
                 if not _short(exc):
                     raise
                 why = exc.message
+        if (cached := self._cached(key, why)) is not None:
+            return cached
         outcome = under_shortage(priority, streamed=bool(body.get("stream")), can_defer=self._settings.enabled)
         ticket = (
             self.tickets.open(self._new_id(), contract.tenant or "", contract.model) if outcome == "defer" else None
@@ -150,6 +173,21 @@ class TieredDispatch:
             store.finish(ticket_id, 200, done.reply.body, headers)
             break
         self._update_gauge()
+
+    def _remember(self, key: str | None, done: Dispatched) -> Dispatched:
+        if key is not None and self.cache is not None and done.status == 200 and done.reply.body is not None:
+            self.cache.put(key, {"body": done.reply.body, "route": done.route, "target": done.target})
+        return done
+
+    def _cached(self, key: str | None, why: str) -> Dispatched | None:
+        """An identical earlier request's answer, while no target can answer (read-only mode)."""
+        hit = self.cache.get(key) if key is not None and self.cache is not None else None
+        if hit is None:
+            return None
+        reason = f"served from the response cache (every target is down): {why}"[:300]
+        return Dispatched(
+            BackendReply(body=hit["body"]), hit["route"], hit["target"], reason, 0.0, {hdr.DEGRADED: "cached"}
+        )
 
     def _count(self, model: str, mode: str) -> None:
         if self._metrics is not None:

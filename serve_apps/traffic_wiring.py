@@ -34,7 +34,13 @@ class TrafficParts:
         """The dispatcher with degradation tiers; its tickets are served by `routes`."""
         tickets = self.config.traffic.tickets
         tiers = TieredDispatch(
-            dispatcher, self.config.policy, tickets, metrics=self.metrics, clock=self.clock, sleep=self.sleep
+            dispatcher,
+            self.config.policy,
+            tickets,
+            metrics=self.metrics,
+            clock=self.clock,
+            sleep=self.sleep,
+            cache=self.config.traffic.cache,
         )
         self.routes.tiers = tiers
         return tiers
