@@ -8,10 +8,13 @@ resilience state reset.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,12 +32,19 @@ SCHEMA = {
         "schema": {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]},
     },
 }
+SPILLOVER = Path(sys.executable).parent / "spillover"
 BOTH_SIMS = {"x-spillover-providers": "cloud-sim,cloud-sim-b"}
 
 
 def _traffic(stack: Stack, body: dict[str, Any] | None = None) -> httpx.Response:
     url = f"{stack.base_url}/v1/spillover/traffic"
     return httpx.post(url, json=body, timeout=60) if body is not None else httpx.get(url, timeout=10)
+
+
+def _cli(*argv: str) -> str:
+    done = subprocess.run([str(SPILLOVER), *argv], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _faults(sim_url: str, **faults: Any) -> None:
@@ -142,6 +152,12 @@ def test_a_canary_whose_new_target_fails_at_25_percent_rolls_back(stack: Stack) 
     assert after.headers["x-spillover-target"] == "cloud:cloud-sim"
     record = httpx.get(f"{stack.openai_base}/spillover/decisions/{request_id}", timeout=10).json()
     assert "rolled_back at 0%" in record["traffic"]
+    # the operator's view from the command line
+    shown = _cli("traffic", "show", "--url", stack.base_url)
+    assert f"switch   {scope}: cloud:cloud-sim -> cloud:cloud-sim-b  rolled_back" in shown
+    assert "graded switch:" in _cli("explain", request_id, "--url", stack.base_url)
+    cleared = _cli("traffic", "clear", SMOL, "--scenario", "cheap", "--url", stack.base_url)
+    assert "switch cleared" in cleared
 
 
 @pytest.mark.usefixtures("clean")

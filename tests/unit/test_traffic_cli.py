@@ -86,3 +86,17 @@ def test_the_view_lists_drains_pins_and_switches() -> None:
     assert "drained  local:m  (upgrade)" in text and "pinned   m/chat -> cloud:sim" in text
     assert "local:m -> cloud:sim  running  at 25%" in text and "gates passed at 5%" in text
     assert "no drains" in render({"version": 0})
+
+
+def test_explain_shows_the_graded_switch_a_request_ran_under() -> None:
+    from cli.explain import render as explain
+
+    record = {
+        "request_id": "r",
+        "policy_version": "1",
+        "contract": {"model": "m", "scenario": "default", "level": "L2", "strategy": "quality"},
+        "candidates": [],
+        "tiers": [[], []],
+        "traffic": "m: local:m -> cloud:sim running at 25%: standby",
+    }
+    assert "graded switch: m: local:m -> cloud:sim running at 25%: standby" in explain(record)
