@@ -168,7 +168,8 @@ class Migration:
         self.events.append(Event(self._clock(), kind, self.share(), reason[:300]))
         del self.events[:-MAX_EVENTS]
 
-    def view(self) -> dict[str, object]:
+    def view(self, to_wall: float = 0.0) -> dict[str, object]:
+        """`to_wall` is added to event times (the caller's wall clock minus this clock)."""
         return {
             "old": self.old,
             "new": self.new,
@@ -178,7 +179,9 @@ class Migration:
             "steps": list(self.gates.steps),
             "new_requests_at_step": self._new.requests,
             "old_requests_at_step": self._old.requests,
-            "events": [{"at": e.at, "kind": e.kind, "share": e.share, "reason": e.reason} for e in self.events[-10:]],
+            "events": [
+                {"at": e.at + to_wall, "kind": e.kind, "share": e.share, "reason": e.reason} for e in self.events[-10:]
+            ],
         }
 
 

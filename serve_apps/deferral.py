@@ -156,6 +156,8 @@ class TieredDispatch:
         while True:
             await self._sleep(self._settings.retry_s)
             remaining = deadline - self._clock()
+            owner = contract.tenant or ""
+            self._inner.decisions.claim(request_id, owner)  # the decision record stays the tenant's
             try:
                 done = await self._inner.dispatch(
                     kind, body, request_id, contract=contract, deadline_s=max(0.1, min(remaining, 30.0))
@@ -165,10 +167,12 @@ class TieredDispatch:
                     continue
                 store.finish(ticket_id, exc.status_code, exc)  # scrubbed when the client reads it
                 break
-            except Exception:
+            except Exception:  # never lost silently: the ticket says it failed
                 log.exception("deferred request %s failed", request_id)
                 store.finish(ticket_id, 502, UpstreamError("the deferred request failed inside the gateway"))
                 break
+            finally:
+                self._inner.decisions.release(request_id, owner)
             headers = {hdr.ROUTE: done.route, hdr.TARGET: done.target, hdr.DEGRADED: "deferred", **done.headers}
             store.finish(ticket_id, 200, done.reply.body, headers)
             break

@@ -68,6 +68,7 @@ class Traffic:
         clock: Callable[[], float] = time.monotonic,
         metrics: TrafficMetrics | None = None,
         scores: LiveScores | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         m = config.traffic.migration
         self._gates = Gates(
@@ -84,6 +85,7 @@ class Traffic:
         self._replica = replica
         self._clock = clock
         self._metrics = metrics
+        self._wall = wall  # event times are shown as epoch seconds, like the board's history
         self.scores = scores or LiveScores(clock=clock)  # health score per target x scenario, live latency
         self.doc: dict[str, Any] = doc_ops.empty_doc()
         self.position = 0.0
@@ -245,7 +247,11 @@ class Traffic:
             "replica": {"id": self._replica, "position": self.position},
             "scores": self.scores.view(),
             "migrations": {
-                scope: {**a.migration.view(), "adopted": now >= a.adopt_at, "adopt_in_s": max(0.0, a.adopt_at - now)}
+                scope: {
+                    **a.migration.view(self._wall() - now),
+                    "adopted": now >= a.adopt_at,
+                    "adopt_in_s": max(0.0, a.adopt_at - now),
+                }
                 for scope, a in self._adopted.items()
             },
         }
