@@ -56,6 +56,8 @@ def render(record: dict[str, Any]) -> str:
             waited, replans = record.get("waited_s", 0), record.get("replans", 0)
             wait = f" after {waited:.2f}s waiting for local room ({replans} re-plans)"
         lines.append(f"  route: {record['route']}{wait}: {record.get('reason') or '-'}")
+    if record.get("traffic"):
+        lines.append(f"  graded switch: {record['traffic']}")
     for i, a in enumerate(record.get("attempts", []), 1):
         cost = "unpriced" if a.get("cost_usd") is None else f"${a['cost_usd']:.6f}"
         error = f" ({a['error']})" if a.get("error") else ""

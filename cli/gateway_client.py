@@ -35,13 +35,19 @@ def get_json(
     key_env: str,
     environ: Mapping[str, str] = os.environ,
     transport: httpx.BaseTransport | None = None,
+    *,
+    body: Any = None,
 ) -> dict[str, Any]:
-    """GET `url + path` as JSON; a clear ClusterError for no gateway, a refused key or another status."""
+    """GET `url + path` as JSON (POST `body` when given); a clear ClusterError for no gateway, a refused
+    key or another status (quoting the gateway's error message)."""
     key = environ.get(key_env)
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
-        with httpx.Client(transport=transport, timeout=5) as client:
-            response = client.get(f"{url}{path}", headers=headers)
+        with httpx.Client(transport=transport, timeout=5 if body is None else 60) as client:
+            if body is None:
+                response = client.get(f"{url}{path}", headers=headers)
+            else:
+                response = client.post(f"{url}{path}", headers=headers, json=body)
     except httpx.HTTPError as exc:
         raise ClusterError(
             f"no gateway answering at {url} ({type(exc).__name__}); start one with `spillover serve`"
@@ -56,7 +62,12 @@ def get_json(
             message = response.text[:200]
         raise ClusterError(message)
     if response.status_code != 200:
-        raise ClusterError(f"{url}{path} answered {response.status_code}: {response.text[:200]}")
+        try:
+            error = response.json()["error"]
+            text = f"{error['code']}: {error['message']}"
+        except (ValueError, KeyError, TypeError):
+            text = response.text
+        raise ClusterError(f"{url}{path} answered {response.status_code}: {text[:400]}")
     return dict(response.json())
 
 

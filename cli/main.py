@@ -10,6 +10,7 @@
     spillover cloud-sim [--port 9100] [fault flags]   OpenAI-compatible cloud simulator
     spillover bench calibrate --url URL --model NAME ...   load test, knee, admission-limit overlay
     spillover explain REQUEST_ID [--url URL] [--json]   why a request went where it went
+    spillover traffic show|drain|undrain|pin|unpin|switch|rollback|clear ...   operator traffic controls
     spillover capacity [--config PATH] [--prompt-tokens N] [--output-tokens M] [--gpu-mem 80GiB] [--json]
 
 Exit codes: 0 ok, 2 bad input (config, arguments), 1 anything else.
@@ -36,6 +37,7 @@ from bench.cloud_sim.process import running_cloud_sim
 from cli.capacity import add_capacity_parser
 from cli.explain import add_explain_parser
 from cli.status import add_status_parser
+from cli.traffic import add_traffic_parser
 from cluster.capacity_bound import calibration_line
 from cluster.config import DEFAULT_CONFIG, SpilloverConfig, default_config_path, load_config
 from cluster.models import CATALOG, list_prepared, prepare
@@ -210,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_status_parser(sub)
     add_explain_parser(sub)
+    add_traffic_parser(sub)
     add_capacity_parser(sub)
     add_cloud_sim_parser(sub)
     add_bench_parser(sub)

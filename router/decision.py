@@ -110,6 +110,7 @@ class DecisionRecord:
     reason: str = ""  # why (the burst decision, a fail-over, or how the request ended)
     waited_s: float = 0.0  # time in the waiting room for local capacity
     replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
+    traffic: str = ""  # the graded switch (step, share, primary or standby) the request ran under
 
     @classmethod
     def from_pipeline(
@@ -187,6 +188,7 @@ class DecisionRecord:
             reason=data.get("reason") or "",
             waited_s=float(data.get("waited_s") or 0.0),
             replans=int(data.get("replans") or 0),
+            traffic=str(data.get("traffic") or ""),
         )
 
     @classmethod

@@ -80,6 +80,7 @@ class RequestError(SpilloverError):
     status_code: int = 400
     error_type: str = "invalid_request_error"
     code: str | None = None
+    degraded: str = ""  # x-spillover-degraded of the answer when it comes from a degraded mode (router/tiers.py)
 
     def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -274,3 +275,27 @@ class ContractViolation(UpstreamError):
         body = super().to_openai()
         body["error"]["errors"] = self.errors
         return body
+
+
+class DryRunFailed(RequestError):
+    """An operator's switch refused: the standby failed its dry-run (it did not answer, or broke the
+    scenario's output contract)."""
+
+    status_code = 409
+    code = "dry_run_failed"
+
+
+class NonCoreShed(TargetUnavailable):
+    """A non-core request shed under shortage so that core requests keep the capacity (router/tiers.py)."""
+
+    code = "non_core_shed"
+    degraded = "shed"  # the x-spillover-degraded value of its answer
+
+    def __init__(self, message: str, *, retry_after_s: float = 5.0) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class TicketNotFound(RequestError):
+    status_code = 404
+    code = "ticket_not_found"

@@ -22,6 +22,9 @@ REASON = "x-spillover-reason"
 USED_REQUEST_ID = "x-spillover-request-id"  # the id a request ran under when it is not the x-request-id it sent
 CONTRACT = "x-spillover-contract"  # repaired | the L2 violation summary
 IDEMPOTENT_REPLAY = "x-spillover-idempotent-replay"
+DEGRADED = "x-spillover-degraded"  # deferred (202 + ticket) | shed | cached: the answer came from a degraded mode
+TICKET = "x-spillover-ticket"  # the ticket of a deferred request (GET /v1/spillover/tickets/{id})
+TRAFFIC = "x-spillover-traffic"  # the graded switch step a request ran under
 
 # -- gateway -> provider
 ATTEMPT = "x-spillover-attempt"  # which attempt of the request this is (the only gateway header forwarded)

@@ -57,6 +57,7 @@ class PlanInputs:
     available_providers: frozenset[str]  # providers with a live adapter (enabled, not broken)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why (health red/black, breaker)
     admission_detail: str = ""  # which bound and inputs set admission_limit (calibrated models)
+    latency_ms: Mapping[str, float] = field(default_factory=dict)  # target id -> live latency (serve_apps/live_scores)
 
 
 def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
@@ -64,7 +65,9 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
     targets = inputs.registry.for_alias(contract.model)
     states = {
         t.id: TargetState(
-            available=(t.kind == "local" or t.provider in inputs.available_providers) and t.id not in inputs.unavailable
+            available=(t.kind == "local" or t.provider in inputs.available_providers)
+            and t.id not in inputs.unavailable,
+            latency_ms=inputs.latency_ms.get(t.id),
         )
         for t in targets
     }

@@ -54,6 +54,11 @@ class Scenario(StrictModel):
         None, ge=1, description="longest wait for local room, and no retry after it; null: admission.queue_timeout_s"
     )
     quality_floor: float = Field(0, ge=0, le=1, description="targets of a lower configured quality are removed")
+    priority: Literal["core", "non_core"] = Field(
+        "core",
+        description="degradation tier: under shortage non_core requests are deferred (202 + ticket) or shed "
+        "first, core ones keep the waiting room and fail as before (router/tiers.py)",
+    )
 
     @field_validator("allowed_targets")
     @classmethod

@@ -37,6 +37,7 @@ from router.capabilities import Registry, Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.errors import ContractViolation, RequestError, TargetUnavailable
+from router.headers import TRAFFIC
 from router.openai_request import Kind
 from router.plan import Plan, PlanInputs, plan_request
 from router.retry import AttemptBudget, after_failure, before_attempt
@@ -46,6 +47,7 @@ from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Resilience
+from serve_apps.traffic import Traffic
 
 
 class Dispatcher:
@@ -62,6 +64,7 @@ class Dispatcher:
         observer: DispatchObserver | None = None,
         decisions: DecisionStore | None = None,
         resilience: Resilience | None = None,
+        traffic: Traffic | None = None,
     ) -> None:
         self._config = config
         self._local = local
@@ -78,6 +81,7 @@ class Dispatcher:
         self._resilience = resilience or Resilience(config, clock=clock)
         self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
+        self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
 
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
@@ -103,7 +107,8 @@ class Dispatcher:
             admission_detail=limit.detail,
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
-            unavailable=self._resilience.unavailable(self._registry.for_alias(model)),
+            unavailable=self._unavailable(contract),
+            latency_ms=self._traffic.scores.latency_ms() if self._traffic is not None else {},
         )
         began = time.perf_counter()
         try:
@@ -112,6 +117,11 @@ class Dispatcher:
             self._observer.decided(time.perf_counter() - began)
         self._latched[model] = plan.latched
         return plan
+
+    def _unavailable(self, contract: RequestContract) -> dict[str, str]:
+        targets = self._registry.for_alias(contract.model)
+        held = self._traffic.unavailable(contract, targets) if self._traffic is not None else {}
+        return {**held, **self._resilience.unavailable(targets)}
 
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
@@ -124,18 +134,21 @@ class Dispatcher:
         done: Dispatched | None = None
         ended = ""
         trail: list[Attempt] = []
+        notes: list[str] = []  # the graded switch the request ran under
         try:
             if plan.route == "wait":
                 replan = partial(self.plan, contract, kind)
                 waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
                 plan = waited.plan
-            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s)
+            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s, notes)
             return replace(done, waited_s=waited.waited_s)
         except RequestError as exc:
             ended = exc.message
             raise
         finally:
-            self._record(request_id, contract, plan, started, waited, trail, done, ended)
+            self._record(request_id, contract, plan, started, waited, trail, done, ended, "".join(notes))
+            if self._traffic is not None:
+                self._traffic.observed(contract, trail)  # the switch's gates
 
     def _record(
         self,
@@ -147,6 +160,7 @@ class Dispatcher:
         trail: list[Attempt],
         done: Dispatched | None,
         ended: str,
+        traffic: str = "",
     ) -> None:
         """The decision record of the plan that was executed (after any wait and re-plans), its
         attempts and how it ended; stored, and shown to the observer (metrics)."""
@@ -162,7 +176,13 @@ class Dispatcher:
         route = done.route if done is not None else plan.route
         reason = done.reason if done is not None else (ended or plan.reason)
         executed = replace(
-            record, attempts=tuple(trail), route=route, reason=reason, waited_s=waited.waited_s, replans=waited.replans
+            record,
+            attempts=tuple(trail),
+            route=route,
+            reason=reason,
+            waited_s=waited.waited_s,
+            replans=waited.replans,
+            traffic=traffic,
         )
         finished = executed.finished(done.target if done is not None else None, clock=self._clock)
         self.decisions.put(finished)
@@ -183,6 +203,7 @@ class Dispatcher:
         contract: RequestContract,
         trail: list[Attempt],
         deadline: float,
+        notes: list[str],
     ) -> Dispatched:
         """Walk the candidates, appending every attempt to `trail`. What comes next is decided by
         router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
@@ -190,6 +211,9 @@ class Dispatcher:
         res = self._resilience
         granted = res.budget.try_withdraw  # the gateway-wide retry budget (router/retry.py)
         candidates = self._candidates(plan, contract)
+        if self._traffic is not None:
+            candidates, note = self._traffic.arrange(contract, candidates)
+            notes.append(note)
         local_body = salted(body, contract.tenant)  # per-tenant prefix cache (router/cache_salt.py)
         tokens = contract.est_prompt_tokens + contract.max_output_tokens
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
@@ -259,6 +283,8 @@ class Dispatcher:
             else:
                 reply = BackendReply(chunks=self._observed(target, reply.chunks))
             route: Route = "local" if target.kind == "local" else "cloud"
+            if notes and notes[-1]:
+                headers = {**headers, TRAFFIC: notes[-1]}
             return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
         if last_error is not None:
             raise last_error

@@ -23,6 +23,7 @@ class Dispatched:
     reason: str
     waited_s: float
     headers: Mapping[str, str] = field(default_factory=dict)
+    status: int = 200  # 202: deferred (serve_apps/deferral.py), the body is its ticket
 
 
 class DispatchObserver(Protocol):

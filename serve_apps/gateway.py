@@ -43,6 +43,7 @@ from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board
 from serve_apps.tenant_limits import TenantLimits
+from serve_apps.traffic_wiring import traffic_parts
 
 log = logging.getLogger("spillover.gateway")
 
@@ -133,10 +134,11 @@ class Gateway:
         if self._config.resilience.probes:
             self._probe_task = loop.create_task(self._prober(backend, providers, resilience).run())
         exchange = get_or_create_exchange()
+        replica_id = uuid.uuid4().hex
         sync = BreakerSync(
             resilience.breakers,
             ray_swap(exchange),
-            uuid.uuid4().hex,
+            replica_id,
             period_s=self._config.resilience.share_period_s,
         )
         self._sync_task = loop.create_task(sync.run())
@@ -150,7 +152,9 @@ class Gateway:
             decisions=decisions,
             observer=metrics,
             resilience=resilience,
+            traffic=(parts := traffic_parts(self._config, backend, providers, metrics, replica_id)).traffic,
         )
+        self._traffic_task = loop.create_task(parts.traffic.run(self._config.traffic.sync_period_s, asyncio.sleep))
         idem = self._config.resilience.idempotency
         store = IdempotencyStore(
             ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
@@ -162,7 +166,7 @@ class Gateway:
             created=self._created,
             set_request_id=False,
             snapshot=self._poller.latest,
-            dispatcher=dispatcher,
+            dispatcher=parts.tiered(dispatcher),
             default_deadline_s=self._config.admission.queue_timeout_s,
             policy=self._config.policy,
             decisions=dispatcher.decisions,
@@ -175,5 +179,6 @@ class Gateway:
             redact=client_redactions(self._config),
             golden=golden,
             tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
+            traffic=parts.routes,
         )
         return http.app

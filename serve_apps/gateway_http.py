@@ -74,6 +74,7 @@ from serve_apps.model_card import ServedModel
 from serve_apps.openapi import openapi_document
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.tenant_limits import TenantLimits
+from serve_apps.traffic_routes import TrafficRoutes
 
 log = logging.getLogger("spillover.gateway")
 
@@ -116,6 +117,7 @@ class GatewayHTTP:
         redact: Iterable[str] = (),
         golden: GoldenGate | None = None,
         tenant_limits: TenantLimits | None = None,
+        traffic: TrafficRoutes | None = None,  # /v1/spillover/traffic and /v1/spillover/tickets/{id}
     ) -> None:
         self._golden = golden
         self._ops = ops
@@ -150,6 +152,7 @@ class GatewayHTTP:
                 Route("/metrics", self._metrics_page, methods=["GET"]),
                 Route("/openapi.json", self._openapi, methods=["GET"]),
                 *(ops.routes(self._authorize, self._headers_for, self._public) if ops is not None else []),
+                *(traffic.routes(self._authorize, self._headers_for, self._public) if traffic is not None else []),
             ],
             middleware=[Middleware(BodyLimit, max_bytes=max_body_bytes)],
             exception_handlers={
@@ -264,13 +267,13 @@ class GatewayHTTP:
             return StreamingResponse(
                 self._guard_stream(reply.chunks, request_id), media_type="text/event-stream", headers=headers
             )
-        return JSONResponse(reply.body, headers=headers)
+        return JSONResponse(reply.body, status_code=done.status, headers=headers)
 
     def _rejected(self, exc: RequestError, request_id: str, raw: bytes) -> Response:
         fields = {"request_id": request_id, "status": exc.status_code, "code": exc.code}
         log.info("rejected: %s", exc.message[:200], extra=fields)
         self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")
-        headers = self._headers(request_id)
+        headers = self._headers(request_id, **({hdr.DEGRADED: exc.degraded} if exc.degraded else {}))
         retry_after = getattr(exc, "retry_after_s", None)
         if retry_after is not None:
             headers["retry-after"] = str(max(1, math.ceil(retry_after)))

@@ -108,6 +108,49 @@ def _generation(summary: str, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+TRAFFIC_BODY = {
+    "type": "object",
+    "required": ["action"],
+    "properties": {
+        "action": {"type": "string", "enum": ["drain", "undrain", "pin", "unpin", "switch", "rollback", "clear"]},
+        "model": {"type": "string"},
+        "scenario": {"type": "string"},
+        "target": {"type": "string"},
+        "primary": {"type": "string"},
+        "standby": {"type": "string"},
+        "reason": {"type": "string"},
+        "step_s": {"type": "number"},
+        "min_requests": {"type": "integer"},
+        "dry_run": {"type": "object"},
+    },
+}
+TRAFFIC_PATHS: dict[str, Any] = {
+    "/v1/spillover/traffic": {
+        "get": {
+            "summary": "the operator's traffic controls and this replica's switches (admin)",
+            **_OPEN,
+            "responses": {**_json("traffic state"), **_errors(401, 403, 429)},
+        },
+        "post": {
+            "summary": "one traffic command: drain, pin, switch (after a dry-run), rollback, clear (admin)",
+            "parameters": COMMON_HEADERS,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": TRAFFIC_BODY}}},
+            "responses": {**_json("what changed and the state"), **_errors(400, 401, 403, 409, 413, 429)},
+        },
+    },
+    "/v1/spillover/tickets/{ticket}": {
+        "get": {
+            "summary": "a deferred request's answer (202 while pending; the caller's own)",
+            "parameters": [
+                {"name": "ticket", "in": "path", "required": True, "schema": {"type": "string"}},
+                *COMMON_HEADERS,
+            ],
+            "responses": {**_json("the answer"), **_errors(401, 404, 429)},
+        }
+    },
+}
+
+
 def openapi_document() -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
@@ -137,5 +180,6 @@ def openapi_document() -> dict[str, Any]:
                     "responses": {**_json("decision record"), **_errors(401, 404, 429)},
                 }
             },
+            **TRAFFIC_PATHS,
         },
     }

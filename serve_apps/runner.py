@@ -26,6 +26,7 @@ from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.breaker_exchange import kill_exchange
 from serve_apps.telemetry_board import kill_board
+from serve_apps.traffic_board import kill_traffic_board
 
 Say = Callable[[str], None]
 
@@ -40,6 +41,7 @@ class Running:
             serve.shutdown()
             kill_board()
             kill_exchange()
+            kill_traffic_board()
         finally:
             if self.started_ray:
                 ray.shutdown()

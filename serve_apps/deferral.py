@@ -1,0 +1,208 @@
+"""Degradation tiers at dispatch: core requests as before, non-core ones deferred or shed under shortage.
+
+`TieredDispatch` wraps the `Dispatcher`. A request of a `priority: non_core` scenario
+(router/tiers.py) is first planned: when every capable target is unavailable, or the local model is
+saturated with nowhere to burst (the plan says `wait`), it does not take a seat in the waiting room;
+when it is dispatched and every attempt fails for want of a target (503 / 502 / 504 / 429 wait
+timeout), the same happens. Then:
+
+* deferred (non-streamed, `traffic.tickets.enabled`, a free ticket slot): `202` with a ticket
+  (`x-spillover-degraded: deferred`, `x-spillover-ticket`, `location`); the gateway retries it in the
+  background every `traffic.tickets.retry_s` for up to `traffic.tickets.max_wait_s` and stores the
+  answer, or the last error, in the bounded `TicketStore` (router/tickets.py):
+  `GET /v1/spillover/tickets/{id}` returns it;
+* shed otherwise: `503 non_core_shed` with Retry-After.
+
+Core requests fail exactly as without tiers (e.g. `503 target_unavailable` when every target is
+down). Tickets live in the gateway replica that gave them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from cluster.traffic_config import CacheSection, TicketSection
+from router import headers as hdr
+from router.contract import RequestContract
+from router.errors import (
+    ContractViolation,
+    LocalCapacityExhausted,
+    NonCoreShed,
+    RequestError,
+    TargetUnavailable,
+    UpstreamError,
+)
+from router.openai_request import Kind
+from router.policy import Policy
+from router.response_cache import ResponseCache, cache_key
+from router.tickets import TicketStore
+from router.tiers import priority_of, under_shortage
+from serve_apps.backend import BackendReply
+from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_types import Dispatched
+from serve_apps.traffic_metrics import TrafficMetrics
+
+log = logging.getLogger("spillover.deferral")
+TICKETS_PATH = "/v1/spillover/tickets/"
+
+
+def kw(contract: RequestContract, deadline_s: float) -> dict[str, Any]:
+    return {"contract": contract, "deadline_s": deadline_s}
+
+
+def _short(exc: RequestError) -> bool:
+    """An error that means 'no target right now' (not the request's fault, not its contract)."""
+    if isinstance(exc, ContractViolation):
+        return False
+    return isinstance(exc, TargetUnavailable | LocalCapacityExhausted | UpstreamError)
+
+
+class TieredDispatch:
+    def __init__(
+        self,
+        inner: Dispatcher,
+        policy: Policy,
+        settings: TicketSection,
+        *,
+        metrics: TrafficMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        cache: CacheSection | None = None,
+    ) -> None:
+        self._inner = inner
+        self._policy = policy
+        self._settings = settings
+        self._metrics = metrics
+        self._clock = clock
+        self._sleep = sleep
+        self._new_id = new_id
+        self.tickets = TicketStore(
+            max_entries=settings.max_entries, max_bytes=settings.max_bytes, ttl_s=settings.ttl_s, clock=clock
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.cache = (
+            ResponseCache(max_entries=cache.max_entries, max_bytes=cache.max_bytes, ttl_s=cache.ttl_s, clock=clock)
+            if cache is not None and cache.enabled
+            else None
+        )
+
+    async def dispatch(
+        self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
+    ) -> Dispatched:
+        priority = priority_of(self._policy, contract)
+        key = cache_key(contract.tenant, {**body, "kind": kind}) if self.cache is not None else None
+        if priority == "core":
+            try:
+                return self._remember(
+                    key, await self._inner.dispatch(kind, body, request_id, **kw(contract, deadline_s))
+                )
+            except RequestError as exc:
+                if _short(exc) and (cached := self._cached(key, exc.message)) is not None:
+                    return cached
+                raise
+        try:
+            plan = self._inner.plan(contract, kind)
+            why = "" if plan.route != "wait" else f"local capacity short and no burst: {plan.reason}"
+        except TargetUnavailable as exc:
+            why = exc.message
+        if not why:
+            try:
+                return self._remember(
+                    key, await self._inner.dispatch(kind, body, request_id, **kw(contract, deadline_s))
+                )
+            except RequestError as exc:
+                if not _short(exc):
+                    raise
+                why = exc.message
+        if (cached := self._cached(key, why)) is not None:
+            return cached
+        outcome = under_shortage(priority, streamed=bool(body.get("stream")), can_defer=self._settings.enabled)
+        ticket = (
+            self.tickets.open(self._new_id(), contract.tenant or "", contract.model) if outcome == "defer" else None
+        )
+        self._count(contract.model, "deferred" if ticket is not None else "shed")
+        if ticket is None:
+            raise NonCoreShed(
+                f"non-core request shed under shortage (scenario {contract.scenario!r}): {why}"[:400],
+                retry_after_s=self._settings.retry_s,
+            )
+        task = asyncio.get_running_loop().create_task(self._complete(ticket.id, kind, body, request_id, contract))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        url = TICKETS_PATH + ticket.id
+        reply = {
+            "object": "spillover.ticket",
+            "id": ticket.id,
+            "status": "pending",
+            "model": contract.model,
+            "url": url,
+        }
+        reason = f"deferred under shortage (non-core scenario {contract.scenario!r}): {why}"[:300]
+        headers = {hdr.DEGRADED: "deferred", hdr.TICKET: ticket.id, "location": url}
+        return Dispatched(BackendReply(body=reply), "wait", "", reason, 0.0, headers, status=202)
+
+    async def _complete(
+        self, ticket_id: str, kind: Kind, body: dict[str, Any], request_id: str, contract: RequestContract
+    ) -> None:
+        """Retry until an answer or `max_wait_s`; the outcome goes into the ticket."""
+        deadline = self._clock() + self._settings.max_wait_s
+        store = self.tickets
+        while True:
+            await self._sleep(self._settings.retry_s)
+            remaining = deadline - self._clock()
+            owner = contract.tenant or ""
+            self._inner.decisions.claim(request_id, owner)  # the decision record stays the tenant's
+            try:
+                done = await self._inner.dispatch(
+                    kind, body, request_id, contract=contract, deadline_s=max(0.1, min(remaining, 30.0))
+                )
+            except RequestError as exc:
+                if _short(exc) and self._clock() + self._settings.retry_s < deadline:
+                    continue
+                store.finish(ticket_id, exc.status_code, exc)  # scrubbed when the client reads it
+                break
+            except Exception:  # never lost silently: the ticket says it failed
+                log.exception("deferred request %s failed", request_id)
+                store.finish(ticket_id, 502, UpstreamError("the deferred request failed inside the gateway"))
+                break
+            finally:
+                self._inner.decisions.release(request_id, owner)
+            headers = {hdr.ROUTE: done.route, hdr.TARGET: done.target, hdr.DEGRADED: "deferred", **done.headers}
+            store.finish(ticket_id, 200, done.reply.body, headers)
+            break
+        self._update_gauge()
+
+    def _remember(self, key: str | None, done: Dispatched) -> Dispatched:
+        if key is not None and self.cache is not None and done.status == 200 and done.reply.body is not None:
+            self.cache.put(key, {"body": done.reply.body, "route": done.route, "target": done.target})
+        return done
+
+    def _cached(self, key: str | None, why: str) -> Dispatched | None:
+        """An identical earlier request's answer, while no target can answer (read-only mode)."""
+        hit = self.cache.get(key) if key is not None and self.cache is not None else None
+        if hit is None:
+            return None
+        reason = f"served from the response cache (every target is down): {why}"[:300]
+        return Dispatched(
+            BackendReply(body=hit["body"]), hit["route"], hit["target"], reason, 0.0, {hdr.DEGRADED: "cached"}
+        )
+
+    def _count(self, model: str, mode: str) -> None:
+        if self._metrics is not None:
+            self._metrics.degrade(model, mode)
+        self._update_gauge()
+
+    def _update_gauge(self) -> None:
+        if self._metrics is not None:
+            self._metrics.ticket_counts(self.tickets.pending(), len(self.tickets))
+
+    async def drain(self) -> None:
+        """Wait for the background attempts (tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

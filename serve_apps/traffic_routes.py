@@ -1,0 +1,137 @@
+"""Operator traffic routes and deferred requests' tickets.
+
+    GET  /v1/spillover/traffic           the shared operator document (drains, pins, switches, history)
+                                         and this replica's graded switches (step, share, gates, events);
+                                         admin
+    POST /v1/spillover/traffic           one command (router/traffic.py): drain / undrain a target,
+                                         pin / unpin a model or scenario, switch (after the standby's
+                                         dry-run, serve_apps/dry_run.py; 409 dry_run_failed refuses it),
+                                         rollback, clear; admin; 400 invalid_traffic_command otherwise
+    GET  /v1/spillover/tickets/{id}      a deferred request's answer (serve_apps/deferral.py): 202 while
+                                         pending, then the answer (200) or its error; only its tenant
+
+The command is written to the shared board, so every gateway replica follows it within
+`traffic.sync_period_s`; the replica that took it follows at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from router import traffic as doc_ops
+from router.auth import TenantPolicy
+from router.errors import DryRunFailed, Forbidden, InvalidRequest, RequestError, TicketNotFound, error_body
+from router.headers import DEGRADED, TICKET
+from serve_apps.deferral import TICKETS_PATH, TieredDispatch
+from serve_apps.dry_run import DryRun
+from serve_apps.traffic import Traffic
+from serve_apps.traffic_metrics import TrafficMetrics
+
+log = logging.getLogger("spillover.traffic")
+Authorize = Callable[[Request], TenantPolicy | None]
+HeadersFor = Callable[[Request], dict[str, str]]
+PublicError = Callable[[RequestError], dict[str, Any]]
+
+
+class TrafficRoutes:
+    def __init__(
+        self,
+        traffic: Traffic,
+        dry_run: DryRun,
+        *,
+        models: list[str],
+        targets: list[str],
+        scenarios: list[str],
+        tiers: TieredDispatch | None = None,
+        metrics: TrafficMetrics | None = None,
+    ) -> None:
+        self._traffic = traffic
+        self._dry_run = dry_run
+        self._models, self._targets, self._scenarios = models, targets, scenarios
+        self.tiers = tiers  # set once the tiered dispatch exists (serve_apps/traffic_wiring.py)
+        self._metrics = metrics
+
+    def routes(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> list[Route]:
+        def admin(request: Request, what: str) -> None:
+            tenant = authorize(request)
+            if tenant is not None and not tenant.admin:
+                raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin) and may not {what}")
+
+        async def view(request: Request) -> Response:
+            try:
+                admin(request, "read the traffic controls")
+            except RequestError as exc:
+                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+            return JSONResponse(self._traffic.view(), headers=headers_for(request))
+
+        async def command(request: Request) -> Response:
+            try:
+                admin(request, "change the traffic controls")
+                raw = await request.body()  # after the key check; bounded by BodyLimit
+                parsed = doc_ops.parse_command(
+                    raw, models=self._models, targets=self._targets, scenarios=self._scenarios
+                )
+                said = await self._apply(parsed)
+            except RequestError as exc:
+                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+            return JSONResponse({"result": said, "traffic": self._traffic.view()}, headers=headers_for(request))
+
+        async def ticket(request: Request) -> Response:
+            headers = headers_for(request)
+            try:
+                tenant = authorize(request)
+                found = (
+                    None
+                    if self.tiers is None
+                    else self.tiers.tickets.get(
+                        str(request.path_params["ticket"])[:128], tenant.name if tenant is not None else ""
+                    )
+                )
+                if found is None:
+                    raise TicketNotFound("no such ticket (unknown, expired, or another tenant's)")
+            except RequestError as exc:
+                return JSONResponse(public(exc), exc.status_code, headers=headers)
+            headers = {**headers, TICKET: found.id, DEGRADED: "deferred"}
+            if found.state == "pending":
+                waited = {"object": "spillover.ticket", "id": found.id, "status": "pending", "model": found.model}
+                return JSONResponse(waited, 202, headers={**headers, "retry-after": "1"})
+            if isinstance(found.body, RequestError):
+                return JSONResponse(public(found.body), found.status, headers=headers)
+            if found.body is None:
+                body = error_body("the answer was too large to keep", "upstream_error", "ticket_answer_dropped")
+                return JSONResponse(body, 502, headers=headers)
+            return JSONResponse(found.body, found.status, headers={**headers, **dict(found.headers)})
+
+        return [
+            Route("/v1/spillover/traffic", view, methods=["GET"]),
+            Route("/v1/spillover/traffic", command, methods=["POST"]),
+            Route(TICKETS_PATH + "{ticket}", ticket, methods=["GET"]),
+        ]
+
+    async def _apply(self, command: doc_ops.Command) -> str:
+        if command.action != "switch":
+            return await self._traffic.command(command)
+        model, standby, primary = command.model or "", command.target or "", command.primary or ""
+        for key, endpoint in (("primary", primary), ("standby", standby)):
+            if self._dry_run.target(model, endpoint) is None:
+                raise InvalidRequest(f"{endpoint} does not serve {model}", param=key, code="invalid_traffic_command")
+        try:
+            answer = await self._dry_run.run(model, command.scenario, standby, command.dry_run)
+        except DryRunFailed as exc:
+            if self._metrics is not None:
+                self._metrics.dry_run(standby, passed=False)
+            said = f"switch {primary} -> {standby} refused: {exc.message}"[:300]
+            log.warning("%s: %s", command.scope, said)
+            await self._traffic.record("switch_refused", command.scope, said)
+            raise
+        if self._metrics is not None:
+            self._metrics.dry_run(standby, passed=True)
+        log.info("%s: dry-run of %s passed (%s)", command.scope, standby, answer[:80])
+        return await self._traffic.command(command, uuid.uuid4().hex[:12])

@@ -1,0 +1,130 @@
+"""A gateway with the traffic controls over the shared fakes: the real Dispatcher, Traffic, board,
+dry-run, tiered dispatch and routes; a FakeEngine as the local model and two FakeProviders."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from cluster.config import SpilloverConfig, parse_config
+from router.auth import Authenticator, TenantPolicy
+from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.dispatch import Dispatcher
+from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.metrics import GatewayMetrics
+from serve_apps.model_card import ServedModel
+from serve_apps.resilience import Resilience
+from serve_apps.traffic_board import LocalBoard, TrafficBoard
+from serve_apps.traffic_wiring import TrafficParts, traffic_parts
+from tests.fakes import FakeClock, FakeEngine, FakeProvider
+
+PROVIDER_MODEL = {
+    "name": "sim-m",
+    "snapshot": "sim-m-1",
+    "context_window": 32768,
+    "region": "us",
+    "tools": True,
+    "json_schema": True,
+    "price_in_per_mtok": 0.1,
+    "price_out_per_mtok": 0.4,
+    "data_policy": "no_retention",
+}
+ADMIN = {"authorization": "Bearer sk-ops"}
+APP = {"authorization": "Bearer sk-app"}
+
+
+def traffic_config(**traffic: Any) -> SpilloverConfig:
+    providers = [
+        {"name": "sim", "base_url": "http://127.0.0.1:1/v1", "models": {"m": PROVIDER_MODEL}},
+        {"name": "spare", "base_url": "http://127.0.0.1:2/v1", "models": {"m": {**PROVIDER_MODEL, "quality": 0.1}}},
+    ]
+    return parse_config(
+        {
+            "models": [
+                {"alias": "m", "source": "prepared:x", "family": "llama", "engine_args": {"max_model_len": 4096}}
+            ],
+            "cloud": {"providers": providers},
+            "policy": {
+                "scenarios": {"default": {}, "digest": {"priority": "non_core"}, "chat": {"priority": "core"}},
+            },
+            "traffic": {"tickets": {"retry_s": 1, "max_wait_s": 30, "max_entries": 2}, **traffic},
+        },
+        "test",
+    )
+
+
+@dataclass
+class Gw:
+    client: httpx.AsyncClient
+    clock: FakeClock
+    local: FakeEngine
+    sim: FakeProvider
+    spare: FakeProvider
+    parts: TrafficParts
+    resilience: Resilience
+    board: TrafficBoard
+
+
+class TrafficWorld:
+    def __init__(self, config: SpilloverConfig, *, auth: bool = False) -> None:
+        self.clock = FakeClock(1_800_000_000.0)
+        self.config = config
+        self.local, self.sim, self.spare = FakeEngine(), FakeProvider("sim"), FakeProvider("spare")
+        self.board = TrafficBoard(clock=self.clock)
+        self.kv = 0.1  # the local replica's KV usage
+        self.resume = asyncio.Event()  # deferred requests' background attempts wait for it
+        self.auth = (
+            Authenticator([TenantPolicy("ops", admin=True), TenantPolicy("app")], {"ops": "sk-ops", "app": "sk-app"})
+            if auth
+            else None
+        )
+
+    def snapshot(self) -> ClusterSnapshot:
+        replica = ReplicaStats("m", "r1", "n1", self.clock.now, self.kv, 0, 0, 0, 0, 364, 128)
+        return ClusterSnapshot(taken_at=self.clock.now, replicas=(replica,), max_age_s=1.0)
+
+    async def sleep(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    async def ticket_sleep(self, seconds: float) -> None:
+        await self.resume.wait()
+        self.clock.advance(seconds)
+
+    def gateway(self, replica: str = "r-a") -> tuple[GatewayHTTP, TrafficParts, Resilience]:
+        providers = {"sim": self.sim, "spare": self.spare}
+        metrics = GatewayMetrics()
+        board = LocalBoard(self.board)
+        parts = traffic_parts(
+            self.config, self.local, providers, metrics, replica, board, clock=self.clock, sleep=self.ticket_sleep
+        )
+        res = Resilience(self.config, clock=self.clock)
+        dispatcher = Dispatcher(
+            self.config,
+            self.local,
+            providers,
+            self.snapshot,
+            clock=self.clock,
+            sleep=self.sleep,
+            resilience=res,
+            traffic=parts.traffic,
+        )
+        tiered = parts.tiered(dispatcher)
+        http = GatewayHTTP(
+            self.local,
+            [ServedModel("m", "llama", "cpu", 4096)],
+            created=1,
+            dispatcher=tiered,
+            policy=self.config.policy,
+            decisions=dispatcher.decisions,
+            metrics=metrics,
+            authenticator=self.auth,
+            traffic=parts.routes,
+        )
+        return http, parts, res
+
+    def client(self, http: GatewayHTTP) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=http.app), base_url="http://gw")
