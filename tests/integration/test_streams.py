@@ -50,9 +50,9 @@ def fault(stack: Stack, **faults: Any) -> None:
     httpx.post(f"{stack.sim_url.removesuffix('/v1')}/control/faults", json=faults, timeout=10).raise_for_status()
 
 
-def final_record(stack: Stack, request_id: str) -> dict[str, Any]:
+def final_record(stack: Stack, request_id: str, wait_s: float = 10) -> dict[str, Any]:
     """The decision record once its stream was booked (a stream is booked when it ends)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + wait_s
     while True:
         record = httpx.get(f"{stack.openai_base}/spillover/decisions/{request_id}", timeout=10).json()
         if record.get("attempts") and record["attempts"][-1]["outcome"] != "streaming":
@@ -162,6 +162,28 @@ def test_a_stream_cut_by_a_fault_is_booked_as_cut_with_what_it_consumed(stack: S
     assert 0 < attempt["completion_tokens"] < 32 and attempt["cost_usd"] > 0
     assert ledger_rows(stack, request_id) == [("cut", pytest.approx(attempt["cost_usd"]))]
     assert metric(stack, "spillover_attempts_total", target=target, outcome="cut") == cut_before + 1
+
+
+@pytest.mark.usefixtures("resets_after")
+def test_a_client_that_goes_away_leaves_a_cancelled_attempt_charged_what_it_consumed(
+    stack: Stack, client: openai.OpenAI
+) -> None:
+    request_id = f"stream-gone-{uuid.uuid4().hex}"
+    fault(stack, tokens_per_s=2.0)  # 32 tokens take 16 s: the client leaves long before the end
+    stream = client.chat.completions.create(
+        model=SMOL,
+        messages=LONG,
+        max_tokens=32,
+        stream=True,
+        extra_headers={"x-request-id": request_id, "x-spillover-providers": "cloud-sim"},
+    )
+    for _, _chunk in zip(range(3), stream, strict=False):
+        pass
+    stream.close()
+    attempt = final_record(stack, request_id, wait_s=30)["attempts"][-1]
+    assert (attempt["outcome"], attempt["usage"]) == ("cancelled", "counted"), attempt
+    assert 0 < attempt["completion_tokens"] < 32 and attempt["cost_usd"] > 0
+    assert ledger_rows(stack, request_id) == [("cancelled", pytest.approx(attempt["cost_usd"]))]
 
 
 @pytest.mark.usefixtures("resets_after")
