@@ -203,7 +203,7 @@ class Dispatcher:
         res = self._resilience
         granted = res.budget.try_withdraw  # the gateway-wide retry budget (router/retry.py)
         candidates = self._candidates(plan, contract)
-        sent_usage, body = wants_usage(body), asking_usage(body)  # a stream's tokens are reported at its end
+        client_usage, body = wants_usage(body), asking_usage(body)  # a stream's tokens are reported at its end
         local_body = salted(body, contract.tenant)  # per-tenant prefix cache (router/cache_salt.py)
         tokens = contract.est_prompt_tokens + contract.max_output_tokens
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
@@ -271,7 +271,7 @@ class Dispatcher:
                 streamed = StreamedAttempt(request_id, contract.tenant, target, began, gate.reservation, tokens)
                 streams.append(streamed)
                 trail.append(Attempt(target.id, "streaming", self._clock() - began))
-                reply = BackendReply(chunks=self._observed(kind, contract, streamed, reply.chunks, sent_usage))
+                reply = BackendReply(chunks=self._observed(kind, contract, streamed, reply.chunks, client_usage))
                 route: Route = "local" if target.kind == "local" else "cloud"
                 return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
             attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
@@ -286,7 +286,12 @@ class Dispatcher:
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
 
     def _observed(
-        self, kind: Kind, contract: RequestContract, streamed: StreamedAttempt, chunks: AsyncIterator[str], usage: bool
+        self,
+        kind: Kind,
+        contract: RequestContract,
+        streamed: StreamedAttempt,
+        chunks: AsyncIterator[str],
+        client_usage: bool,
     ) -> AsyncIterator[str]:
         """The stream as the client gets it, counted and checked (serve_apps/stream_account.py), its
         outcome booked when it ends (serve_apps/stream_record.py); it is never re-sent."""
@@ -299,7 +304,7 @@ class Dispatcher:
             clock=self._clock,
         )
         check = end_check(kind, contract, streamed.target)
-        return accounted(chunks, Tally(drop_usage=not usage), contract.est_prompt_tokens, book, check)
+        return accounted(chunks, Tally(drop_usage=not client_usage), contract.est_prompt_tokens, book, check)
 
     async def _call(
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
