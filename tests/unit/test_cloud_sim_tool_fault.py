@@ -192,3 +192,18 @@ async def test_invalid_streamed_tool_arguments_are_flagged_at_l2_and_fail_over_a
         ("cloud:healthy/m", "ok"),
     ]
     assert attempts[0].completion_tokens > 0 and attempts[1].usage == "reported"
+
+
+async def test_invalid_tool_arguments_in_a_complete_answer_fail_over_at_l1_and_are_flagged_at_l2() -> None:
+    d = dispatcher({"faulty": sim(tool_args_invalid_rate=1.0), "healthy": sim(), "claude": sim("anthropic")})
+    l1 = {"x-spillover-level": "L1", "x-spillover-providers": "faulty,healthy"}
+    done = await d.dispatch("chat", TOOL_BODY, "j1", contract=contract(TOOL_BODY, **l1), deadline_s=30)
+    assert done.target == "cloud:healthy" and done.reply.body is not None
+    record = d.decisions.get("j1")
+    assert record is not None
+    assert [a.outcome for a in record.attempts] == ["contract_violation", "ok"]
+    l2 = {"x-spillover-level": "L2", "x-spillover-providers": "faulty"}
+    done = await d.dispatch("chat", TOOL_BODY, "j2", contract=contract(TOOL_BODY, **l2), deadline_s=30)
+    assert done.headers["x-spillover-contract"] == "schema: 3 errors"
+    flagged = d.decisions.get("j2").attempts[-1]  # type: ignore[union-attr]
+    assert flagged.contract == "schema: 3 errors" and len(flagged.contract_errors) == 3
