@@ -80,9 +80,9 @@ async def held_until_checked(reply: BackendReply, contract: RequestContract, tar
 
 
 async def _replayed(held: list[str], rest: AsyncIterator[str]) -> AsyncIterator[str]:
-    for text in held:
-        yield text
     try:
+        for text in held:
+            yield text
         async for text in rest:
             yield text
     finally:

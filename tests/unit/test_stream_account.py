@@ -9,9 +9,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from router.capabilities import local_target
+from router.contract import derive_contract
 from router.errors import ContractViolation, UpstreamError
+from router.policy import Policy
 from router.tool_calls import StreamedMessage
+from serve_apps.backend import BackendReply
 from serve_apps.stream_account import DONE, StreamEnd, StreamVerdict, Tally, accounted, asking_usage, wants_usage
+from serve_apps.stream_contract import held_until_checked
 from tests.fakes import chunk_event, usage_event
 
 USAGE = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
@@ -174,3 +179,29 @@ def test_a_failing_finish_never_fails_the_stream() -> None:
 
     stream = accounted(_events([chunk_event("m", "Hi"), DONE]), Tally(), 20, broken)
     assert asyncio.run(_drain(stream)) == [chunk_event("m", "Hi"), DONE]
+
+
+def test_a_held_back_stream_left_by_its_client_closes_the_backend() -> None:
+    closed: list[bool] = []
+
+    async def backend() -> AsyncIterator[str]:
+        try:
+            for i in range(100):
+                yield chunk_event("m", f"t{i}")
+        finally:
+            closed.append(True)
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [tool], "stream": True}
+    contract = derive_contract(body, {"x-spillover-level": "L1"}, Policy())
+
+    async def main() -> None:
+        reply = await held_until_checked(
+            BackendReply(chunks=backend()), contract, local_target("m", {"max_model_len": 4096})
+        )
+        assert reply.chunks is not None
+        assert await reply.chunks.__anext__() == chunk_event("m", "t0")  # held until the first content
+        await reply.chunks.aclose()  # type: ignore[attr-defined]
+        assert closed == [True]  # closed by then, not whenever the garbage collector gets to it
+
+    asyncio.run(main())
