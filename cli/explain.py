@@ -61,9 +61,11 @@ def render(record: dict[str, Any]) -> str:
     for i, a in enumerate(record.get("attempts", []), 1):
         cost = "unpriced" if a.get("cost_usd") is None else f"${a['cost_usd']:.6f}"
         error = f" ({a['error']})" if a.get("error") else ""
+        counted = " (counted from the stream)" if a.get("usage") == "counted" else ""
+        flag = f", output contract: {a['contract']}" if a.get("contract") else ""
         lines.append(
             f"  attempt {i}: {a['target']} -> {a['outcome']}{error} in {a['latency_s']:.3f}s, "
-            f"{a['prompt_tokens']}+{a['completion_tokens']} tokens, {cost}"
+            f"{a['prompt_tokens']}+{a['completion_tokens']} tokens{counted}, {cost}{flag}"
         )
     if record.get("total_cost_usd") is not None:
         lines.append(f"  total cost (failures included): ${record['total_cost_usd']:.6f}")

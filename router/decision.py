@@ -10,7 +10,9 @@ and `finished` return new ones. Timestamps come from the clock the caller inject
 large requests must not pin gigabytes: the oldest go first, the newest is always kept), and writes
 each stored record as one JSON line to an optional sink (a callable the caller wires to a file).
 A sink that raises is logged and counted (`sink_failures`): the record stays stored and the
-request it describes is never failed by its log.
+request it describes is never failed by its log. A request that has not ended when it is first
+stored (a stream: the dispatcher returns at its first byte) is `put(final=False)` — stored, not
+yet logged — and `amend`ed with its final version when it ends, which the sink then gets once.
 
 Records have an owner (the tenant whose request made them; "" without auth). The gateway
 `claim`s a request id for its owner before dispatching and `release`s it after; a claim is
@@ -35,7 +37,9 @@ from router.policy import Policy
 
 log = logging.getLogger("spillover.decisions")
 
-Outcome = Literal["ok", "error", "contract_violation", "timeout", "cancelled", "skipped"]
+# a stream's attempt is "streaming" from the dispatcher's return until its stream ends: then "ok", "cut"
+# (it failed after its first byte), "cancelled" (the client went away) or "contract_violation"
+Outcome = Literal["ok", "error", "contract_violation", "timeout", "cancelled", "skipped", "streaming", "cut"]
 CandidateStatus = Literal["removed", "unavailable", "ranked"]
 
 
@@ -48,6 +52,10 @@ class Attempt:
     completion_tokens: int = 0
     cost_usd: float | None = None  # None: the target has no configured prices
     error: str | None = None  # the error code when the attempt failed
+    usage: str | None = None  # where the tokens come from: "reported" by the target, or "counted" (streams)
+    contract: str | None = None  # the output contract's note on an answer that passed: "repaired", or the
+    # summary of a violation let through (L2: "schema: 1 error")
+    contract_errors: tuple[str, ...] = ()  # that violation's errors (bounded as in router/output_contract.py)
 
     @classmethod
     def priced(
@@ -181,7 +189,7 @@ class DecisionRecord:
             tiers=tuple(tuple(t) for t in data["tiers"]),
             started_at=data["started_at"],
             chosen=data.get("chosen"),
-            attempts=tuple(Attempt(**a) for a in data.get("attempts", ())),
+            attempts=tuple(_attempt(a) for a in data.get("attempts", ())),
             finished_at=data.get("finished_at"),
             health=dict(data.get("health") or {}),
             route=data.get("route"),
@@ -194,6 +202,10 @@ class DecisionRecord:
     @classmethod
     def from_json(cls, line: str) -> DecisionRecord:
         return cls.from_dict(json.loads(line))
+
+
+def _attempt(data: Mapping[str, Any]) -> Attempt:
+    return Attempt(**{**data, "contract_errors": tuple(data.get("contract_errors") or ())})
 
 
 class DecisionStore:
@@ -243,15 +255,30 @@ class DecisionStore:
         else:
             self._claims[request_id] = (owner, claim[1] - 1)
 
-    def put(self, record: DecisionRecord) -> None:
-        """Store under the id's claimed owner ("" unclaimed); never over another owner's record."""
+    def put(self, record: DecisionRecord, *, final: bool = True) -> None:
+        """Store under the id's claimed owner ("" unclaimed); never over another owner's record.
+        `final=False`: the request has not ended (a stream still running): the record is stored
+        but written to the sink only by `amend`, so the log holds the outcome, not a snapshot."""
         claim = self._claims.get(record.request_id)
         owner = claim[0] if claim is not None else ""
-        stored = self._records.pop(record.request_id, None)
+        stored = self._records.get(record.request_id)
         if stored is not None and stored[0] != owner:
-            self._records[record.request_id] = stored
             log.warning("decision record %s not stored: the id belongs to another owner", record.request_id)
             return
+        self._store(owner, record, final)
+
+    def amend(self, record: DecisionRecord) -> None:
+        """The final version of a record `put` with `final=False`: it replaces the stored one
+        under that one's owner (the claim is long released when a stream ends) and goes to the
+        sink. When the id now holds a later request's record (or none), only the sink gets it."""
+        stored = self._records.get(record.request_id)
+        if stored is not None and stored[1].started_at == record.started_at:
+            self._store(stored[0], record, True)
+        else:
+            self._write(record.to_json())
+
+    def _store(self, owner: str, record: DecisionRecord, final: bool) -> None:
+        self._records.pop(record.request_id, None)
         line = record.to_json()
         self.bytes_kept += len(line) - self._sizes.get(record.request_id, 0)
         self._sizes[record.request_id] = len(line)
@@ -260,6 +287,10 @@ class DecisionStore:
         while len(self._records) > self._max or (self.bytes_kept > max_bytes and len(self._records) > 1):
             evicted, _ = self._records.popitem(last=False)
             self.bytes_kept -= self._sizes.pop(evicted, 0)
+        if final:
+            self._write(line)
+
+    def _write(self, line: str) -> None:
         if self._sink is not None:
             try:
                 self._sink(line)

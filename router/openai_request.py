@@ -127,7 +127,10 @@ _FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tools": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v), "a list of objects"),
     "tool_choice": (lambda v: isinstance(v, str | dict), "a string or an object"),
     "response_format": (lambda v: isinstance(v, dict), "an object"),
-    "stream_options": (lambda v: isinstance(v, dict), "an object"),
+    "stream_options": (
+        lambda v: isinstance(v, dict) and isinstance(v.get("include_usage", False), bool | None),
+        "an object (its include_usage true or false)",
+    ),
     "logit_bias": (lambda v: isinstance(v, dict) and all(_is_number(b) for b in v.values()), "an object of numbers"),
 }
 

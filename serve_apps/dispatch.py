@@ -17,6 +17,8 @@ Attempts (`serve_apps.resilience` holds the state, `router.failure` the table):
 * at most `resilience.retry.max_attempts` attempts start, none after the request's deadline, and
   retries against the domain that just failed draw on the gateway-wide retry budget.
 After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event.
+A stream is booked when it ends (serve_apps/stream_record.py): its tokens, cost and real outcome
+reach the record, the spend ledger and the metrics then.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.errors import ContractViolation, RequestError, TargetUnavailable
 from router.headers import TRAFFIC
 from router.openai_request import Kind
+from router.output_contract import CONTRACT_HEADER
 from router.plan import Plan, PlanInputs, plan_request
 from router.retry import AttemptBudget, after_failure, before_attempt
 from router.snapshot import ClusterSnapshot
@@ -47,6 +50,9 @@ from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Resilience
+from serve_apps.stream_account import StreamEnd, Tally, accounted, asking_usage, wants_usage
+from serve_apps.stream_contract import end_check, held_until_checked, holds_back
+from serve_apps.stream_record import StreamedAttempt, book_stream_end
 from serve_apps.traffic import Traffic
 
 
@@ -135,20 +141,23 @@ class Dispatcher:
         ended = ""
         trail: list[Attempt] = []
         notes: list[str] = []  # the graded switch the request ran under
+        streams: list[StreamedAttempt] = []  # the attempt whose stream the client gets, booked when it ends
         try:
             if plan.route == "wait":
                 replan = partial(self.plan, contract, kind)
                 waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
                 plan = waited.plan
-            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s, notes)
+            done = await self._attempts(
+                plan, kind, body, request_id, contract, trail, started + deadline_s, notes, streams
+            )
             return replace(done, waited_s=waited.waited_s)
         except RequestError as exc:
             ended = exc.message
             raise
         finally:
-            self._record(request_id, contract, plan, started, waited, trail, done, ended, "".join(notes))
-            if self._traffic is not None:
-                self._traffic.observed(contract, trail)  # the switch's gates
+            self._record(request_id, contract, plan, started, waited, trail, done, ended, "".join(notes), streams)
+            if self._traffic is not None and not (done is not None and streams):
+                self._traffic.observed(contract, trail)  # the switch's gates (a stream's when it ends)
 
     def _record(
         self,
@@ -160,7 +169,8 @@ class Dispatcher:
         trail: list[Attempt],
         done: Dispatched | None,
         ended: str,
-        traffic: str = "",
+        traffic: str,
+        streams: list[StreamedAttempt],
     ) -> None:
         """The decision record of the plan that was executed (after any wait and re-plans), its
         attempts and how it ended; stored, and shown to the observer (metrics)."""
@@ -185,6 +195,10 @@ class Dispatcher:
             traffic=traffic,
         )
         finished = executed.finished(done.target if done is not None else None, clock=self._clock)
+        if done is not None and streams:  # final when its stream ends (serve_apps/stream_record.py)
+            streams[0].record = finished
+            self.decisions.put(finished, final=False)
+            return
         self.decisions.put(finished)
         self._observer.recorded(finished)
 
@@ -204,6 +218,7 @@ class Dispatcher:
         trail: list[Attempt],
         deadline: float,
         notes: list[str],
+        streams: list[StreamedAttempt],
     ) -> Dispatched:
         """Walk the candidates, appending every attempt to `trail`. What comes next is decided by
         router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
@@ -214,6 +229,7 @@ class Dispatcher:
         if self._traffic is not None:
             candidates, note = self._traffic.arrange(contract, candidates)
             notes.append(note)
+        client_usage, body = wants_usage(body), asking_usage(body)  # a stream's tokens are reported at its end
         local_body = salted(body, contract.tenant)  # per-tenant prefix cache (router/cache_salt.py)
         tokens = contract.est_prompt_tokens + contract.max_output_tokens
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
@@ -251,7 +267,10 @@ class Dispatcher:
             try:
                 sent = local_body if target.kind == "local" else body
                 reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
-                reply, headers = await checked(kind, reply, contract, target)
+                flagged: list[str] = []
+                if reply.chunks is not None and holds_back(kind, contract):
+                    reply = await held_until_checked(reply, contract, target)
+                reply, headers = await checked(kind, reply, contract, target, flagged)
             except RequestError as exc:
                 rule = res.failed(target, exc)
                 res.settle(gate.reservation, 0)
@@ -274,15 +293,21 @@ class Dispatcher:
                 else:
                     reason = f"{target.endpoint} failed before the first byte: {exc.message}"[:300]
                 continue
+            if reply.chunks is not None:
+                streamed = StreamedAttempt(request_id, contract.tenant, target, began, gate.reservation, tokens)
+                streams.append(streamed)
+                trail.append(Attempt(target.id, "streaming", self._clock() - began))
+                reply = BackendReply(chunks=self._observed(kind, contract, streamed, reply.chunks, client_usage))
+                route: Route = "local" if target.kind == "local" else "cloud"
+                if notes and notes[-1]:
+                    headers = {**headers, TRAFFIC: notes[-1]}
+                return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
             attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
-            trail.append(attempt)
+            trail.append(replace(attempt, contract=headers.get(CONTRACT_HEADER), contract_errors=tuple(flagged)))
             res.charge(request_id, target, "ok", attempt.cost_usd, contract.tenant)
             res.settle(gate.reservation, sum(usage(reply)) or tokens)
-            if reply.chunks is None:
-                res.succeeded(target)
-            else:
-                reply = BackendReply(chunks=self._observed(target, reply.chunks))
-            route: Route = "local" if target.kind == "local" else "cloud"
+            res.succeeded(target)
+            route = "local" if target.kind == "local" else "cloud"
             if notes and notes[-1]:
                 headers = {**headers, TRAFFIC: notes[-1]}
             return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
@@ -290,16 +315,33 @@ class Dispatcher:
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
 
-    async def _observed(self, target: Target, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-        """A stream's outcome reaches breakers and health when it ends (it is never re-sent)."""
-        try:
-            async for chunk in chunks:
-                yield chunk
-        except RequestError as exc:
-            self._resilience.failed(target, exc)
-            raise
-        else:
-            self._resilience.succeeded(target)
+    def _observed(
+        self,
+        kind: Kind,
+        contract: RequestContract,
+        streamed: StreamedAttempt,
+        chunks: AsyncIterator[str],
+        client_usage: bool,
+    ) -> AsyncIterator[str]:
+        """The stream as the client gets it, counted and checked (serve_apps/stream_account.py), its
+        outcome booked when it ends (serve_apps/stream_record.py); it is never re-sent."""
+        booked = partial(
+            book_stream_end,
+            streamed,
+            resilience=self._resilience,
+            decisions=self.decisions,
+            observer=self._observer,
+            clock=self._clock,
+        )
+
+        def book(end: StreamEnd) -> DecisionRecord | None:
+            final = booked(end)
+            if self._traffic is not None and final is not None:
+                self._traffic.observed(contract, final.attempts)  # the switch's gates see how it ended
+            return final
+
+        check = end_check(kind, contract, streamed.target)
+        return accounted(chunks, Tally(drop_usage=not client_usage), contract.est_prompt_tokens, book, check)
 
     async def _call(
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool

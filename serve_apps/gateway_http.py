@@ -235,10 +235,10 @@ class GatewayHTTP:
             contract = await asyncio.to_thread(derive_contract, parsed.body, request.headers, self._policy)
             if tenant is not None:
                 contract = narrow_for_tenant(contract, tenant)
-            if parsed.stream and contract.level == "L1" and contract.checks_output:
-                raise InvalidRequest(
-                    "L1 requests with a json_schema, json_object or tools cannot be streamed: the gateway "
-                    "validates the whole answer before sending it (send stream: false, or lower the level)",
+            if parsed.stream and contract.level == "L1" and (contract.needs_json_schema or contract.needs_json_mode):
+                raise InvalidRequest(  # streamed L1 tool calls are checked (serve_apps/stream_contract.py)
+                    "L1 requests with a json_schema or json_object response_format cannot be streamed: the "
+                    "gateway validates the whole answer before sending it (send stream: false, or lower the level)",
                     param="stream",
                 )
             deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms else self._default_deadline_s

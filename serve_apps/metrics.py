@@ -15,7 +15,10 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_replica_gpu_utilization{model,replica,gpu}     SM utilisation, percent (NVML)
     spillover_tokens_total{target,kind}                      prompt / completion tokens by target
     spillover_cost_usd_total{target}                         cost by target, failed attempts included
-    spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation)
+    spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation, cut,
+                                                             cancelled); a stream's when it ends, with what it consumed
+    spillover_contract_flagged_total{target}                 answers passed (L2) although they broke their output
+                                                             contract (JSON schema, tool arguments; streamed or not)
     spillover_target_health{target}                          0 green, 1 yellow, 2 red, 3 black
     spillover_target_share{target}                           share of new requests the target takes now
     spillover_health_transitions_total{target,to}            health transitions (ramp steps, half-open included)
@@ -92,6 +95,12 @@ class GatewayMetrics:
         self.attempts = Counter(
             "spillover_attempts", "Attempts by target and outcome", ["target", "outcome"], registry=r
         )
+        self.contract_flagged = Counter(
+            "spillover_contract_flagged",
+            "Answers passed (L2) with an output-contract violation",
+            ["target"],
+            registry=r,
+        )
         self.health = Gauge("spillover_target_health", "0 green, 1 yellow, 2 red, 3 black", ["target"], registry=r)
         self.share = Gauge("spillover_target_share", "Share of new requests the target takes", ["target"], registry=r)
         self.transitions = Counter("spillover_health_transitions", "Health transitions", ["target", "to"], registry=r)
@@ -143,6 +152,8 @@ class GatewayMetrics:
             if attempt.cost_usd:
                 self.cost.labels(attempt.target).inc(attempt.cost_usd)
             self.attempts.labels(attempt.target, attempt.outcome).inc()
+            if attempt.contract and attempt.contract != "repaired":
+                self.contract_flagged.labels(attempt.target).inc()
 
     def resilience(self, view: ResilienceView) -> None:
         """Health, breakers and budget from `Resilience.view()` (called on every telemetry refresh)."""

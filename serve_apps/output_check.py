@@ -10,6 +10,8 @@ replaces the original.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from functools import partial
 
 from router.capabilities import Target
 from router.contract import RequestContract
@@ -31,20 +33,26 @@ def usage(reply: BackendReply) -> tuple[int, int]:
     return int(found.get("prompt_tokens") or 0), int(found.get("completion_tokens") or 0)
 
 
+async def off_loop(check: Callable[[], OutputVerdict]) -> OutputVerdict:
+    """Run one output check in a worker thread, bounded by VALIDATION_TIMEOUT_S (+1 s to start)."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(check), VALIDATION_TIMEOUT_S + 1.0)
+    except TimeoutError:
+        error = f"the answer could not be checked within {VALIDATION_TIMEOUT_S:g}s"
+        return OutputVerdict("violated", (error,), error_count=1)
+
+
 async def checked(
-    kind: Kind, reply: BackendReply, contract: RequestContract, target: Target
+    kind: Kind, reply: BackendReply, contract: RequestContract, target: Target, flagged: list[str] | None = None
 ) -> tuple[BackendReply, dict[str, str]]:
-    """The answer as the client may receive it, and the headers the check adds."""
+    """The answer as the client may receive it, and the headers the check adds; the errors of a
+    violation let through (L2) are appended to `flagged`. Streams: serve_apps/stream_contract.py."""
     headers: dict[str, str] = {}
     if kind != "chat" or reply.body is None or not contract.checks_output:
         return reply, headers
     choices = reply.body.get("choices") or [{}]
     message = choices[0].get("message") or {}
-    try:
-        verdict = await asyncio.wait_for(asyncio.to_thread(check_output, contract, message), VALIDATION_TIMEOUT_S + 1.0)
-    except TimeoutError:
-        error = f"the answer could not be checked within {VALIDATION_TIMEOUT_S:g}s"
-        verdict = OutputVerdict("violated", (error,), error_count=1)
+    verdict = await off_loop(partial(check_output, contract, message))
     action = enforce(contract.level, verdict)
     if action.kind == "retry_next_or_fail":
         violation = contract_violation(verdict, target.id)
@@ -55,4 +63,6 @@ async def checked(
         reply = BackendReply(body={**reply.body, "choices": [{**choices[0], "message": message}]})
     if action.header:
         headers[CONTRACT_HEADER] = action.header
+    if flagged is not None and action.kind == "pass_with_warning":
+        flagged += action.errors
     return reply, headers

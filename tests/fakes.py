@@ -48,6 +48,17 @@ def chunk_event(model: str, content: str) -> str:
     return f"data: {json.dumps(chunk)}\n\n"
 
 
+def usage_event(model: str, usage: dict[str, int]) -> str:
+    """The last chunk of a stream asked for `stream_options.include_usage` (OpenAI, vLLM): no choices."""
+    chunk = {"object": "chat.completion.chunk", "model": model, "choices": [], "usage": usage}
+    return f"data: {json.dumps(chunk)}\n\n"
+
+
+def wants_usage(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
 def delta(event: str) -> str:
     """The content delta of an SSE event `chunk_event` made."""
     return str(json.loads(event.removeprefix("data: "))["choices"][0]["delta"]["content"])
@@ -56,7 +67,8 @@ def delta(event: str) -> str:
 class FakeEngine:
     """A local model as the gateway reaches it (`ModelBackend`, serve_apps/backend.py), answering
     like vLLM's OpenAI server: a chat completion whose message is `answer` (with `usage` when given)
-    or, for `"stream": true`, the answer in two chunk events and then `data: [DONE]`. `fail` is raised
+    or, for `"stream": true`, the answer in two chunk events (then, when the request asked for
+    `stream_options.include_usage` and `usage` is given, the usage chunk) and `data: [DONE]`. `fail` is raised
     before the first byte (a replica that is gone), `fail_mid_stream` after the first event (one
     that dies while streaming); `unhealthy[alias]` is the reason its health check reports."""
 
@@ -73,15 +85,17 @@ class FakeEngine:
         if self.fail is not None:
             raise self.fail
         if body.get("stream"):
-            return BackendReply(chunks=self._chunks(alias))
+            return BackendReply(chunks=self._chunks(alias, wants_usage(body)))
         return BackendReply(body=completion(alias, self.answer, self.usage))
 
-    async def _chunks(self, model: str) -> AsyncIterator[str]:
+    async def _chunks(self, model: str, with_usage: bool = False) -> AsyncIterator[str]:
         half = len(self.answer) // 2
         yield chunk_event(model, self.answer[:half])
         if self.fail_mid_stream is not None:
             raise self.fail_mid_stream
         yield chunk_event(model, self.answer[half:])
+        if with_usage and self.usage is not None:
+            yield usage_event(model, self.usage)
         yield DONE
 
     async def check_health(self, alias: str, timeout_s: float) -> str | None:
@@ -94,7 +108,10 @@ class FakeProvider:
     of the `script`ed errors (as a failing provider answers one request after another), then answers
     like FakeEngine with the model `<name>/<alias>` (the provider's own name for the model). With
     `cut` a stream ends after its first event with the `UpstreamError` a dropped connection gives
-    (serve_apps/providers/sse.py); `probe_error` is what its liveness probe raises."""
+    (serve_apps/providers/sse.py); `probe_error` is what its liveness probe raises. A stream sends
+    the usage chunk when the request asked for `stream_options.include_usage` and `usage` is given
+    (as OpenAI does); `stream_events`, when set, are the chunk events a stream sends instead of the
+    answer's (e.g. tool-call deltas), before the usage chunk and `[DONE]`."""
 
     def __init__(
         self,
@@ -111,21 +128,28 @@ class FakeProvider:
         self.usage = usage
         self.probe_error = probe_error
         self.cut = False
+        self.stream_events: list[str] | None = None
         self.calls: list[str] = []  # request ids
+        self.bodies: list[dict[str, Any]] = []
 
     async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> BackendReply:
         self.calls.append(request_id)
+        self.bodies.append(body)
         if self.script:
             raise self.script.pop(0)
         model = f"{self.name}/{alias}"
         if body.get("stream"):
-            return BackendReply(chunks=self._chunks(model))
+            return BackendReply(chunks=self._chunks(model, wants_usage(body)))
         return BackendReply(body=completion(model, self.answer, self.usage))
 
-    async def _chunks(self, model: str) -> AsyncIterator[str]:
-        yield chunk_event(model, self.answer)
+    async def _chunks(self, model: str, with_usage: bool = False) -> AsyncIterator[str]:
+        events = self.stream_events if self.stream_events is not None else [chunk_event(model, self.answer)]
+        for event in events[:1] if self.cut else events:
+            yield event
         if self.cut:
             raise UpstreamError("connection lost mid-stream", code="provider_cut")
+        if with_usage and self.usage is not None:
+            yield usage_event(model, self.usage)
         yield DONE
 
     async def probe(self) -> None:

@@ -38,6 +38,7 @@ _FLOAT_FLAGS: tuple[tuple[str, str], ...] = (
     ("--midstream-cut-rate", "midstream_cut_rate"),
     ("--malformed-rate", "malformed_rate"),
     ("--schema-invalid-rate", "schema_invalid_rate"),
+    ("--tool-args-invalid-rate", "tool_args_invalid_rate"),
 )
 
 

@@ -16,6 +16,11 @@ the wire:
     schema_invalid 200, well-formed, but the answer to a `response_format: json_schema` request
                    is JSON that does not satisfy the schema (output-contract tests); other
                    requests are answered normally
+    tool_args_invalid 200, well-formed, but a tool call's arguments break the tool's declared
+                   `parameters`: every declared property gets a value of the wrong type (a string
+                   where the schema says integer, ...) and an undeclared `cloud_sim` key is added
+                   (output-contract tests of tool calls, JSON and stream, both APIs); answers
+                   without a tool call are normal
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class Fault(StrEnum):
     MIDSTREAM_CUT = "midstream_cut"
     MALFORMED = "malformed"
     SCHEMA_INVALID = "schema_invalid"
+    TOOL_ARGS_INVALID = "tool_args_invalid"
 
 
 FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
@@ -45,6 +51,7 @@ FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
     (Fault.MIDSTREAM_CUT, "midstream_cut_rate"),
     (Fault.MALFORMED, "malformed_rate"),
     (Fault.SCHEMA_INVALID, "schema_invalid_rate"),
+    (Fault.TOOL_ARGS_INVALID, "tool_args_invalid_rate"),
 )
 
 SERVER_ERROR_STATUSES = (500, 502, 503)

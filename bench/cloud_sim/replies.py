@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 MAX_ECHO_WORDS = 32
@@ -36,6 +36,7 @@ class ToolCall:
     call_id: str
     name: str
     arguments: str
+    wrong_arguments: str = "{}"  # what the tool_args_invalid fault sends instead (see `wrong_value`)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ def plan_reply(body: Any, models: tuple[str, ...], call_id: str) -> ReplyPlan:
         name, schema = tool
         arguments = json.dumps(example_value(schema, words, schema))
         pieces = tuple(_PIECE.findall(arguments))
-        call = ToolCall(call_id=call_id, name=name, arguments=arguments)
+        wrong = json.dumps(wrong_value(schema))
+        call = ToolCall(call_id=call_id, name=name, arguments=arguments, wrong_arguments=wrong)
         return ReplyPlan(content=None, tool_call=call, finish_reason="tool_calls", pieces=pieces, **common)
     json_schema = _json_schema(body.get("response_format"))
     if json_schema is not None:
@@ -111,6 +113,14 @@ def completion_body(plan: ReplyPlan, *, completion_id: str, created: int) -> dic
         "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": plan.finish_reason}],
         "usage": plan.usage(),
     }
+
+
+def with_wrong_tool_arguments(plan: ReplyPlan) -> ReplyPlan:
+    """The plan with its tool call's arguments replaced by `wrong_arguments` (no tool call: as is)."""
+    if plan.tool_call is None:
+        return plan
+    call = replace(plan.tool_call, arguments=plan.tool_call.wrong_arguments)
+    return replace(plan, tool_call=call, pieces=tuple(_PIECE.findall(call.arguments)))
 
 
 def stream_events(plan: ReplyPlan, *, completion_id: str, created: int) -> list[str]:
@@ -181,6 +191,23 @@ def example_value(schema: Any, words: list[str], root: Any, depth: int = 0) -> A
     if kind == "null":
         return None
     return " ".join(words[:3])
+
+
+_WRONG = {"string": 0, "integer": "not a number", "number": "not a number", "boolean": "not a boolean"}
+
+
+def wrong_value(schema: Any) -> dict[str, Any]:
+    """Arguments that break a tool's `parameters`: each declared property with a value of the wrong
+    type, plus an undeclared `cloud_sim` key (invalid under `additionalProperties: false`)."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    wrong: dict[str, Any] = {}
+    for name, sub in (props if isinstance(props, dict) else {}).items():
+        kind = sub.get("type") if isinstance(sub, dict) else None
+        wrong[name] = _WRONG.get(kind, 0) if isinstance(kind, str) else 0
+        if kind in ("array", "object"):
+            wrong[name] = f"not an {kind}"
+    wrong["cloud_sim"] = "these arguments ignore the tool's parameters"
+    return wrong
 
 
 def _resolve(ref: str, root: Any) -> Any:

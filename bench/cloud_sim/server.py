@@ -45,7 +45,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault
-from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, request_model
+from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, request_model, with_wrong_tool_arguments
 from bench.cloud_sim.request_log import RequestLog, logged_headers
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
 from bench.cloud_sim.wire import wire_for
@@ -155,6 +155,8 @@ class CloudSim:
         if fault is Fault.SCHEMA_INVALID and plan.content is not None and plan.content.startswith("{"):
             wrong = '{"cloud_sim": "this object ignores the requested schema"}'
             plan = replace(plan, content=wrong, pieces=(wrong,))
+        if fault is Fault.TOOL_ARGS_INVALID:
+            plan = with_wrong_tool_arguments(plan)
         completion_id = f"{self._wire.id_prefix}{sim_id}"
         created = int(self._clock())
         n_tokens = len(plan.pieces)

@@ -25,6 +25,7 @@ FAULT_RATE_FIELDS = (
     "midstream_cut_rate",
     "malformed_rate",
     "schema_invalid_rate",
+    "tool_args_invalid_rate",
 )
 DEFAULT_MODELS = ("sim-smollm2", "gpt-4o-mini")
 
@@ -53,6 +54,9 @@ class SimSettings(BaseModel):
     malformed_rate: float = Field(0.0, ge=0, le=1, description="fraction answered 200 with invalid JSON")
     schema_invalid_rate: float = Field(
         0.0, ge=0, le=1, description="fraction of json_schema answers whose JSON breaks the schema"
+    )
+    tool_args_invalid_rate: float = Field(
+        0.0, ge=0, le=1, description="fraction of tool-call answers whose arguments break the tool's parameters"
     )
     outage: bool = Field(False, description="every /v1 request (chat and models) is answered 503: the provider is down")
     content_filter: str | None = Field(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -124,3 +125,29 @@ def test_store_sink_gets_one_json_line_per_put() -> None:
 def test_store_needs_room() -> None:
     with pytest.raises(ValueError, match="max_records"):
         DecisionStore(max_records=0)
+
+
+def test_a_record_put_before_its_stream_ended_reaches_the_sink_once_amended() -> None:
+    lines: list[str] = []
+    store = DecisionStore(sink=lines.append)
+    assert store.claim("s-1", "tenant-a")
+    pending = _record("s-1").with_attempt(Attempt("cloud:sim/m", "streaming", 0.1))
+    store.put(pending, final=False)
+    store.release("s-1", "tenant-a")  # the gateway releases the claim when the first byte leaves
+    assert lines == [] and store.get("s-1", "tenant-a") == pending
+    final = replace(pending, attempts=(Attempt("cloud:sim/m", "cut", 2.0, 10, 3, 0.1),))
+    store.amend(final)
+    assert [json.loads(line)["attempts"][0]["outcome"] for line in lines] == ["cut"]
+    assert store.get("s-1", "tenant-a") == final  # still the owner's record
+    assert store.get("s-1", "") is None
+
+
+def test_amending_an_id_that_now_holds_a_later_request_only_writes_the_log() -> None:
+    lines: list[str] = []
+    store = DecisionStore(sink=lines.append)
+    first = _record("s-2")
+    store.put(first, final=False)
+    later = replace(first, started_at=first.started_at + 5)
+    store.put(later)
+    store.amend(first)
+    assert store.get("s-2") == later and len(lines) == 2

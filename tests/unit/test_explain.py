@@ -26,3 +26,12 @@ def test_render_names_removals_scores_and_attempts() -> None:
     assert "ranked 0.500 (quality 0.50)" in text
     assert "chosen: cloud:sim" in text
     assert "attempt 1: cloud:sim/m -> ok in 0.250s, 10+5 tokens, $0.000004" in text
+
+
+def test_render_says_when_a_stream_was_counted_and_what_the_contract_flagged() -> None:
+    cut = Attempt("cloud:sim/m", "cut", 1.5, 40, 7, 0.00001, "provider_cut", usage="counted")
+    flagged = Attempt("cloud:sim/m", "ok", 0.5, 10, 5, 0.000004, usage="reported", contract="schema: 2 errors")
+    record = DecisionRecord("r-2", "local-1", {"model": "m"}, (), (), 1.0, attempts=(cut, flagged))
+    text = render(DecisionRecord.from_json(record.to_json()).to_dict())
+    assert "attempt 1: cloud:sim/m -> cut (provider_cut) in 1.500s, 40+7 tokens (counted from the stream)" in text
+    assert "attempt 2: cloud:sim/m -> ok in 0.500s, 10+5 tokens, $0.000004, output contract: schema: 2 errors" in text
