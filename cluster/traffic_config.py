@@ -4,30 +4,14 @@ router/tickets.py)."""
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from cluster.config_base import StrictModel
+from router.migration import Gates
 
 
-class MigrationSection(StrictModel):
-    steps: list[float] = Field(
-        [0.01, 0.05, 0.25, 0.5, 1.0],
-        min_length=1,
-        description="shares of the old target's traffic a switch moves to the new one, step by step; the last is 1.0",
-    )
-    step_s: float = Field(
-        30.0, ge=0, le=3600, description="each step is held at least this long (a switch may shorten it)"
-    )
-    min_requests: int = Field(
-        5, ge=1, le=10_000, description="outcomes of the new target a step needs before its gates judge it"
-    )
-    max_error_delta: float = Field(
-        0.05, ge=0, le=1, description="error gate: the new target's error ratio may exceed the old one's by this much"
-    )
-    latency_factor: float = Field(1.8, ge=1, description="latency gate: new p95 at most this times the old p95")
-    max_violation_delta: float = Field(
-        0.05, ge=0, le=1, description="contract gate: output-contract violation ratio, new minus old, at most this"
-    )
+class MigrationSection(Gates):
+    # the gates of a graded switch (router/migration.py) and how it is staggered and dry-run
     stagger_share: float = Field(
         0.5, gt=0, le=1, description="share of the gateway replicas that adopt a switch at once; the rest follow"
     )
@@ -35,13 +19,6 @@ class MigrationSection(StrictModel):
     dry_run_timeout_s: float = Field(
         30.0, gt=0, le=300, description="the standby's dry-run answer must come within this"
     )
-
-    @model_validator(mode="after")
-    def _steps(self) -> MigrationSection:
-        steps = self.steps
-        if steps != sorted(set(steps)) or steps[0] <= 0 or steps[-1] != 1.0:
-            raise ValueError("migration.steps must be ascending shares in (0, 1] ending with 1.0")
-        return self
 
 
 class TicketSection(StrictModel):

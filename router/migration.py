@@ -28,28 +28,43 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from pydantic import Field, model_validator
+
+from router.settings_base import StrictModel
+
 Clock = Callable[[], float]
 Phase = Literal["running", "complete", "rolled_back"]
 DEFAULT_STEPS: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 1.0)
 MAX_EVENTS = 50
 
 
-@dataclass(frozen=True)
-class Gates:
-    steps: tuple[float, ...] = DEFAULT_STEPS
-    step_s: float = 30.0
-    min_requests: int = 5
-    max_error_delta: float = 0.05
-    latency_factor: float = 1.8
-    max_violation_delta: float = 0.05
+class Gates(StrictModel):
+    # the gate part of the `traffic.migration` config section (cluster/traffic_config.py adds the rest)
+    steps: tuple[float, ...] = Field(
+        DEFAULT_STEPS,
+        min_length=1,
+        description="shares of the old target's traffic a switch moves to the new one, step by step; the last is 1.0",
+    )
+    step_s: float = Field(
+        30.0, ge=0, le=3600, description="each step is held at least this long (a switch may shorten it)"
+    )
+    min_requests: int = Field(
+        5, ge=1, le=10_000, description="outcomes of the new target a step needs before its gates judge it"
+    )
+    max_error_delta: float = Field(
+        0.05, ge=0, le=1, description="error gate: the new target's error ratio may exceed the old one's by this much"
+    )
+    latency_factor: float = Field(1.8, ge=1, description="latency gate: new p95 at most this times the old p95")
+    max_violation_delta: float = Field(
+        0.05, ge=0, le=1, description="contract gate: output-contract violation ratio, new minus old, at most this"
+    )
 
-    def __post_init__(self) -> None:
-        if not self.steps or list(self.steps) != sorted(set(self.steps)) or not 0 < self.steps[0]:
-            raise ValueError(f"migration steps must be ascending shares in (0, 1], got {self.steps}")
-        if self.steps[-1] != 1.0:
-            raise ValueError(f"the last migration step must be 1.0 (all traffic), got {self.steps[-1]}")
-        if self.step_s < 0 or self.min_requests < 1 or self.latency_factor < 1:
-            raise ValueError("step_s >= 0, min_requests >= 1 and latency_factor >= 1 are required")
+    @model_validator(mode="after")
+    def _ascending_to_one(self) -> Gates:
+        steps = self.steps
+        if list(steps) != sorted(set(steps)) or steps[0] <= 0 or steps[-1] != 1.0:
+            raise ValueError(f"migration steps must be ascending shares in (0, 1] ending with 1.0, got {list(steps)}")
+        return self
 
 
 @dataclass(frozen=True)

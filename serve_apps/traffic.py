@@ -71,14 +71,7 @@ class Traffic:
         wall: Callable[[], float] = time.time,
     ) -> None:
         m = config.traffic.migration
-        self._gates = Gates(
-            steps=tuple(m.steps),
-            step_s=m.step_s,
-            min_requests=m.min_requests,
-            max_error_delta=m.max_error_delta,
-            latency_factor=m.latency_factor,
-            max_violation_delta=m.max_violation_delta,
-        )
+        self._gates: Gates = m  # the config section extends the gates
         self._stagger = (m.stagger_share, m.stagger_s)
         self._limits = {p.name: (p.rpm, p.tpm) for p in config.cloud.providers}
         self._board = board
@@ -144,7 +137,9 @@ class Traffic:
         g = self._gates
         step_s = g.step_s if switch.get("step_s") is None else float(switch["step_s"])
         min_requests = g.min_requests if switch.get("min_requests") is None else int(switch["min_requests"])
-        return Gates(g.steps, step_s, min_requests, g.max_error_delta, g.latency_factor, g.max_violation_delta)
+        return Gates(
+            **{**{f: getattr(g, f) for f in Gates.model_fields}, "step_s": step_s, "min_requests": min_requests}
+        )
 
     # -- plan and attempt time ---------------------------------------------------------------------
     def unavailable(self, contract: RequestContract, targets: Iterable[Target]) -> dict[str, str]:
