@@ -38,6 +38,8 @@ _FLOAT_FLAGS: tuple[tuple[str, str], ...] = (
     ("--midstream-cut-rate", "midstream_cut_rate"),
     ("--malformed-rate", "malformed_rate"),
     ("--schema-invalid-rate", "schema_invalid_rate"),
+    ("--malformed-event-rate", "malformed_event_rate"),
+    ("--no-done-rate", "no_done_rate"),
 )
 
 
