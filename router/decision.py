@@ -110,6 +110,9 @@ class DecisionRecord:
     reason: str = ""  # why (the burst decision, a fail-over, or how the request ended)
     waited_s: float = 0.0  # time in the waiting room for local capacity
     replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
+    # what happened besides the attempts: a Retry-After waited out or not, a stream's skipped events,
+    # a missing [DONE], a continuation and its splice point (kind + facts, plain JSON values)
+    events: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_pipeline(
@@ -187,6 +190,7 @@ class DecisionRecord:
             reason=data.get("reason") or "",
             waited_s=float(data.get("waited_s") or 0.0),
             replans=int(data.get("replans") or 0),
+            events=tuple(dict(e) for e in data.get("events") or ()),
         )
 
     @classmethod
@@ -264,6 +268,24 @@ class DecisionStore:
             except Exception as exc:  # noqa: BLE001 - a full disk or a bad path must not fail the request
                 self.sink_failures += 1
                 log.warning("decision log write failed (%s): %s", type(exc).__name__, exc)
+
+    def amend(self, request_id: str, change: Callable[[DecisionRecord], DecisionRecord]) -> DecisionRecord | None:
+        """Replace a stored record by `change(record)`, under the same owner (a stream's record, once
+        the stream ended: its continuation, its repairs); None when the record is no longer stored.
+        The sink gets the amended record as a new line (the last line of an id is its record)."""
+        stored = self._records.get(request_id)
+        if stored is None:
+            return None
+        owner, claim = stored[0], self._claims.get(request_id)
+        if claim is not None and claim[0] != owner:
+            return None  # the id is held by another owner now
+        self._claims[request_id] = (owner, (claim[1] if claim is not None else 0) + 1)
+        try:
+            amended = change(stored[1])
+            self.put(amended)
+        finally:
+            self.release(request_id, owner)
+        return amended
 
     def get(self, request_id: str, owner: str | None = None) -> DecisionRecord | None:
         """The record for `request_id`; with `owner`, only when that owner's request made it."""

@@ -54,6 +54,18 @@ class Scenario(BaseModel):
         None, ge=1, description="longest wait for local room, and no retry after it; null: admission.queue_timeout_s"
     )
     quality_floor: float = Field(0, ge=0, le=1, description="targets of a lower configured quality are removed")
+    continue_streams: bool | None = Field(
+        None,
+        description="a text stream that breaks after its first byte is continued on the next target that accepts "
+        "an assistant prefill, spliced into the same response (never tool calls or checked JSON answers); null: on "
+        "for L3, off for L1 and L2",
+    )
+
+    def continues_streams(self, level: Level) -> bool:
+        """Whether a broken text stream of this scenario, at the request's `level`, is continued."""
+        if level == "L1" and self.level != "L1":
+            return False  # a header made the request stricter than its scenario: never looser than L1's default
+        return self.continue_streams if self.continue_streams is not None else level == "L3"
 
     @field_validator("allowed_targets")
     @classmethod

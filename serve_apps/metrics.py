@@ -15,7 +15,11 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_replica_gpu_utilization{model,replica,gpu}     SM utilisation, percent (NVML)
     spillover_tokens_total{target,kind}                      prompt / completion tokens by target
     spillover_cost_usd_total{target}                         cost by target, failed attempts included
-    spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation)
+    spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation, cut)
+    spillover_stream_repairs_total{target,kind}              streams repaired: skipped_event (a malformed event
+                                                             skipped), done_missing (no [DONE] after a
+                                                             finish_reason), continued (spliced onto another
+                                                             target), not_continued (a break nobody could continue)
     spillover_target_health{target}                          0 green, 1 yellow, 2 red, 3 black
     spillover_target_share{target}                           share of new requests the target takes now
     spillover_health_transitions_total{target,to}            health transitions (ramp steps, half-open included)
@@ -92,6 +96,9 @@ class GatewayMetrics:
         self.attempts = Counter(
             "spillover_attempts", "Attempts by target and outcome", ["target", "outcome"], registry=r
         )
+        self.stream_repairs = Counter(
+            "spillover_stream_repairs", "Streams repaired or not continued", ["target", "kind"], registry=r
+        )
         self.health = Gauge("spillover_target_health", "0 green, 1 yellow, 2 red, 3 black", ["target"], registry=r)
         self.share = Gauge("spillover_target_share", "Share of new requests the target takes", ["target"], registry=r)
         self.transitions = Counter("spillover_health_transitions", "Health transitions", ["target", "to"], registry=r)
@@ -143,6 +150,9 @@ class GatewayMetrics:
             if attempt.cost_usd:
                 self.cost.labels(attempt.target).inc(attempt.cost_usd)
             self.attempts.labels(attempt.target, attempt.outcome).inc()
+
+    def stream_repaired(self, target: str, kind: str) -> None:
+        self.stream_repairs.labels(target, kind).inc()
 
     def resilience(self, view: ResilienceView) -> None:
         """Health, breakers and budget from `Resilience.view()` (called on every telemetry refresh)."""
