@@ -41,11 +41,12 @@ class StreamSoFar:
     finished: bool = False  # a finish_reason was seen
     first: dict[str, Any] | None = None  # id, created, model of the first chunk
 
-    def see(self, event: str) -> dict[str, Any] | None:
-        """Note one SSE event the client received; returns its parsed chunk (None for [DONE] / not JSON)."""
-        chunk = parse_event(event)
-        if chunk is None:
-            return None
+    def see(self, text: str) -> None:
+        """Note the SSE event(s) of one chunk the client received."""
+        for chunk in parse_events(text):
+            self._see(chunk)
+
+    def _see(self, chunk: dict[str, Any]) -> None:
         if self.first is None:
             self.first = {k: chunk[k] for k in ("id", "created", "model") if k in chunk}
         for choice in chunk.get("choices") or []:
@@ -63,23 +64,27 @@ class StreamSoFar:
                 self.content_chunks += 1
             if choice.get("finish_reason"):
                 self.finished = True
-        return chunk
 
     @property
     def streamed(self) -> str:
         return "".join(self.text)
 
 
-def parse_event(event: str) -> dict[str, Any] | None:
-    """The JSON object of one `data: {...}` SSE event; None for `[DONE]`, comments or anything else."""
-    payload = "".join(line[5:].removeprefix(" ") for line in event.splitlines() if line.startswith("data:"))
-    if not payload or payload == "[DONE]":
-        return None
-    try:
-        chunk = json.loads(payload)
-    except ValueError:
-        return None
-    return chunk if isinstance(chunk, dict) else None
+def parse_events(text: str) -> list[dict[str, Any]]:
+    """The JSON objects of the `data: {...}` SSE events in `text` (one chunk may carry several);
+    `[DONE]`, comments and anything that is not a JSON object are left out."""
+    out = []
+    for event in text.split("\n\n"):
+        payload = "".join(line[5:].removeprefix(" ") for line in event.splitlines() if line.startswith("data:"))
+        if not payload or payload == "[DONE]":
+            continue
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            continue
+        if isinstance(chunk, dict):
+            out.append(chunk)
+    return out
 
 
 def may_continue(contract: RequestContract, body: dict[str, Any], so_far: StreamSoFar, enabled: bool) -> str | None:

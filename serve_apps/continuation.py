@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from router.capabilities import Target
-from router.continuation import StreamSoFar, can_continue, may_continue, parse_event, prefill_body, splice
+from router.continuation import StreamSoFar, can_continue, may_continue, parse_events, prefill_body, splice
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.errors import RequestError, UpstreamError
@@ -152,20 +152,18 @@ class Splicer:
             reply = await self._call(target, body, job.request_id)
             if reply.chunks is None:
                 raise UpstreamError(f"{target.id} answered a continuation without a stream")
-            async for event in reply.chunks:
-                chunk = parse_event(event)
-                if chunk is None:
-                    continue
-                if isinstance(chunk.get("usage"), dict) and not chunk.get("choices"):
-                    found = chunk["usage"]
-                    usage = (int(found.get("prompt_tokens") or 0), int(found.get("completion_tokens") or 0))
-                    if _wants_usage(job.body):
-                        yield _event(self._usage_chunk(run, usage))
-                    continue
-                rewritten, first_text = _rewrite(chunk, run.so_far, sent_before, first_text)
-                if rewritten is not None:
-                    run.so_far.see(_event(rewritten))
-                    yield _event(rewritten)
+            async for text in reply.chunks:
+                for chunk in parse_events(text):
+                    if isinstance(chunk.get("usage"), dict) and not chunk.get("choices"):
+                        found = chunk["usage"]
+                        usage = (int(found.get("prompt_tokens") or 0), int(found.get("completion_tokens") or 0))
+                        if _wants_usage(job.body):
+                            yield _event(self._usage_chunk(run, usage))
+                        continue
+                    rewritten, first_text = _rewrite(chunk, run.so_far, sent_before, first_text)
+                    if rewritten is not None:
+                        run.so_far.see(_event(rewritten))
+                        yield _event(rewritten)
         except RequestError as exc:
             self._res.failed(target, exc)
             outcome, error = "error", exc.code
