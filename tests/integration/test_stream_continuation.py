@@ -227,3 +227,27 @@ def test_a_short_retry_after_is_waited_out_under_cost_and_failed_over_otherwise(
     ]
     (choice,) = facts["events"]
     assert choice["wait"] is True and "strategy cost waits" in choice["why"]
+
+
+def test_the_local_engine_takes_the_continuation_request_the_gateway_sends(stack: Stack) -> None:
+    """Local models declare `prefill` (vLLM's chat API): the body a continuation sends — a trailing
+    assistant message, continue_final_message, no generation prompt — is answered by the real engine
+    as a continuation of that message."""
+    messages = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "The capital of France is"},
+    ]
+    chunks = list(
+        client(stack).chat.completions.create(
+            model=SMOL,
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=4,
+            temperature=0,
+            stream=True,
+            stream_options={"include_usage": True},
+            extra_body={"continue_final_message": True, "add_generation_prompt": False},
+            extra_headers={"x-spillover-residency": "local_only"},
+        )
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "paris" in text.lower(), text  # it goes on from "... is", not a new turn
