@@ -190,7 +190,9 @@ class Splicer:
 
     def _cut_attempt(self, job: StreamJob, run: _Run, exc: RequestError) -> Attempt:
         run.usage = (job.contract.est_prompt_tokens, run.so_far.content_chunks)
-        return Attempt.priced(job.target, "cut", 0.0, *run.usage, exc.code)
+        attempt = Attempt.priced(job.target, "cut", 0.0, *run.usage, exc.code)
+        self._res.charge(job.request_id, job.target, "cut", attempt.cost_usd, job.contract.tenant)  # the spend ledger
+        return attempt
 
     def _usage_chunk(self, run: _Run, usage: tuple[int, int]) -> dict[str, Any]:
         prompt, completion = run.usage[0] + usage[0], run.usage[1] + usage[1]

@@ -22,6 +22,7 @@ from router.snapshot import ClusterSnapshot
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import NoObserver
 from serve_apps.resilience import Resilience
+from serve_apps.spend_ledger import SpendLedger
 from tests.fakes import FakeEngine, WordStreamProvider
 
 T0 = 1_800_000_000.0
@@ -75,7 +76,9 @@ class Repairs(NoObserver):
 
 
 class World:
-    def __init__(self, config: SpilloverConfig | None = None, **providers: WordStreamProvider) -> None:
+    def __init__(
+        self, config: SpilloverConfig | None = None, spend: SpendLedger | None = None, **providers: WordStreamProvider
+    ) -> None:
         self.now = T0
         self.sleeps: list[float] = []
         self.config = config or make_config()
@@ -83,7 +86,7 @@ class World:
             p.name: providers.get(p.name) or WordStreamProvider(p.name, ANSWER) for p in self.config.cloud.providers
         }
         self.observer = Repairs()
-        res = Resilience(self.config, clock=self.clock, rng=random.Random(1))
+        res = Resilience(self.config, clock=self.clock, rng=random.Random(1), spend=spend)
         self.dispatcher = Dispatcher(
             self.config,
             FakeEngine(),
@@ -226,3 +229,13 @@ async def test_a_stream_that_finishes_is_left_alone() -> None:
     events = await w.stream("r1")
     assert text(events) == ANSWER and not any("spillover" in c for c in chunks(events))
     assert w.record("r1").events == () and w.providers["b"].bodies == []
+
+
+async def test_both_parts_are_charged_to_the_spend_ledger(tmp_path: Any) -> None:
+    ledger = SpendLedger(tmp_path / "spend.sqlite", clock=lambda: T0)
+    w = World(spend=ledger, a=WordStreamProvider("a", ANSWER, cut_after=4))
+    await w.stream("r1")
+    by_provider = ledger.total_by_provider(since=T0 - 1)
+    record = w.record("r1")
+    assert by_provider["a"] == pytest.approx(record.attempts[0].cost_usd)
+    assert by_provider["b"] == pytest.approx(record.attempts[1].cost_usd)
