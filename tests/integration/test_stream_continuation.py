@@ -100,7 +100,7 @@ def test_a_stream_cut_mid_answer_is_continued_on_the_spare(stack: Stack, sims: d
     (splice,) = [e for e in facts["events"] if e["kind"] == "continued"]
     assert splice["splice_after_chars"] == marker["splice_after_chars"] and splice["error"] == "provider_cut"
     metrics = httpx.get(f"{stack.base_url}/metrics", timeout=10).text
-    assert f'spillover_stream_repairs_total{{kind="continued",target="cloud:cloud-sim-b/{SMOL}"}}' in metrics
+    assert f'spillover_stream_repairs_total{{target="cloud:cloud-sim-b/{SMOL}",kind="continued"}}' in metrics
 
 
 @pytest.mark.usefixtures("sims")
@@ -172,7 +172,8 @@ def test_a_prompt_too_long_for_one_provider_fails_over_to_a_larger_window(stack:
             extra_headers={**CHEAP, "x-request-id": request_id},
         )
         assert reply.headers["x-spillover-target"] == "cloud:cloud-sim-b"
-        assert reply.parse().choices[0].message.content.split()[1:] == WORDS[:32]  # the sim echoes 32 words
+        content = reply.parse().choices[0].message.content or ""
+        assert content.split()[1:] == (WORDS * 20)[:32]  # the sim echoes at most 32 words: answered in full
     first, second = (record(stack, i) for i in ids)
     assert [(a["target"], a["error"]) for a in first["attempts"]] == [
         (f"cloud:cloud-sim/{SMOL}", "context_length_exceeded"),
