@@ -100,7 +100,7 @@ def test_a_stream_cut_mid_answer_is_continued_on_the_spare(stack: Stack, sims: d
     (splice,) = [e for e in facts["events"] if e["kind"] == "continued"]
     assert splice["splice_after_chars"] == marker["splice_after_chars"] and splice["error"] == "provider_cut"
     metrics = httpx.get(f"{stack.base_url}/metrics", timeout=10).text
-    assert f'spillover_stream_repairs_total{{target="cloud:cloud-sim-b/{SMOL}",kind="continued"}}' in metrics
+    assert f'spillover_stream_repairs_total{{kind="continued",target="cloud:cloud-sim-b/{SMOL}"}}' in metrics
 
 
 @pytest.mark.usefixtures("sims")
