@@ -15,7 +15,10 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_replica_gpu_utilization{model,replica,gpu}     SM utilisation, percent (NVML)
     spillover_tokens_total{target,kind}                      prompt / completion tokens by target
     spillover_cost_usd_total{target}                         cost by target, failed attempts included
-    spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation, cut)
+    spillover_attempts_total{target,outcome}                 attempts (ok, error, skipped, contract_violation); a
+                                                             continued stream's first attempt is counted ok when
+                                                             it started and once more as cut when it broke (with
+                                                             the tokens and cost of its streamed part)
     spillover_stream_repairs_total{target,kind}              streams repaired: skipped_event (a malformed event
                                                              skipped), done_missing (no [DONE] after a
                                                              finish_reason), continued (spliced onto another
