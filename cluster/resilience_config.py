@@ -9,6 +9,7 @@ phase (a few live trials, probes every 5 s), then a 20% → 50% → 100% ramp (r
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -57,6 +58,18 @@ class RetrySection(StrictModel):
     budget_window_s: float = Field(10.0, gt=0, description="deposits older than this expire")
     max_retry_after_s: float = Field(
         300.0, gt=0, description="a provider's Retry-After is capped at this (cool-down, backoff, client header)"
+    )
+    retry_after_wait_max_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="a 429 whose Retry-After is at most this (and fits the request's deadline) is waited out on the "
+        "same target, for the scenario strategies of retry_after_wait_strategies; 0: always fail over at once",
+    )
+    retry_after_wait_strategies: list[Literal["quality", "cost", "latency"]] = Field(
+        default_factory=lambda: ["cost"],
+        description="scenario strategies that wait out a short Retry-After on the same target (cheaper, keeps the "
+        "target); the others fail over at once",
     )
 
 

@@ -44,6 +44,11 @@ class ProviderModel(StrictModel):
     parallel_tool_calls: bool = Field(False, description="several tool calls in one answer (needs tools)")
     json_schema: bool = Field(False, description="response_format json_schema (structured outputs)")
     streaming: bool = Field(True, description="SSE streaming")
+    prefill: bool = Field(
+        False,
+        description="continues a trailing assistant message (an OpenAI-compatible vLLM server with "
+        "continue_final_message, or the Messages API's prefill): may continue a broken stream",
+    )
     modalities: list[Modality] = Field(
         default_factory=lambda: list[Modality](["text"]), min_length=1, description="input it accepts; text included"
     )
@@ -99,6 +104,7 @@ class Capabilities:
     quality: float
     expected_latency_ms: int | None
     known: bool = True
+    prefill: bool = False  # continues a trailing assistant message (stream continuation)
 
 
 def unknown_capabilities(snapshot: str = "unknown") -> Capabilities:
@@ -189,6 +195,8 @@ def local_capabilities(
     - tools: only with `enable_auto_tool_choice: true` and a `tool_call_parser`; parallel tool
       calls depend on the parser, so they are off unless the caller says so
     - streaming, text only, data stays on premises, no per-token price
+    - prefill: always (vLLM's chat API continues a trailing assistant message with
+      `continue_final_message: true, add_generation_prompt: false`)
     """
     max_len = engine_args.get("max_model_len")
     tools = engine_args.get("enable_auto_tool_choice") is True and bool(engine_args.get("tool_call_parser"))
@@ -207,6 +215,7 @@ def local_capabilities(
         price_out_per_mtok=0.0,
         quality=quality,
         expected_latency_ms=expected_latency_ms,
+        prefill=True,
     )
 
 
@@ -234,6 +243,7 @@ def cloud_capabilities(provider_name: str, alias: str, entry: str | ProviderMode
         price_out_per_mtok=entry.price_out_per_mtok,
         quality=entry.quality,
         expected_latency_ms=entry.expected_latency_ms,
+        prefill=entry.prefill,
     )
 
 

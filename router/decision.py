@@ -12,7 +12,7 @@ each stored record as one JSON line to an optional sink (a callable the caller w
 A sink that raises is logged and counted (`sink_failures`): the record stays stored and the
 request it describes is never failed by its log. A request that has not ended when it is first
 stored (a stream: the dispatcher returns at its first byte) is `put(final=False)` — stored, not
-yet logged — and `amend`ed with its final version when it ends, which the sink then gets once.
+yet logged — and `finalise`d with its final version when it ends, which the sink then gets once.
 
 Records have an owner (the tenant whose request made them; "" without auth). The gateway
 `claim`s a request id for its owner before dispatching and `release`s it after; a claim is
@@ -119,6 +119,9 @@ class DecisionRecord:
     waited_s: float = 0.0  # time in the waiting room for local capacity
     replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
     traffic: str = ""  # the graded switch (step, share, primary or standby) the request ran under
+    # what happened besides the attempts: a Retry-After waited out or not, a stream's skipped events,
+    # a missing [DONE], a continuation and its splice point (kind + facts, plain JSON values)
+    events: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def from_pipeline(
@@ -197,6 +200,7 @@ class DecisionRecord:
             waited_s=float(data.get("waited_s") or 0.0),
             replans=int(data.get("replans") or 0),
             traffic=str(data.get("traffic") or ""),
+            events=tuple(dict(e) for e in data.get("events") or ()),
         )
 
     @classmethod
@@ -267,7 +271,7 @@ class DecisionStore:
             return
         self._store(owner, record, final)
 
-    def amend(self, record: DecisionRecord) -> None:
+    def finalise(self, record: DecisionRecord) -> None:
         """The final version of a record `put` with `final=False`: it replaces the stored one
         under that one's owner (the claim is long released when a stream ends) and goes to the
         sink. When the id now holds a later request's record (or none), only the sink gets it."""
@@ -297,6 +301,24 @@ class DecisionStore:
             except Exception as exc:  # noqa: BLE001 - a full disk or a bad path must not fail the request
                 self.sink_failures += 1
                 log.warning("decision log write failed (%s): %s", type(exc).__name__, exc)
+
+    def amend(self, request_id: str, change: Callable[[DecisionRecord], DecisionRecord]) -> DecisionRecord | None:
+        """Replace a stored record by `change(record)`, under the same owner (a stream's record, once
+        the stream ended: its continuation, its repairs); None when the record is no longer stored.
+        The sink gets the amended record as a new line (the last line of an id is its record)."""
+        stored = self._records.get(request_id)
+        if stored is None:
+            return None
+        owner, claim = stored[0], self._claims.get(request_id)
+        if claim is not None and claim[0] != owner:
+            return None  # the id is held by another owner now
+        self._claims[request_id] = (owner, (claim[1] if claim is not None else 0) + 1)
+        try:
+            amended = change(stored[1])
+            self.put(amended)
+        finally:
+            self.release(request_id, owner)
+        return amended
 
     def get(self, request_id: str, owner: str | None = None) -> DecisionRecord | None:
         """The record for `request_id`; with `owner`, only when that owner's request made it."""

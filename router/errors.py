@@ -208,6 +208,17 @@ class ProviderRejected(RequestError):
         self.status_code = status_code if status_code in self.KEPT_STATUSES else 400
 
 
+class ProviderContextExceeded(ProviderRejected):
+    """A cloud provider answered that the prompt does not fit its context window (OpenAI's 400
+    `context_length_exceeded`, the Messages API's 400 "prompt is too long"): a fact about the
+    target, not the request, so the dispatcher fails over to a target with a larger window."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message, status_code=400, param=param, code=self.code)
+
+
 class ProviderRateLimited(TargetUnavailable):
     """A cloud provider answered 429; `retry_after_s` is its Retry-After when it sent one."""
 

@@ -16,6 +16,9 @@ scattered over call sites.
     PROTOCOL        provider_malformed                         -     yes   yes      -      -
     CUT             provider_cut (non-streamed body only)      yes   yes   yes      -      -
     CONTRACT        ContractViolation                          -     yes   -        -      -
+    CAPABILITY      ProviderContextExceeded (400 context_      -     yes   -        -      -
+                    length_exceeded, Anthropic's "prompt is
+                    too long")
     AUTH            provider_auth_failed (401/403 to OUR key)  -     yes   yes      -      yes
     NOT_CONFIGURED  provider_not_configured (key var unset)    -     yes   -        -      yes
     CLIENT          ProviderRejected, InvalidRequest,          -     -     -        -      -
@@ -40,13 +43,18 @@ Why the rows differ:
   anything, so a retry cannot duplicate output the client already saw.
 - CONTRACT is the model's answer breaking the request's output contract: the target works, so
   no breaker failure, but another candidate may well satisfy the contract.
+- CAPABILITY is a provider saying the prompt does not fit the target's context window: a fact about
+  the target (its real window is smaller than configured, or the provider counts tokens differently),
+  not about the request, so the request moves to a target with a larger window and is never
+  truncated; the target works, so no breaker failure.
 - AUTH / NOT_CONFIGURED are our credential problems: the client's request is fine, so another
   provider may serve it, while this target goes black until an operator fixes the key.
 - CLIENT errors (400/401/403/404/422 about the request itself) go back to the client: they
   would fail the same way everywhere.
 
 Classification order: the leaf classes whose meaning is fixed by their type
-(`ProviderRateLimited`, `ProviderOverloaded`, `RequestTimeout`, `ContractViolation`) first; then, for any other
+(`ProviderRateLimited`, `ProviderOverloaded`, `RequestTimeout`, `ContractViolation`,
+`ProviderContextExceeded`) first; then, for any other
 `UpstreamError`, its `code` (an unknown code is SERVER); then any other `RequestError` is
 SERVER if its status is >= 500 and CLIENT otherwise. The code table is only consulted for
 `UpstreamError`s, so a provider's own code carried by a `ProviderRejected` can never turn a
@@ -62,6 +70,7 @@ from types import MappingProxyType
 
 from router.errors import (
     ContractViolation,
+    ProviderContextExceeded,
     ProviderOverloaded,
     ProviderRateLimited,
     RequestError,
@@ -81,6 +90,7 @@ class FailureClass(StrEnum):
     PROTOCOL = "protocol"
     CUT = "cut"
     CONTRACT = "contract"
+    CAPABILITY = "capability"
     AUTH = "auth"
     NOT_CONFIGURED = "not_configured"
     CLIENT = "client"
@@ -119,6 +129,7 @@ RETRY_TABLE: Mapping[FailureClass, Rule] = MappingProxyType(
         FailureClass.PROTOCOL: Rule(fail_over=True, breaker_failure=True),
         FailureClass.CUT: Rule(retry_same=True, fail_over=True, breaker_failure=True),
         FailureClass.CONTRACT: Rule(fail_over=True),
+        FailureClass.CAPABILITY: Rule(fail_over=True),
         FailureClass.AUTH: Rule(fail_over=True, breaker_failure=True, marks_black=True),
         FailureClass.NOT_CONFIGURED: Rule(fail_over=True, marks_black=True),
         FailureClass.CLIENT: Rule(),
@@ -157,6 +168,8 @@ def classify(error: RequestError) -> FailureClass:
         return FailureClass.TIMEOUT
     if isinstance(error, ContractViolation):
         return FailureClass.CONTRACT
+    if isinstance(error, ProviderContextExceeded):
+        return FailureClass.CAPABILITY
     if isinstance(error, UpstreamError):
         return _UPSTREAM_CODES.get(error.code or "", FailureClass.SERVER)
     if error.status_code >= 500:

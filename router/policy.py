@@ -59,6 +59,18 @@ class Scenario(StrictModel):
         description="degradation tier: under shortage non_core requests are deferred (202 + ticket) or shed "
         "first, core ones keep the waiting room and fail as before (router/tiers.py)",
     )
+    continue_streams: bool | None = Field(
+        None,
+        description="a text stream that breaks after its first byte is continued on the next target that accepts "
+        "an assistant prefill, spliced into the same response (never tool calls or checked JSON answers); null: on "
+        "for L3, off for L1 and L2",
+    )
+
+    def continues_streams(self, level: Level) -> bool:
+        """Whether a broken text stream of this scenario, at the request's `level`, is continued."""
+        if level == "L1" and self.level != "L1":
+            return False  # a header made the request stricter than its scenario: never looser than L1's default
+        return self.continue_streams if self.continue_streams is not None else level == "L3"
 
     @field_validator("allowed_targets")
     @classmethod

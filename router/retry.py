@@ -6,6 +6,7 @@ three questions before a second or later attempt of a request:
     may this request try again at all?        AttemptBudget.next_allowed (attempts, deadline)
     may the gateway afford one more retry?    RetryBudget.try_withdraw   (gateway-wide bucket)
     how long to wait first?                   Backoff.delay_s            (full jitter, Retry-After)
+    wait out a 429's Retry-After, or not?     retry_after_choice         (scenario strategy, bound, deadline)
 
 `after_failure` (fed by the retry table's rule for the failure, router/failure.py) and
 `before_attempt` put these answers together into the loop's decisions; serve_apps/dispatch.py
@@ -22,7 +23,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -168,12 +169,49 @@ AfterFailure = Literal["retry_same", "fail_over", "give_up"]
 BeforeAttempt = Literal["attempt", "skip", "stop"]
 
 
-def after_failure(rule: Rule, same_retries: int, retry_granted: Callable[[], bool]) -> AfterFailure:
+@dataclass(frozen=True)
+class RetryAfterChoice:
+    """Whether a provider's Retry-After is waited out on the same target (`wait`), and why."""
+
+    wait: bool
+    why: str
+
+
+def retry_after_choice(
+    retry_after_s: float | None,
+    strategy: str,
+    *,
+    max_wait_s: float,
+    waiting_strategies: Collection[str],
+    now: float,
+    deadline: float,
+) -> RetryAfterChoice | None:
+    """The Retry-After rule (None when the failure carried no Retry-After): wait it out and retry
+    the same target when the request's scenario strategy is one that waits (by default cost: a
+    short wait is cheaper than a dearer fallback and keeps the session's target), the wait is at
+    most `max_wait_s`, and the retry can still start before the deadline; otherwise fail over at
+    once (latency: another target now beats the same one later)."""
+    if retry_after_s is None or not math.isfinite(retry_after_s):
+        return None
+    wait = f"Retry-After {retry_after_s:g}s"
+    if strategy not in waiting_strategies:
+        return RetryAfterChoice(False, f"{wait}: strategy {strategy} fails over at once")
+    if retry_after_s > max_wait_s:
+        return RetryAfterChoice(False, f"{wait} is above the {max_wait_s:g}s bound: fail over")
+    if now + retry_after_s >= deadline:
+        return RetryAfterChoice(False, f"{wait} does not fit the deadline: fail over")
+    return RetryAfterChoice(True, f"{wait}: strategy {strategy} waits and retries the same target")
+
+
+def after_failure(
+    rule: Rule, same_retries: int, retry_granted: Callable[[], bool], *, wait_out: bool = False
+) -> AfterFailure:
     """What follows a failed attempt whose failure the retry table gives `rule`: the same target
-    again when the rule allows it, fewer than MAX_SAME_TARGET_RETRIES retries of it were made and
-    the gateway-wide budget grants one (`retry_granted`, e.g. `RetryBudget.try_withdraw`, asked
-    only then); else the next candidate when the rule allows failing over; else give up."""
-    if rule.retry_same and same_retries < MAX_SAME_TARGET_RETRIES and retry_granted():
+    again when the rule allows it (or `wait_out`: the Retry-After rule chose to wait), fewer than
+    MAX_SAME_TARGET_RETRIES retries of it were made and the gateway-wide budget grants one
+    (`retry_granted`, e.g. `RetryBudget.try_withdraw`, asked only then); else the next candidate
+    when the rule allows failing over; else give up."""
+    if (rule.retry_same or wait_out) and same_retries < MAX_SAME_TARGET_RETRIES and retry_granted():
         return "retry_same"
     return "fail_over" if rule.fail_over else "give_up"
 

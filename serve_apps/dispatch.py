@@ -9,16 +9,22 @@ Attempts (`serve_apps.resilience` holds the state, `router.failure` the table):
   targets in ranked order; red/black health or an open breaker keeps a target out of the plan, and
   just before an attempt its gate may still skip it (health share, half-open trial, quota);
 * after a failure the table decides: retry the same target once after a full-jitter backoff
-  (honouring Retry-After), fail over to the next candidate, or return the error to the client;
+  (honouring Retry-After), fail over to the next candidate, or return the error to the client; a
+  429 whose short Retry-After fits the deadline is waited out on the same target when the
+  scenario's strategy says so (router/retry.py `retry_after_choice`);
+* a provider's 400 context_length_exceeded fails over and is remembered for that request size
+  (serve_apps/learned_windows.py);
 * a local call still waiting for its first byte when every replica of the model goes stale (Serve
   holds a dead replica's requests until a new one starts) is abandoned and fails over;
 * an L1 answer that breaks its output contract moves on to the next capable target, or ends as
   502 contract_violation;
 * at most `resilience.retry.max_attempts` attempts start, none after the request's deadline, and
   retries against the domain that just failed draw on the gateway-wide retry budget.
-After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event.
-A stream is booked when it ends (serve_apps/stream_record.py): its tokens, cost and real outcome
-reach the record, the spend ledger and the metrics then.
+After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event,
+unless the scenario continues streams and the next candidate that accepts a prefill continues the
+text answer in the same response (serve_apps/continuation.py). A stream is booked when it ends
+(serve_apps/stream_record.py): its tokens, cost and real outcome reach the record, the spend ledger
+and the metrics then.
 """
 
 from __future__ import annotations
@@ -38,18 +44,25 @@ from router.cache_salt import salted
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
-from router.errors import ContractViolation, RequestError, TargetUnavailable
+from router.errors import (
+    ContractViolation,
+    ProviderContextExceeded,
+    ProviderRateLimited,
+    RequestError,
+    TargetUnavailable,
+)
 from router.headers import TRAFFIC
 from router.openai_request import Kind
 from router.output_contract import CONTRACT_HEADER
 from router.plan import Plan, PlanInputs, plan_request
-from router.retry import AttemptBudget, after_failure, before_attempt
+from router.retry import AttemptBudget, RetryAfterChoice, after_failure, before_attempt, retry_after_choice
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
 from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
+from serve_apps.continuation import Splicer, StreamJob
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
-from serve_apps.resilience import Resilience
+from serve_apps.resilience import Gate, Resilience
 from serve_apps.stream_account import StreamEnd, Tally, accounted, asking_usage, wants_usage
 from serve_apps.stream_contract import end_check, held_until_checked, holds_back
 from serve_apps.stream_record import StreamedAttempt, book_stream_end
@@ -88,6 +101,14 @@ class Dispatcher:
         self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
         self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
+        self._splicer = Splicer(
+            call=self._continuation_call,
+            resilience=self._resilience,
+            decisions=self.decisions,
+            observer=self._observer,
+            clock=clock,
+            max_attempts=self._resilience.max_attempts,
+        )
 
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
@@ -113,7 +134,10 @@ class Dispatcher:
             admission_detail=limit.detail,
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
-            unavailable=self._unavailable(contract),
+            unavailable={
+                **self._unavailable(contract),
+                **self._resilience.windows.unavailable(self._registry.for_alias(model), contract.min_context),
+            },
             latency_ms=self._traffic.scores.latency_ms() if self._traffic is not None else {},
         )
         began = time.perf_counter()
@@ -142,20 +166,23 @@ class Dispatcher:
         trail: list[Attempt] = []
         notes: list[str] = []  # the graded switch the request ran under
         streams: list[StreamedAttempt] = []  # the attempt whose stream the client gets, booked when it ends
+        events: list[dict[str, Any]] = []  # the record's events (a Retry-After waited out or not)
         try:
             if plan.route == "wait":
                 replan = partial(self.plan, contract, kind)
                 waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
                 plan = waited.plan
             done = await self._attempts(
-                plan, kind, body, request_id, contract, trail, started + deadline_s, notes, streams
+                plan, kind, body, request_id, contract, trail, started + deadline_s, notes, streams, events
             )
             return replace(done, waited_s=waited.waited_s)
         except RequestError as exc:
             ended = exc.message
             raise
         finally:
-            self._record(request_id, contract, plan, started, waited, trail, done, ended, "".join(notes), streams)
+            self._record(
+                request_id, contract, plan, started, waited, trail, done, ended, "".join(notes), streams, events
+            )
             if self._traffic is not None and not (done is not None and streams):
                 self._traffic.observed(contract, trail)  # the switch's gates (a stream's when it ends)
 
@@ -171,6 +198,7 @@ class Dispatcher:
         ended: str,
         traffic: str,
         streams: list[StreamedAttempt],
+        events: list[dict[str, Any]],
     ) -> None:
         """The decision record of the plan that was executed (after any wait and re-plans), its
         attempts and how it ended; stored, and shown to the observer (metrics)."""
@@ -193,6 +221,7 @@ class Dispatcher:
             waited_s=waited.waited_s,
             replans=waited.replans,
             traffic=traffic,
+            events=tuple(events),
         )
         finished = executed.finished(done.target if done is not None else None, clock=self._clock)
         if done is not None and streams:  # final when its stream ends (serve_apps/stream_record.py)
@@ -219,6 +248,7 @@ class Dispatcher:
         deadline: float,
         notes: list[str],
         streams: list[StreamedAttempt],
+        events: list[dict[str, Any]],
     ) -> Dispatched:
         """Walk the candidates, appending every attempt to `trail`. What comes next is decided by
         router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
@@ -253,15 +283,16 @@ class Dispatcher:
                 trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
                 index += 1
                 continue
-            gate = res.gate(target, has_alternative=has_next, tokens=tokens)
+            if delay > 0:  # before the gate: a Retry-After waited out has cooled the target's domain till now
+                await self._sleep(delay)
+            too_small = self._resilience.windows.too_small(target, contract.min_context)
+            gate = res.gate(target, has_alternative=has_next, tokens=tokens) if too_small is None else Gate(too_small)
             if gate.refused is not None:
                 trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
                 refusals.append(gate.refused)
                 reason = f"{target.endpoint} skipped: {gate.refused}"[:300]
                 index, same_retries, delay = index + 1, 0, 0.0
                 continue
-            if delay > 0:
-                await self._sleep(delay)
             reason = planned_reason or reason
             began = self._clock()
             try:
@@ -280,7 +311,12 @@ class Dispatcher:
                 trail.append(attempt)
                 res.charge(request_id, target, outcome, attempt.cost_usd, contract.tenant)
                 last_error, failed_domain = exc, res.domain(target)
-                step_after = after_failure(rule, same_retries, granted)
+                if isinstance(exc, ProviderContextExceeded):
+                    self._resilience.windows.refused(target, contract.min_context)
+                wait = self._retry_after(exc, contract, deadline)
+                if wait is not None:
+                    events.append({"kind": "retry_after", "target": target.id, "wait": wait.wait, "why": wait.why})
+                step_after = after_failure(rule, same_retries, granted, wait_out=wait is not None and wait.wait)
                 if step_after == "retry_same":
                     delay = res.backoff.delay_s(same_retries, getattr(exc, "retry_after_s", None))
                     same_retries += 1
@@ -297,7 +333,22 @@ class Dispatcher:
                 streamed = StreamedAttempt(request_id, contract.tenant, target, began, gate.reservation, tokens)
                 streams.append(streamed)
                 trail.append(Attempt(target.id, "streaming", self._clock() - began))
-                reply = BackendReply(chunks=self._observed(kind, contract, streamed, reply.chunks, client_usage))
+                scenario = self._config.policy.scenarios.get(contract.scenario)
+                job = StreamJob(
+                    request_id,
+                    contract,
+                    body,
+                    local_body,
+                    target,
+                    reply.chunks,
+                    [t for t, _ in candidates[index + 1 :]],
+                    deadline,
+                    kind == "chat" and scenario is not None and scenario.continues_streams(contract.level),
+                    sum(a.outcome != "skipped" for a in trail),
+                    client_usage=client_usage,
+                )
+                observed = self._observed(kind, contract, streamed, reply.chunks, client_usage)
+                reply = BackendReply(chunks=self._splicer.stream(observed, job))  # serve_apps/continuation.py
                 route: Route = "local" if target.kind == "local" else "cloud"
                 if notes and notes[-1]:
                     headers = {**headers, TRAFFIC: notes[-1]}
@@ -314,6 +365,24 @@ class Dispatcher:
         if last_error is not None:
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
+
+    def _retry_after(self, exc: RequestError, contract: RequestContract, deadline: float) -> RetryAfterChoice | None:
+        """The Retry-After rule's choice for a 429 (router/retry.py), None for anything else."""
+        if not isinstance(exc, ProviderRateLimited):
+            return None
+        retry = self._config.resilience.retry
+        return retry_after_choice(
+            exc.retry_after_s,
+            contract.strategy,
+            max_wait_s=retry.retry_after_wait_max_s,
+            waiting_strategies=retry.retry_after_wait_strategies,
+            now=self._clock(),
+            deadline=deadline,
+        )
+
+    async def _continuation_call(self, target: Target, body: dict[str, Any], request_id: str) -> BackendReply:
+        """A stream continuation's call (serve_apps/continuation.py): chat, no stale watch."""
+        return await self._call(target, "chat", body, request_id, watch_stale=False)
 
     def _observed(
         self,

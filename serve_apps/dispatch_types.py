@@ -37,6 +37,11 @@ class DispatchObserver(Protocol):
 
     def recorded(self, record: DecisionRecord) -> None: ...
 
+    def stream_repaired(self, target: str, kind: str) -> None:
+        """A stream ended better than its provider sent it (kind: skipped_event, done_missing,
+        continued) or could not be continued (not_continued)."""
+        ...
+
 
 class NoObserver:
     def waiting(self, model: str, count: int) -> None:
@@ -49,6 +54,9 @@ class NoObserver:
         return None
 
     def recorded(self, record: DecisionRecord) -> None:
+        return None
+
+    def stream_repaired(self, target: str, kind: str) -> None:
         return None
 
 

@@ -19,6 +19,10 @@ replica exports its own series; Prometheus sums them (label `instance`).
                                                              cancelled); a stream's when it ends, with what it consumed
     spillover_contract_flagged_total{target}                 answers passed (L2) although they broke their output
                                                              contract (JSON schema, tool arguments; streamed or not)
+    spillover_stream_repairs_total{target,kind}              streams repaired: skipped_event (a malformed event
+                                                             skipped), done_missing (no [DONE] after a
+                                                             finish_reason), continued (spliced onto another
+                                                             target), not_continued (a break nobody could continue)
     spillover_target_health{target}                          0 green, 1 yellow, 2 red, 3 black
     spillover_target_share{target}                           share of new requests the target takes now
     spillover_health_transitions_total{target,to}            health transitions (ramp steps, half-open included)
@@ -101,6 +105,9 @@ class GatewayMetrics:
             ["target"],
             registry=r,
         )
+        self.stream_repairs = Counter(
+            "spillover_stream_repairs", "Streams repaired or not continued", ["target", "kind"], registry=r
+        )
         self.health = Gauge("spillover_target_health", "0 green, 1 yellow, 2 red, 3 black", ["target"], registry=r)
         self.share = Gauge("spillover_target_share", "Share of new requests the target takes", ["target"], registry=r)
         self.transitions = Counter("spillover_health_transitions", "Health transitions", ["target", "to"], registry=r)
@@ -154,6 +161,9 @@ class GatewayMetrics:
             self.attempts.labels(attempt.target, attempt.outcome).inc()
             if attempt.contract and attempt.contract != "repaired":
                 self.contract_flagged.labels(attempt.target).inc()
+
+    def stream_repaired(self, target: str, kind: str) -> None:
+        self.stream_repairs.labels(target, kind).inc()
 
     def resilience(self, view: ResilienceView) -> None:
         """Health, breakers and budget from `Resilience.view()` (called on every telemetry refresh)."""

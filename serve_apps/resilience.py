@@ -48,6 +48,7 @@ from router.rate_headers import read_rate_limits
 from router.retry import Backoff, RetryBudget
 from router.snapshot import ClusterSnapshot
 from serve_apps.golden_gate import GoldenGate
+from serve_apps.learned_windows import LearnedWindows
 from serve_apps.spend_ledger import SpendLedger
 
 DEFAULT_COOL_S = 1.0  # a 429 without Retry-After cools its domain this long
@@ -96,6 +97,7 @@ class Resilience:
         self._stale_red_s = r.health.stale_red_s
         self._stale_local: dict[str, str] = {}  # alias -> why, while every replica's stats are stale
         self._watched: dict[str, float] = {}  # alias -> the snapshot time watch_local first saw it
+        self.windows = LearnedWindows()  # context windows providers turned out to have
 
     # -- plan time ---------------------------------------------------------------------------------
     def domain(self, target: Target) -> str:
@@ -280,8 +282,8 @@ class Resilience:
 
     def reset(self, target: str | None = None) -> list[str]:
         """Operator reset (`POST /v1/spillover/resilience/reset`): forget health and breaker state,
-        of one health key or of everything. Returns what was reset."""
-        return self.health.reset(target) + self.breakers.reset(target)
+        of one health key or of everything (and the context windows learnt of it). Returns what was reset."""
+        return self.health.reset(target) + self.breakers.reset(target) + self.windows.reset(target)
 
 
 def _shut(machine: HealthMachine) -> bool:

@@ -174,9 +174,8 @@ async def accounted(
                 break
         else:
             exhausted = True
-        if not tally.done:
-            outcome, error = "cut", UpstreamError("the stream ended before [DONE]", code="stream_cut")
-            return
+        if not tally.done:  # ambiguous: the clean error event, and a continuation may finish it
+            raise UpstreamError("the stream ended before [DONE]", code="stream_cut")
         if tally.error_event is None and check is not None:
             verdict = await check(tally.message)
             if verdict.violation is not None:

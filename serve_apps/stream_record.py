@@ -70,6 +70,6 @@ def book_stream_end(
     last = max((i for i, a in enumerate(attempts) if a.outcome == "streaming"), default=len(attempts))
     attempts[last : last + 1] = [attempt]
     final = replace(record, attempts=tuple(attempts)).finished(record.chosen, clock=clock)
-    decisions.amend(final)
+    decisions.finalise(final)
     observer.recorded(final)
     return final

@@ -6,7 +6,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from router.errors import RequestError, UpstreamError
+from router.errors import ProviderRejected, RequestError, UpstreamError
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
 
@@ -155,3 +155,53 @@ class FakeProvider:
     async def probe(self) -> None:
         if self.probe_error is not None:
             raise self.probe_error
+
+
+class WordStreamProvider(FakeProvider):
+    """A FakeProvider whose streams go word by word as the cloud simulator's and vLLM's do (a role
+    chunk, one chunk per word, the finish chunk, the usage chunk with `stream_options.include_usage`,
+    `[DONE]`). `cut_after` words in, a stream ends with the `UpstreamError` a dropped connection
+    gives (serve_apps/providers/sse.py). A request ending in an assistant message with
+    `continue_final_message: true` continues that prefill the way vLLM's chat API does — the words
+    of `answer` after as many words as the prefill holds — or, with `prefill=False`, is refused with
+    the 400 an API without that extension answers (ProviderRejected)."""
+
+    def __init__(self, name: str, answer: str, *, cut_after: int | None = None, prefill: bool = True) -> None:
+        super().__init__(name, answer)
+        self.cut_after = cut_after
+        self.prefill = prefill
+        self.bodies: list[dict[str, Any]] = []
+
+    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.bodies.append(body)
+        words = self.answer.split(" ")
+        pieces = [w if i == 0 else f" {w}" for i, w in enumerate(words)]
+        messages = body.get("messages") or []
+        if body.get("continue_final_message") is True and messages and messages[-1].get("role") == "assistant":
+            if not self.prefill:
+                self.calls.append(request_id)
+                raise ProviderRejected("Unrecognized request argument supplied: continue_final_message")
+            pieces = pieces[len(str(messages[-1].get("content") or "").split()) :]
+        reply = await super().chat(alias, body, request_id)
+        if reply.chunks is None:
+            return reply
+        options = body.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        return BackendReply(chunks=self._words(f"{self.name}/{alias}", pieces, usage))
+
+    async def _words(self, model: str, pieces: list[str], usage: bool) -> AsyncIterator[str]:
+        def event(delta: dict[str, Any], finish: str | None = None) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            chunk = {"id": self.name, "object": "chat.completion.chunk", "model": model, "choices": [choice]}
+            return f"data: {json.dumps(chunk)}\n\n"
+
+        yield event({"role": "assistant", "content": ""})
+        for i, piece in enumerate(pieces):
+            if self.cut_after is not None and i == self.cut_after:
+                raise UpstreamError("connection lost mid-stream", code="provider_cut")
+            yield event({"content": piece})
+        yield event({}, "stop")
+        if usage:
+            counts = {"prompt_tokens": 10, "completion_tokens": len(pieces), "total_tokens": 10 + len(pieces)}
+            yield f"data: {json.dumps({'id': self.name, 'choices': [], 'usage': counts})}\n\n"
+        yield DONE

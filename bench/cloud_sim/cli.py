@@ -39,6 +39,8 @@ _FLOAT_FLAGS: tuple[tuple[str, str], ...] = (
     ("--malformed-rate", "malformed_rate"),
     ("--schema-invalid-rate", "schema_invalid_rate"),
     ("--tool-args-invalid-rate", "tool_args_invalid_rate"),
+    ("--malformed-event-rate", "malformed_event_rate"),
+    ("--no-done-rate", "no_done_rate"),
 )
 
 

@@ -12,7 +12,8 @@ the wire:
     reset          the TCP connection is aborted (RST) before any response byte: what a client
                    sees when a load balancer or a crashed process drops it
     midstream_cut  200, part of the body or SSE stream, then the connection drops
-    malformed      200 whose JSON body or SSE `data:` payload is not valid JSON
+    malformed      200 whose JSON body or SSE `data:` payload is not valid JSON (a stream: its first
+                   token event is replaced)
     schema_invalid 200, well-formed, but the answer to a `response_format: json_schema` request
                    is JSON that does not satisfy the schema (output-contract tests); other
                    requests are answered normally
@@ -21,6 +22,13 @@ the wire:
                    where the schema says integer, ...) and an undeclared `cloud_sim` key is added
                    (output-contract tests of tool calls, JSON and stream, both APIs); answers
                    without a tool call are normal
+    malformed_event a stream gets one event that is not JSON between two token events (nothing lost);
+                   other requests are answered normally
+    no_done        a stream ends after its finish_reason and usage without `[DONE]` (the Messages API:
+                   without message_stop); other requests are answered normally
+
+What each does to a stream: stream_faults.py. Request checks that are settings, not draws (the
+context window, an assistant prefill refused): prefill.py.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ class Fault(StrEnum):
     MALFORMED = "malformed"
     SCHEMA_INVALID = "schema_invalid"
     TOOL_ARGS_INVALID = "tool_args_invalid"
+    MALFORMED_EVENT = "malformed_event"
+    NO_DONE = "no_done"
 
 
 FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
@@ -52,6 +62,8 @@ FAULT_BANDS: tuple[tuple[Fault, str], ...] = (
     (Fault.MALFORMED, "malformed_rate"),
     (Fault.SCHEMA_INVALID, "schema_invalid_rate"),
     (Fault.TOOL_ARGS_INVALID, "tool_args_invalid_rate"),
+    (Fault.MALFORMED_EVENT, "malformed_event_rate"),
+    (Fault.NO_DONE, "no_done_rate"),
 )
 
 SERVER_ERROR_STATUSES = (500, 502, 503)

@@ -15,9 +15,9 @@ Routes
 
 What differs between the two protocols is in `wire`. A chat request goes: `outage` (503, also for
 `/v1/models`) → API key check (401; the Messages API also needs `anthropic-version`, 400) → body check
-(400/404) → `content_filter` (400 `content_filter` when a message matches, the shape providers use for a
-content policy) → capacity check (429 with Retry-After when `max_concurrency` requests are in flight) → one
-fault draw → the answer.
+(400/404; the context window and an assistant prefill, see `prefill`) → `content_filter` (400
+`content_filter` when a message matches, the shape providers use for a content policy) → capacity check
+(429 with Retry-After when `max_concurrency` requests are in flight) → one fault draw → the answer.
 Latency: the first token after `ttft_s`, then one token every `1 / tokens_per_s` seconds;
 a non-streamed reply is sent whole after the same total time. A request holds its
 concurrency slot until its response is finished or the client has gone.
@@ -45,9 +45,11 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault
+from bench.cloud_sim.prefill import checked_plan
 from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, request_model, with_wrong_tool_arguments
 from bench.cloud_sim.request_log import RequestLog, logged_headers
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
+from bench.cloud_sim.stream_faults import faulty_stream
 from bench.cloud_sim.wire import wire_for
 
 Clock = Callable[[], float]
@@ -120,7 +122,7 @@ class CloudSim:
             self._wire.check_headers(request.headers)
             if body is _NOT_JSON:
                 raise BadChatRequest("request body is not valid JSON")
-            plan = self._wire.plan(body, settings.models, f"call_{sim_id}")
+            plan = checked_plan(self._wire.plan(body, settings.models, f"call_{sim_id}"), body, settings)
             _content_filter(settings.content_filter, body)
         except BadChatRequest as exc:
             payload = self._wire.error(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
@@ -167,11 +169,9 @@ class CloudSim:
             first = self._wire.first_token_event
             delays = [0.0] * (first - 1) + [settings.ttft_s] + [per_token] * n_tokens
             delays += [0.0] * (len(events) - len(delays))
-            if fault is Fault.MALFORMED:
-                events[first] = self._wire.malformed_event(completion_id)
-            if cut:
-                keep = first + max(1, n_tokens // 2)
-                events, delays = events[:keep], delays[:keep]
+            malformed = self._wire.malformed_event(completion_id)
+            options = {"first": first, "n_tokens": n_tokens, "malformed": malformed, "settings": settings}
+            events, delays = faulty_stream(fault, events, delays, **options)
             headers["cache-control"] = "no-cache"
             return StreamingResponse(self._paced(events, delays, cut), media_type="text/event-stream", headers=headers)
         total_delay = settings.ttft_s + per_token * n_tokens

@@ -26,6 +26,8 @@ FAULT_RATE_FIELDS = (
     "malformed_rate",
     "schema_invalid_rate",
     "tool_args_invalid_rate",
+    "malformed_event_rate",
+    "no_done_rate",
 )
 DEFAULT_MODELS = ("sim-smollm2", "gpt-4o-mini")
 
@@ -57,6 +59,19 @@ class SimSettings(BaseModel):
     )
     tool_args_invalid_rate: float = Field(
         0.0, ge=0, le=1, description="fraction of tool-call answers whose arguments break the tool's parameters"
+    )
+    malformed_event_rate: float = Field(
+        0.0, ge=0, le=1, description="fraction of streams with one non-JSON event between two token events"
+    )
+    no_done_rate: float = Field(0.0, ge=0, le=1, description="fraction of streams that end without [DONE]")
+    cut_after_tokens: int | None = Field(
+        None, ge=1, le=100_000, description="a midstream_cut stream stops after this many token events; null: half"
+    )
+    context_window: int | None = Field(
+        None, ge=1, description="prompt words + max_tokens above this are answered 400 context_length_exceeded"
+    )
+    accepts_prefill: bool = Field(
+        True, description="continue a trailing assistant message (prefill); false: answer such a request 400"
     )
     outage: bool = Field(False, description="every /v1 request (chat and models) is answered 503: the provider is down")
     content_filter: str | None = Field(

@@ -174,20 +174,26 @@ class AnthropicEventStream(ResponseEvents):
                         yield DONE
                         return
         except httpx.RequestError as exc:
-            raise self._cut(f"the connection failed mid-stream ({type(exc).__name__})") from None
+            self.tolerance.ended(self._cut(f"the connection failed mid-stream ({type(exc).__name__})"))
+        else:
+            self.tolerance.ended(self._cut("the stream ended before message_stop"))
         finally:
             await self._response.aclose()
-        raise self._cut("the stream ended before message_stop")
+        for chunk in self._translate("message_stop", "{}"):  # after a stop_reason: finalised (usage kept)
+            yield chunk
+        yield DONE
 
     def _translate(self, event: str, payload: str) -> list[str]:
         try:
             data = json.loads(payload)
         except ValueError:
-            raise malformed(self._provider, "a stream event that is not JSON") from None
+            self.tolerance.malformed(malformed(self._provider, "a stream event that is not JSON"))
+            return []
         try:
             chunks = self._translator.feed(event, data)
         except UpstreamError as exc:  # an error event quotes the provider: scrub our key from it
             raise UpstreamError(self._redact(exc.message), code=exc.code) from None
+        self.tolerance.valid({"choices": [c for chunk in chunks for c in chunk.get("choices") or []]})
         return [f"data: {json.dumps(c, separators=(',', ':'))}\n\n" for c in chunks]
 
     def _cut(self, reason: str) -> UpstreamError:

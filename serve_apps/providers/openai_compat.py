@@ -19,6 +19,8 @@ This module is the one place where httpx errors and provider HTTP errors become
     HTTP 429                                         ProviderRateLimited  retry_after_s from retry-after(-ms)
     HTTP 408                                         TargetUnavailable    provider_timeout
     HTTP 401 / 403                                   UpstreamError        provider_auth_failed (no provider text)
+    HTTP 400 context_length_exceeded                 ProviderContextExceeded  fails over (serve_apps/providers/
+                                                                          capability_errors.py)
     other HTTP 4xx                                   ProviderRejected     provider's message; 400/404/422 kept
     HTTP 5xx, other non-2xx                          UpstreamError        provider_error
     body not a JSON completion / bad SSE event       UpstreamError        provider_malformed
@@ -47,6 +49,7 @@ from router import headers as hdr
 from router.capabilities import provider_model_name
 from router.errors import (
     ModelNotFound,
+    ProviderContextExceeded,
     ProviderRateLimited,
     ProviderRejected,
     RequestError,
@@ -54,6 +57,7 @@ from router.errors import (
     UpstreamError,
 )
 from serve_apps.backend import BackendReply
+from serve_apps.providers.capability_errors import context_exceeded
 from serve_apps.providers.sse import ProviderEventStream
 
 log = logging.getLogger("spillover.providers")
@@ -84,6 +88,8 @@ CHAT_FIELDS = frozenset(
         "reasoning_effort",
     }
 )
+# vLLM's chat extension a stream continuation sends (router/continuation.py); forwarded only as booleans
+PREFILL_FIELDS = frozenset({"continue_final_message", "add_generation_prompt"})
 FORWARDED_HEADERS = frozenset({hdr.ATTEMPT})
 KEPT_HEADER_PREFIXES = ("openai-", "x-ratelimit-", "anthropic-ratelimit-")
 _MAX_DETAIL = 500
@@ -145,7 +151,7 @@ class OpenAICompatProvider:
         model = self._model_for(alias)
         key = self._api_key()
         redact = _redactor(key)
-        payload = {k: v for k, v in body.items() if k in CHAT_FIELDS}
+        payload = {k: v for k, v in body.items() if k in CHAT_FIELDS or (k in PREFILL_FIELDS and isinstance(v, bool))}
         payload["model"] = model
         stream = payload.get("stream") is True
         headers = {k.lower(): v for k, v in (extra_headers or {}).items() if k.lower() in FORWARDED_HEADERS}
@@ -267,6 +273,8 @@ def status_error(
         return UpstreamError(message, code="provider_auth_failed")
     if status == 408:
         return TargetUnavailable(f"{who} timed out (HTTP 408): {detail}", code="provider_timeout")
+    if context_exceeded(status, content):
+        return ProviderContextExceeded(f"{who} says the prompt does not fit its context window: {detail}", param=param)
     if 400 <= status < 500:
         message = f"{who} rejected the request (HTTP {status}): {detail}"
         return ProviderRejected(message, status_code=status, param=param)

@@ -18,6 +18,7 @@ from typing import Protocol
 import httpx
 
 from router.errors import UpstreamError
+from serve_apps.providers.tolerance import StreamTolerance
 
 DONE = "data: [DONE]\n\n"
 
@@ -38,6 +39,7 @@ class ResponseEvents:
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
+        self.tolerance = StreamTolerance()
         self._events = self._read()
 
     def _read(self) -> AsyncGenerator[str, None]:
@@ -74,26 +76,33 @@ class ProviderEventStream(ResponseEvents):
                 if payload == "[DONE]":
                     yield DONE
                     return
-                yield self._event(payload)
+                event = self._event(payload)
+                if event is not None:
+                    yield event
         except httpx.RequestError as exc:
-            raise self._cut(f"the connection failed mid-stream ({type(exc).__name__})") from None
+            self.tolerance.ended(self._cut(f"the connection failed mid-stream ({type(exc).__name__})"))
+            yield DONE
+            return
         finally:
             await self._response.aclose()
-        raise self._cut("the stream ended before [DONE]")
+        self.tolerance.ended(self._cut("the stream ended before [DONE]"))
+        yield DONE
 
-    def _event(self, payload: str) -> str:
+    def _event(self, payload: str) -> str | None:
         try:
             chunk = json.loads(payload)
         except ValueError:
             chunk = None
         if not isinstance(chunk, dict):
             message = f"cloud provider {self._provider!r} sent a stream event that is not a JSON object"
-            raise UpstreamError(message, code="provider_malformed")
+            self.tolerance.malformed(UpstreamError(message, code="provider_malformed"))
+            return None
         if "error" in chunk:
             error = chunk["error"]
             detail = error.get("message") if isinstance(error, dict) else error
             message = f"cloud provider {self._provider!r} failed mid-stream: {self._redact(str(detail))[:500]}"
             raise UpstreamError(message, code="provider_stream_error")
+        self.tolerance.valid(chunk)
         if "\n" in payload:
             payload = json.dumps(chunk, separators=(",", ":"))
         return f"data: {payload}\n\n"

@@ -136,7 +136,7 @@ def test_a_record_put_before_its_stream_ended_reaches_the_sink_once_amended() ->
     store.release("s-1", "tenant-a")  # the gateway releases the claim when the first byte leaves
     assert lines == [] and store.get("s-1", "tenant-a") == pending
     final = replace(pending, attempts=(Attempt("cloud:sim/m", "cut", 2.0, 10, 3, 0.1),))
-    store.amend(final)
+    store.finalise(final)
     assert [json.loads(line)["attempts"][0]["outcome"] for line in lines] == ["cut"]
     assert store.get("s-1", "tenant-a") == final  # still the owner's record
     assert store.get("s-1", "") is None
@@ -149,5 +149,5 @@ def test_amending_an_id_that_now_holds_a_later_request_only_writes_the_log() -> 
     store.put(first, final=False)
     later = replace(first, started_at=first.started_at + 5)
     store.put(later)
-    store.amend(first)
+    store.finalise(first)
     assert store.get("s-2") == later and len(lines) == 2
