@@ -109,6 +109,7 @@ class Splicer:
                 async for chunk in self._continue(job, run, exc):
                     yield chunk
         finally:
+            await _close(observed)  # a client that left: the first stream's accounting books it cancelled first
             self._repairs(run, job.target, job.source)
             self._amend(job, run)
 

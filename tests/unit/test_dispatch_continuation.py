@@ -24,6 +24,7 @@ from serve_apps.dispatch_types import NoObserver
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
 from tests.fakes import FakeEngine, WordStreamProvider
+from tests.ledger_rows import spend_by_provider
 
 T0 = 1_800_000_000.0
 ANSWER = "The capital of France is Paris and it is lovely"
@@ -235,7 +236,7 @@ async def test_both_parts_are_charged_to_the_spend_ledger(tmp_path: Any) -> None
     ledger = SpendLedger(tmp_path / "spend.sqlite", clock=lambda: T0)
     w = World(spend=ledger, a=WordStreamProvider("a", ANSWER, cut_after=4))
     await w.stream("r1")
-    by_provider = ledger.total_by_provider(since=T0 - 1)
+    by_provider = spend_by_provider(ledger, since=T0 - 1)
     record = w.record("r1")
     assert by_provider["a"] == pytest.approx(record.attempts[0].cost_usd)
     assert by_provider["b"] == pytest.approx(record.attempts[1].cost_usd)

@@ -110,8 +110,22 @@ def test_an_error_event_then_done_is_a_cut_and_a_stream_without_done_too() -> No
     error = 'data: {"error": {"message": "engine died", "code": "internal"}}\n\n'
     _, ends = _run([chunk_event("m", "Hi"), error, DONE])
     assert ends[0].outcome == "cut" and ends[0].error is not None and ends[0].error.code == "internal"
-    sent, ends = _run([chunk_event("m", "Hi")])
-    assert sent == [chunk_event("m", "Hi")] and ends[0].outcome == "cut"
+    with pytest.raises(UpstreamError, match="before \\[DONE\\]"):  # ambiguous: the clean error event follows
+        _run([chunk_event("m", "Hi")])
+
+
+def test_a_stream_without_done_is_booked_as_cut() -> None:
+    ends: list[StreamEnd] = []
+
+    async def main() -> list[str]:
+        sent: list[str] = []
+        with pytest.raises(UpstreamError):
+            async for chunk in accounted(_events([chunk_event("m", "Hi")], None), Tally(), 20, ends.append):
+                sent.append(chunk)
+        return sent
+
+    assert asyncio.run(main()) == [chunk_event("m", "Hi")]
+    assert ends[0].outcome == "cut" and ends[0].error is not None and ends[0].error.code == "stream_cut"
 
 
 def test_a_client_that_goes_away_is_cancelled_charged_what_was_sent_and_the_backend_closed() -> None:
