@@ -21,6 +21,7 @@ from cluster.cloud_config import CloudSection
 from cluster.config_base import StrictModel, no_duplicates
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ResilienceSection, SpendSection
+from cluster.session_config import SessionsSection
 from router.errors import ConfigError
 from router.policy import Policy
 from router.watermarks import Watermarks
@@ -200,6 +201,7 @@ class SpilloverConfig(StrictModel):
         ResilienceSection(), description="retries, circuit breakers, health, idempotency and their sharing"
     )
     spend: SpendSection = Field(SpendSection(), description="the cloud spend ledger and the soft monthly budget")
+    sessions: SessionsSection = Field(SessionsSection(), description="conversations pinned to a target, and switches")
 
     @field_validator("tenants")
     @classmethod

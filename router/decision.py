@@ -110,6 +110,7 @@ class DecisionRecord:
     reason: str = ""  # why (the burst decision, a fail-over, or how the request ended)
     waited_s: float = 0.0  # time in the waiting room for local capacity
     replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
+    session: Mapping[str, Any] | None = None  # pin, switch, anchor and compression (serve_apps/sessions.py)
 
     @classmethod
     def from_pipeline(
@@ -187,6 +188,7 @@ class DecisionRecord:
             reason=data.get("reason") or "",
             waited_s=float(data.get("waited_s") or 0.0),
             replans=int(data.get("replans") or 0),
+            session=data.get("session"),
         )
 
     @classmethod

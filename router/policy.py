@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Level = Literal["L1", "L2", "L3"]
 Strategy = Literal["quality", "cost", "latency"]
+SwitchRule = Literal["never", "on_failure", "free"]  # router/sessions.py
 LEVELS: tuple[Level, ...] = ("L1", "L2", "L3")  # strictest first
 STRATEGIES: tuple[Strategy, ...] = ("quality", "cost", "latency")
 SCORER_NAMES = ("quality", "cost", "latency", "locality")  # the scorers of router/scorers.py
@@ -54,6 +55,11 @@ class Scenario(BaseModel):
         None, ge=1, description="longest wait for local room, and no retry after it; null: admission.queue_timeout_s"
     )
     quality_floor: float = Field(0, ge=0, le=1, description="targets of a lower configured quality are removed")
+    switch: SwitchRule = Field(
+        "on_failure",
+        description="when a session may leave the target it is pinned to: never (wait for it, or 429/503), "
+        "on_failure (only its health, breaker or capacity move it) or free (every turn is routed on its own)",
+    )
 
     @field_validator("allowed_targets")
     @classmethod

@@ -46,6 +46,7 @@ from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Resilience
+from serve_apps.sessions import Sessions, Turn
 
 
 class Dispatcher:
@@ -62,6 +63,7 @@ class Dispatcher:
         observer: DispatchObserver | None = None,
         decisions: DecisionStore | None = None,
         resilience: Resilience | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self._config = config
         self._local = local
@@ -78,6 +80,7 @@ class Dispatcher:
         self._resilience = resilience or Resilience(config, clock=clock)
         self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
+        self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
 
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
@@ -119,23 +122,25 @@ class Dispatcher:
         started = self._clock()
         self._resilience.budget.deposit()
         self._admission.observe(contract.model, contract.est_prompt_tokens, contract.max_output_tokens)
-        plan = self.plan(contract, kind)
+        turn = await self.sessions.open(contract, body, request_id)
+        planned = turn.planner(partial(self.plan, kind=kind))
+        plan = planned()
         waited = Waited(plan, 0.0, 0)
         done: Dispatched | None = None
         ended = ""
         trail: list[Attempt] = []
         try:
             if plan.route == "wait":
-                replan = partial(self.plan, contract, kind)
-                waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
+                waited = await self._admission.wait_for_room(contract.model, plan, planned, started + deadline_s)
                 plan = waited.plan
-            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s)
+            done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s, turn)
+            await turn.close(trail, done)
             return replace(done, waited_s=waited.waited_s)
         except RequestError as exc:
             ended = exc.message
             raise
         finally:
-            self._record(request_id, contract, plan, started, waited, trail, done, ended)
+            self._record(request_id, contract, plan, started, waited, trail, done, ended, turn.view())
 
     def _record(
         self,
@@ -147,6 +152,7 @@ class Dispatcher:
         trail: list[Attempt],
         done: Dispatched | None,
         ended: str,
+        session: dict[str, Any] | None = None,
     ) -> None:
         """The decision record of the plan that was executed (after any wait and re-plans), its
         attempts and how it ended; stored, and shown to the observer (metrics)."""
@@ -162,7 +168,13 @@ class Dispatcher:
         route = done.route if done is not None else plan.route
         reason = done.reason if done is not None else (ended or plan.reason)
         executed = replace(
-            record, attempts=tuple(trail), route=route, reason=reason, waited_s=waited.waited_s, replans=waited.replans
+            record,
+            attempts=tuple(trail),
+            route=route,
+            reason=reason,
+            waited_s=waited.waited_s,
+            replans=waited.replans,
+            session=session,
         )
         finished = executed.finished(done.target if done is not None else None, clock=self._clock)
         self.decisions.put(finished)
@@ -183,6 +195,7 @@ class Dispatcher:
         contract: RequestContract,
         trail: list[Attempt],
         deadline: float,
+        turn: Turn,
     ) -> Dispatched:
         """Walk the candidates, appending every attempt to `trail`. What comes next is decided by
         router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
@@ -225,7 +238,7 @@ class Dispatcher:
             reason = planned_reason or reason
             began = self._clock()
             try:
-                sent = local_body if target.kind == "local" else body
+                sent = await turn.body_for(target, local_body if target.kind == "local" else body)
                 reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
                 reply, headers = await checked(kind, reply, contract, target)
             except RequestError as exc:

@@ -40,6 +40,8 @@ from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
 from serve_apps.providers import OpenAICompatProvider, provider_for
 from serve_apps.resilience import Resilience
+from serve_apps.session_pins import PinClient, get_or_create_pins, ray_pins
+from serve_apps.sessions import Sessions
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board
 from serve_apps.tenant_limits import TenantLimits
@@ -83,6 +85,12 @@ class Gateway:
             timeout_s=health.probe_timeout_s,
             recovery_probe_s=health.recovery_probe_s,
         )
+
+    def _sessions(self, backend: ServeHandleBackend) -> Sessions:
+        """Pins shared by every gateway replica through the head node's actor (serve_apps/session_pins.py)."""
+        settings = self._config.sessions
+        actor = get_or_create_pins(settings.ttl_s, settings.max_sessions)
+        return Sessions(self._config, backend, PinClient(*ray_pins(actor), cache_s=settings.cache_s))
 
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()
@@ -150,6 +158,7 @@ class Gateway:
             decisions=decisions,
             observer=metrics,
             resilience=resilience,
+            sessions=self._sessions(backend),
         )
         idem = self._config.resilience.idempotency
         store = IdempotencyStore(

@@ -25,6 +25,7 @@ from cluster.render import APP_NAME, application
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.breaker_exchange import kill_exchange
+from serve_apps.session_pins import kill_pins
 from serve_apps.telemetry_board import kill_board
 
 Say = Callable[[str], None]
@@ -40,6 +41,7 @@ class Running:
             serve.shutdown()
             kill_board()
             kill_exchange()
+            kill_pins()
         finally:
             if self.started_ray:
                 ray.shutdown()
