@@ -215,6 +215,13 @@ class SpilloverConfig(StrictModel):
             raise ValueError("gateway.auth is on but no tenants are configured")
         return self
 
+    @model_validator(mode="after")
+    def _summariser_is_local(self) -> SpilloverConfig:
+        name = self.sessions.compress.summariser
+        if name is not None and self.model(name) is None:
+            raise ValueError(f"sessions.compress.summariser {name!r} is not one of the models' aliases")
+        return self
+
     @field_validator("models")
     @classmethod
     def _unique_aliases(cls, value: list[ModelSpec]) -> list[ModelSpec]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from router.contract import CHARS_PER_TOKEN, estimate_prompt_tokens
 
+MIN_TURN_CHARS = 48  # the extractive summary gives each turn at least this much
 SUMMARY_INTRO = "Summary of the earlier turns of this conversation: "
 
 
@@ -98,10 +99,13 @@ def transcript(messages: Sequence[Any], plan: CompressionPlan, max_chars: int) -
 
 
 def extractive_summary(messages: Sequence[Any], plan: CompressionPlan, summary_tokens: int) -> str:
-    """A summary without a model: the start of each summarised turn, within `summary_tokens`."""
-    turns = messages[plan.start : plan.end]
-    share = max(8, summary_tokens * CHARS_PER_TOKEN // max(1, len(turns)))
-    return " | ".join(_turn_text(m)[:share] for m in turns)[: summary_tokens * CHARS_PER_TOKEN]
+    """A summary without a model: the start of each summarised turn (of the newest ones when there
+    are many), within `summary_tokens`."""
+    chars = summary_tokens * CHARS_PER_TOKEN
+    turns = list(messages[plan.start : plan.end])
+    turns = turns[-max(1, chars // MIN_TURN_CHARS) :]
+    share = chars // max(1, len(turns)) - 3
+    return " | ".join(_turn_text(m)[:share] for m in turns)[:chars]
 
 
 def compressed(messages: Sequence[Any], plan: CompressionPlan, summary: str, summary_tokens: int) -> list[Any]:

@@ -73,7 +73,8 @@ def _on(plan: Plan, target: Target, *, fallback: bool) -> Plan:
             plan, route=plan.route if plan.route == "wait" else "local", cloud=plan.cloud if fallback else ()
         )
     others = tuple(t for t in plan.cloud if t.id != target.id) if fallback else ()
-    return replace(plan, route="cloud", cloud=(target, *others))
+    local_last = fallback and plan.route == "local"
+    return replace(plan, route="cloud", cloud=(target, *others), local_last=local_last)
 
 
 def decide_pin(pinned: str | None, plan: Plan, rule: SwitchRule) -> tuple[Plan, PinDecision]:

@@ -184,7 +184,8 @@ class Dispatcher:
         if plan.route == "local" and plan.local is not None:
             fallback = [] if contract.residency == "local_only" else [(t, "") for t in plan.cloud]
             return [(plan.local, plan.reason), *fallback]
-        return [(t, plan.reason if i == 0 else "") for i, t in enumerate(plan.cloud)]
+        last = [(plan.local, "")] if plan.local_last and plan.local is not None else []
+        return [(t, plan.reason if i == 0 else "") for i, t in enumerate(plan.cloud)] + last
 
     async def _attempts(
         self,

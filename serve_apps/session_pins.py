@@ -59,7 +59,10 @@ class PinTable:
 
     def get(self, key: str) -> Record | None:
         record = self._live(key)
-        return None if record is None else dict(record)
+        if record is None:
+            return None
+        self._records.move_to_end(key)
+        return dict(record)
 
     def record(self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
         """One answered turn on `target`; the pin moves only if it still points at `expected` (None:
