@@ -40,7 +40,8 @@ from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
 from serve_apps.providers import OpenAICompatProvider, provider_for
 from serve_apps.resilience import Resilience
-from serve_apps.session_pins import PinClient, get_or_create_pins, ray_pins
+from serve_apps.session_actor import get_or_create_pins, ray_pins
+from serve_apps.session_pins import PinClient
 from serve_apps.sessions import Sessions
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board

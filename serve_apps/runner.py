@@ -25,7 +25,7 @@ from cluster.render import APP_NAME, application
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.breaker_exchange import kill_exchange
-from serve_apps.session_pins import kill_pins
+from serve_apps.session_actor import kill_pins
 from serve_apps.telemetry_board import kill_board
 
 Say = Callable[[str], None]

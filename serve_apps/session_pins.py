@@ -5,10 +5,11 @@ record — its target id, when it was pinned there, its turns and switches, and 
 (router/anchor.py, at most `sessions.anchor.max_bytes`). It holds at most `max_sessions` records
 (least recently used evicted first) and forgets one unused for `ttl_s` (`sessions.ttl_s`).
 
-In a deployment the table lives in a named, detached Ray actor on the head node (like the telemetry
-board and the breaker exchange), so pins survive a gateway replica's restart and every replica sees
-the same ones. `record` is a compare-and-set: it moves a pin only from the target the caller saw,
-so two replicas that pin a new session at once agree on the first one's target from the next turn on.
+In a deployment the table lives in a named, detached Ray actor on the head node
+(serve_apps/session_actor.py, like the telemetry board and the breaker exchange), so pins survive a
+gateway replica's restart and every replica sees the same ones. `record` is a compare-and-set: it
+moves a pin only from the target the caller saw, so two replicas that pin a new session at once
+agree on the first one's target from the next turn on.
 
 `PinClient` is a gateway replica's side: it reuses a record it read for `sessions.cache_s` (a
 switch made by another replica is seen within that bound), and a table that does not answer within
@@ -24,15 +25,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-import ray
-from ray.actor import ActorHandle
-
-from serve_apps.telemetry_board import HEAD_NODE
-
 log = logging.getLogger("spillover.sessions")
 
-PINS_NAME = "spillover-session-pins"
-PINS_NAMESPACE = "spillover"
 Record = dict[str, Any]
 
 
@@ -90,33 +84,8 @@ class PinTable:
         return dropped
 
 
-def get_or_create_pins(ttl_s: float, max_sessions: int) -> ActorHandle:
-    """The shared table (the first replica to ask creates it with its config's bounds)."""
-    actor = ray.remote(num_cpus=0, max_concurrency=64)(PinTable)  # type: ignore[call-overload]  # see the board
-    return actor.options(
-        name=PINS_NAME, namespace=PINS_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
-    ).remote(time.time, ttl_s, max_sessions)
-
-
-def kill_pins() -> None:
-    try:
-        ray.kill(ray.get_actor(PINS_NAME, namespace=PINS_NAMESPACE))
-    except ValueError:
-        pass  # never created
-
-
 Get = Callable[[str], Awaitable[Record | None]]
 Put = Callable[[str, str | None, str, Mapping[str, Any] | None], Awaitable[Record]]
-
-
-def ray_pins(actor: ActorHandle) -> tuple[Get, Put]:
-    async def get(key: str) -> Record | None:
-        return await actor.get.remote(key)
-
-    async def put(key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
-        return await actor.record.remote(key, expected, target, anchor)
-
-    return get, put
 
 
 def local_pins(table: PinTable) -> tuple[Get, Put]:

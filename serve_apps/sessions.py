@@ -4,8 +4,9 @@ One `Turn` per request that names a session (router/session_id.py), in this orde
 
 1. `Sessions.open` reads the session's record through the replica's pin cache (serve_apps/session_pins.py).
 2. `Turn.planner` wraps the dispatcher's plan: when nothing can take the whole history (a 400
-   context_length_exceeded, or a wait because the only other targets' windows are too small), it
-   plans again with the history as short as compression can make it; then router/sessions.py's
+   context_length_exceeded, or a wait because the only other targets' windows are too small), or the
+   pinned target's window is what keeps it out, it plans again with the history as short as
+   compression can make it; then router/sessions.py's
    `decide_pin` keeps the session on its pinned target or switches it (the scenario's `switch`).
    Every re-plan of a wait for local room goes through the same wrapper.
 3. `Turn.body_for(target, body)`, before each attempt: on a target other than the pinned one the
@@ -171,14 +172,14 @@ class Turn:
             if floor is None or floor >= self._contract.est_prompt_tokens:
                 raise
             made = None
-        context_bound = made is None or (
-            made.route == "wait" and any(r.filter == "context" for r in made.pipeline.removed)
-        )
+        cut = made.pipeline.removed if made is not None else ()
+        pinned_cut = any(r.target == self._pinned and r.filter == "context" for r in cut)  # it can take it shortened
+        context_bound = made is None or pinned_cut or (made.route == "wait" and any(r.filter == "context" for r in cut))
         if not context_bound or floor is None or floor >= self._contract.est_prompt_tokens:
             assert made is not None
             return made
         shorter = plan(replace(self._contract, est_prompt_tokens=floor))
-        if made is not None and shorter.route == "wait":
+        if made is not None and shorter.route == "wait" and not pinned_cut:
             return made
         self._floor_planned = True
         return shorter

@@ -194,6 +194,12 @@ async def test_a_switch_to_a_smaller_window_compresses_the_history_with_the_summ
     assert session["planned_compressed"] is True
     saved = p.metrics.registry.get_sample_value("spillover_session_tokens_saved_total", {"model": "m"})
     assert saved == prepared["compression"]["tokens_saved"] > 0
+    # local has room again: the session stays on the smaller window, compressed again (no anchor: not a switch)
+    world.replica = stats(kv=0.1)
+    again = await p.turn("And the hotels?", "r6")
+    assert again.target == "cloud:sim" and p.session("r6")["action"] == "keep"
+    contents = [m["content"] for m in p.cloud.bodies[1]["messages"]]
+    assert contents[1].startswith(SUMMARY_INTRO) and not any(c.startswith(ANCHOR_INTRO) for c in contents)
 
 
 async def test_a_summariser_that_fails_leaves_an_extractive_summary(world: World) -> None:
