@@ -13,7 +13,7 @@ from cluster.config import SpilloverConfig, parse_config
 from router.anchor import ANCHOR_INTRO
 from router.compress import SUMMARY_INTRO
 from router.contract import derive_contract
-from router.errors import LocalCapacityExhausted, NoTargetFitsContext, UpstreamError
+from router.errors import LocalCapacityExhausted, NoTargetFitsContext, TargetUnavailable, UpstreamError
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import Dispatched
@@ -260,3 +260,25 @@ async def test_requests_without_a_session_are_routed_as_before(world: World) -> 
     record = p.d.decisions.get("r1")
     assert done.target == "local:m" and record is not None and record.session is None
     assert "session" not in done.reason
+
+
+async def test_an_open_breaker_on_the_pinned_provider_is_a_breaker_switch(world: World) -> None:
+    p = Parts(world)
+    world.replica = stats(kv=0.95)
+    await p.turn("Book Oslo", "r1")
+    world.replica = stats(kv=0.1)
+    p.d.resilience.breakers.target("cloud:sim/m").hold_open(world.now + 3600, "failures")
+    done = await p.turn("Then Bergen", "r2")
+    assert done.target == "local:m" and len(p.cloud.bodies) == 1
+    assert p.session("r2")["switch"] == {"from": "cloud:sim/m", "to": "local:m", "why": "breaker"}
+
+
+async def test_switch_never_refuses_when_the_pinned_provider_is_unavailable(world: World) -> None:
+    p = Parts(world)
+    world.replica = stats(kv=0.95)
+    await p.turn("Book Oslo", "r1", x_business_scenario="pinned")
+    world.replica = stats(kv=0.1)
+    p.d.resilience.breakers.target("cloud:sim/m").hold_open(world.now + 3600, "failures")
+    with pytest.raises(TargetUnavailable, match="switch: never"):
+        await p.turn("Then Bergen", "r2", x_business_scenario="pinned")
+    assert len(p.cloud.bodies) == 1 and len(p.local.calls) == 0
