@@ -282,3 +282,16 @@ async def test_switch_never_refuses_when_the_pinned_provider_is_unavailable(worl
     with pytest.raises(TargetUnavailable, match="switch: never"):
         await p.turn("Then Bergen", "r2", x_business_scenario="pinned")
     assert len(p.cloud.bodies) == 1 and len(p.local.calls) == 0
+
+
+async def test_streams_and_completions_are_pinned_too(world: World) -> None:
+    p = Parts(world)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    contract = derive_contract(body, {"x-spillover-session": "s1"}, p.config.policy)
+    done = await p.d.dispatch("chat", body, "r1", contract=contract, deadline_s=2)
+    assert done.reply.chunks is not None and [c async for c in done.reply.chunks][-1] == "data: [DONE]\n\n"
+    prompt = {"model": "m", "prompt": "Once upon a time", "user": "s1"}
+    contract = derive_contract(prompt, {}, p.config.policy)
+    await p.d.dispatch("completions", prompt, "r2", contract=contract, deadline_s=2)
+    assert p.session("r2")["action"] == "keep" and p.session("r2")["stored"]["turns"] == 2
+    assert p.local.calls[-1][2] == prompt  # nothing added to a completions prompt
