@@ -198,7 +198,9 @@ class Turn:
         window = target.caps.context_window
         if window:
             compress = self._settings.compress
-            budget = window - self._contract.max_output_tokens
+            # the contract's estimate also counts the tool definitions: they stay, so the messages get the rest
+            others = max(0, self._contract.est_prompt_tokens - sum(message_tokens(m) for m in self._messages))
+            budget = window - self._contract.max_output_tokens - others
             plan = plan_compression(
                 messages, budget, keep_last=compress.keep_last, summary_tokens=compress.summary_tokens
             )
