@@ -53,6 +53,18 @@ class SessionsSection(StrictModel):
         description="each gateway replica reuses a pin it read for this long: a switch made by another replica "
         "is seen within it",
     )
+    store: bool = Field(
+        False,
+        description="keep each session's turns here: a request naming its session then sends only its new turns "
+        "and the gateway puts the stored ones in front of them",
+    )
+    history_tokens: int = Field(3000, ge=0, le=1_000_000, description="most stored tokens put in front of a turn")
+    history_max_bytes: int = Field(
+        65536, ge=1024, le=16 * 1024 * 1024, description="stored history per session (newest kept), as JSON bytes"
+    )
+    history_total_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024 * 1024, description="stored history of all sessions (least recently used dropped)"
+    )
     anchor: AnchorSection = Field(AnchorSection(), description="the state carried to a new target on a switch")
     compress: CompressSection = Field(
         CompressSection(), description="summarising older turns when the history does not fit the new target"

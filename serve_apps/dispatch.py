@@ -123,6 +123,7 @@ class Dispatcher:
         self._resilience.budget.deposit()
         self._admission.observe(contract.model, contract.est_prompt_tokens, contract.max_output_tokens)
         turn = await self.sessions.open(contract, body, request_id)
+        contract, body = turn.contract, turn.body  # with the session's stored turns (sessions.store)
         planned = turn.planner(partial(self.plan, kind=kind))
         plan = planned()
         waited = Waited(plan, 0.0, 0)

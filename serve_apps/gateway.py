@@ -40,7 +40,8 @@ from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
 from serve_apps.providers import OpenAICompatProvider, provider_for
 from serve_apps.resilience import Resilience
-from serve_apps.session_actor import get_or_create_pins, ray_pins
+from serve_apps.session_actor import get_or_create_history, get_or_create_pins, ray_history, ray_pins
+from serve_apps.session_history import HistoryClient
 from serve_apps.session_pins import PinClient
 from serve_apps.sessions import Sessions
 from serve_apps.spend_ledger import SpendLedger
@@ -91,7 +92,11 @@ class Gateway:
         """Pins shared by every gateway replica through the head node's actor (serve_apps/session_pins.py)."""
         settings = self._config.sessions
         actor = get_or_create_pins(settings.ttl_s, settings.max_sessions)
-        return Sessions(self._config, backend, PinClient(*ray_pins(actor), cache_s=settings.cache_s))
+        pins = PinClient(*ray_pins(actor), cache_s=settings.cache_s)
+        if not settings.store:
+            return Sessions(self._config, backend, pins)
+        store = get_or_create_history(settings.ttl_s, settings.history_total_bytes)
+        return Sessions(self._config, backend, pins, HistoryClient(*ray_history(store)))
 
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()

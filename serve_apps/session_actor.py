@@ -10,11 +10,13 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from serve_apps.session_history import GetHistory, HistoryStore, Messages, PutHistory
 from serve_apps.session_pins import Get, PinTable, Put, Record
 from serve_apps.telemetry_board import HEAD_NODE
 
 PINS_NAME = "spillover-session-pins"
 PINS_NAMESPACE = "spillover"
+HISTORY_NAME = "spillover-session-history"
 
 
 def get_or_create_pins(ttl_s: float, max_sessions: int) -> ActorHandle:
@@ -26,11 +28,30 @@ def get_or_create_pins(ttl_s: float, max_sessions: int) -> ActorHandle:
     ).remote(time.time, ttl_s, max_sessions)
 
 
+def get_or_create_history(ttl_s: float, total_bytes: int) -> ActorHandle:
+    """The shared store of sessions' turns (`sessions.store`)."""
+    actor: Any = ray.remote(num_cpus=0)(HistoryStore)
+    return actor.options(
+        name=HISTORY_NAME, namespace=PINS_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
+    ).remote(time.time, ttl_s, total_bytes)
+
+
 def kill_pins() -> None:
-    try:
-        ray.kill(ray.get_actor(PINS_NAME, namespace=PINS_NAMESPACE))
-    except ValueError:
-        pass  # never created
+    for name in (PINS_NAME, HISTORY_NAME):
+        try:
+            ray.kill(ray.get_actor(name, namespace=PINS_NAMESPACE))
+        except ValueError:
+            pass  # never created
+
+
+def ray_history(actor: ActorHandle) -> tuple[GetHistory, PutHistory]:
+    async def get(key: str) -> Messages:
+        return await actor.get.remote(key)
+
+    async def put(key: str, messages: Messages) -> None:
+        await actor.put.remote(key, messages)
+
+    return get, put
 
 
 def ray_pins(actor: ActorHandle) -> tuple[Get, Put]:

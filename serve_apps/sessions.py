@@ -38,15 +38,17 @@ from router.compress import (
     plan_compression,
     transcript,
 )
-from router.contract import RequestContract
+from router.contract import RequestContract, estimate_prompt_tokens
 from router.decision import Attempt
 from router.errors import NoTargetFitsContext
 from router.headers import CONTRACT
+from router.history import grown, supply
 from router.plan import Plan
 from router.session_id import pin_key
 from router.sessions import PinDecision, after_failover, decide_pin
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch_types import Dispatched
+from serve_apps.session_history import HistoryClient, HistoryStore, local_history
 from serve_apps.session_pins import PinClient, PinTable, Record, local_pins
 
 log = logging.getLogger("spillover.sessions")
@@ -58,7 +60,13 @@ SUMMARISE = (
 
 
 class Sessions:
-    def __init__(self, config: SpilloverConfig, local: ModelBackend, pins: PinClient | None = None) -> None:
+    def __init__(
+        self,
+        config: SpilloverConfig,
+        local: ModelBackend,
+        pins: PinClient | None = None,
+        history: HistoryClient | None = None,
+    ) -> None:
         self._config = config
         self._settings = config.sessions
         self._local = local
@@ -66,13 +74,20 @@ class Sessions:
             table = PinTable(ttl_s=self._settings.ttl_s, max_sessions=self._settings.max_sessions)
             pins = PinClient(*local_pins(table), cache_s=0.0)
         self.pins = pins
+        if history is None and self._settings.store:  # likewise for the stored turns
+            store = HistoryStore(ttl_s=self._settings.ttl_s, total_bytes=self._settings.history_total_bytes)
+            history = HistoryClient(*local_history(store))
+        self.history = history if self._settings.store else None
 
     async def open(self, contract: RequestContract, body: Mapping[str, Any], request_id: str) -> Turn:
         if not self._settings.enabled or contract.session is None:
             return Turn(None, self, contract, body, request_id, None, False)
         key = pin_key(contract.tenant, contract.model, contract.session)
         record, answered = await self.pins.lookup(key)
-        return Turn(key, self, contract, body, request_id, record, answered)
+        turn = Turn(key, self, contract, body, request_id, record, answered)
+        if self.history is not None and isinstance(body.get("messages"), list):
+            turn.supply(await self.history.read(key), self._settings.history_tokens)
+        return turn
 
     async def summary(self, messages: list[Any], plan: CompressionPlan, request_id: str, model: str) -> tuple[str, str]:
         """(the summary of the planned turns, who wrote it: model:<alias> | extractive)."""
@@ -108,6 +123,16 @@ def _answer_text(body: Mapping[str, Any] | None) -> str | None:
     return content.strip() if isinstance(content, str) else None
 
 
+def _answer_message(body: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    try:
+        message = body["choices"][0]["message"] if body is not None else None
+    except (KeyError, IndexError, TypeError):
+        return None
+    if not isinstance(message, Mapping):
+        return None
+    return {k: message[k] for k in ("role", "content", "tool_calls") if message.get(k) is not None}
+
+
 class Turn:
     def __init__(
         self,
@@ -133,6 +158,25 @@ class Turn:
         self._prepared: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}  # target id -> (body, what was done)
         self._floor_planned = False
         self._stored: Record | None = None
+        self.contract, self.body = contract, dict(body)
+        self._sent: list[Any] | None = None  # with sessions.store: the client's own messages
+        self._history: list[Any] | None = None  # with sessions.store: the stored ones (None: unavailable)
+        self._history_view: dict[str, Any] | None = None
+
+    def supply(self, stored: list[Any] | None, history_tokens: int) -> None:
+        """Put the session's stored turns in front of the client's (sessions.store; router/history.py)."""
+        self._sent, self._history = list(self._messages or []), stored
+        if stored is None:
+            self._history_view = {"store": "unavailable"}
+            return
+        supplied = supply(stored, self._sent, history_tokens)
+        self._messages = supplied.messages
+        self.body = {**self.body, "messages": supplied.messages}
+        tools = self.contract.needs_tools or any(isinstance(m, dict) and m.get("role") == "tool" for m in stored)
+        self.contract = self._contract = replace(
+            self.contract, est_prompt_tokens=estimate_prompt_tokens(self.body)[0], needs_tools=tools
+        )
+        self._history_view = {"supplied": supplied.supplied, "dropped": supplied.dropped, "tokens": supplied.tokens}
 
     @property
     def active(self) -> bool:
@@ -227,6 +271,10 @@ class Turn:
             text = _answer_text(done.reply.body) if validated else None
             anchor = update_anchor(self._anchor, self._messages, text, self._settings.anchor.rules())
         self._stored = await self._sessions.pins.record(self._key, self._pinned, answered, anchor)
+        if self._sessions.history is not None and self._history is not None and self._sent is not None:
+            message = _answer_message(done.reply.body)
+            kept = grown(self._history, self._sent, message, self._settings.history_max_bytes)
+            await self._sessions.history.write(self._key, kept)
 
     def view(self) -> dict[str, Any] | None:
         """The decision record's `session` field."""
@@ -245,6 +293,8 @@ class Turn:
         prepared = [what for _, what in self._prepared.values() if len(what) > 1]
         if prepared:
             view["prepared"] = prepared
+        if self._history_view is not None:
+            view["history"] = self._history_view
         if self._stored is not None:
             view["stored"] = {k: self._stored[k] for k in ("target", "turns", "switches") if k in self._stored}
         return view

@@ -35,7 +35,9 @@ def test_defaults() -> None:
         ({"anchor": {"fields": ["x" * 65]}}, "sessions.anchor.fields"),
         ({"compress": {"keep_last": 0}}, "sessions.compress.keep_last"),
         ({"compress": {"summary_tokens": 10**6}}, "sessions.compress.summary_tokens"),
-        ({"store": True}, "sessions.store"),
+        ({"history_tokens": -1}, "sessions.history_tokens"),
+        ({"history_max_bytes": 10}, "sessions.history_max_bytes"),
+        ({"store": "maybe"}, "sessions.store"),
     ],
 )
 def test_bad_sessions_values_name_the_field(sessions: dict[str, Any], path: str) -> None:
