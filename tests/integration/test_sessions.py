@@ -43,9 +43,13 @@ from tests.integration.qwen_load import QWEN, SHORT, cloud_requests, qwen_satura
 
 pytestmark = pytest.mark.integration
 
+# longer than one KV block of the CPU engine (128 tokens), so every turn after the first finds it cached
 SYSTEM = (
     "You are the travel planner of a small agency in Lisbon. Answer in short sentences, keep every date, "
-    "price and name the customer gives, and ask before booking anything."
+    "price and name the customer gives, and ask before booking anything. The agency books trains, hotels, "
+    "restaurants and boat tours in Portugal only; it never books flights. Prices are in euros and include "
+    "taxes. Families with children get rooms with two beds. Always repeat the dates back to the customer, "
+    "mention the cancellation rules of each booking, and finish with a short list of the open questions."
 )
 
 
