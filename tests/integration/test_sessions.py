@@ -14,6 +14,8 @@ One conversation with `qwen2-tiny-random`, named by `x-spillover-session` and na
   breaker or capacity move a session);
 * a second dispatcher — another gateway replica's, in this process — reading the same head-node pin
   actor agrees: with local room on its side it routes the session to cloud-sim too.
+
+And a pin survives a gateway replica's restart (the replica is killed; Serve starts another).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import openai
 import pytest
 import ray
 
+from cluster.render import GATEWAY_DEPLOYMENT
 from router.anchor import ANCHOR_INTRO
 from router.compress import SUMMARY_INTRO
 from router.contract import derive_contract
@@ -38,7 +41,7 @@ from serve_apps.session_actor import PINS_NAME, PINS_NAMESPACE, ray_pins
 from serve_apps.session_pins import PinClient
 from serve_apps.sessions import Sessions
 from tests.fakes import FakeEngine, FakeProvider
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, wait_until_local_models_green
 from tests.integration.qwen_load import QWEN, SHORT, cloud_requests, qwen_saturation, saturated_qwen
 
 pytestmark = pytest.mark.integration
@@ -182,3 +185,51 @@ def _second_replica_agrees(stack: Stack, session: str, history: list[dict[str, A
     done = asyncio.run(other.dispatch("chat", body, "second-replica", contract=contract, deadline_s=10))
     assert done.target == "cloud:cloud-sim" and provider.calls == ["second-replica"], done.reason
     assert "session kept on cloud:cloud-sim" in done.reason
+
+
+def _gateway_replica() -> tuple[str, str]:
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if "SERVE_REPLICA" in actor["name"] and f"#{GATEWAY_DEPLOYMENT}#" in actor["name"]:
+            return actor["name"], actor["namespace"]
+    raise AssertionError("no gateway replica actor found")
+
+
+def _wait_ready(stack: Stack, timeout_s: float = 240) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{stack.base_url}/readyz", timeout=10).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, "the gateway did not come back"
+        time.sleep(1)
+
+
+def test_a_pin_survives_a_gateway_replica_restart(stack: Stack) -> None:
+    """The gateway replica holding nothing but a cache is killed; Serve starts a new one, which finds the
+    session's pin in the head node's actor: the next turn is 'kept', not 'new', and counts as the second."""
+    session = f"restart-{uuid.uuid4().hex}"
+    body = {"model": QWEN, "messages": SHORT, "max_tokens": 4}
+    headers = {"x-spillover-session": session}
+    first = httpx.post(f"{stack.openai_base}/chat/completions", json=body, headers=headers, timeout=120)
+    assert first.status_code == 200 and first.headers["x-spillover-reason"].startswith("new session"), first.text
+    name, namespace = _gateway_replica()
+    ray.kill(ray.get_actor(name, namespace=namespace), no_restart=True)
+    deadline = time.monotonic() + 120
+    while _gateway_replica()[0] == name:  # Serve's controller notices and starts another replica
+        assert time.monotonic() < deadline, "Serve did not replace the gateway replica"
+        time.sleep(0.5)
+    _wait_ready(stack)
+    wait_until_local_models_green(stack)
+    again_id = f"{session}-2"
+    again = httpx.post(
+        f"{stack.openai_base}/chat/completions",
+        json=body,
+        headers={"x-spillover-session": session, "x-request-id": again_id},
+        timeout=120,
+    )
+    assert again.status_code == 200, again.text
+    assert again.headers["x-spillover-reason"].startswith(f"session kept on local:{QWEN}"), again.headers
+    record = _record(stack, again_id)["session"]
+    assert record["pinned"] == f"local:{QWEN}" and record["stored"]["turns"] == 2
