@@ -21,6 +21,7 @@ from cluster.cloud_config import CloudSection
 from cluster.config_base import StrictModel, no_duplicates
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ResilienceSection, SpendSection
+from cluster.session_config import SessionsSection
 from cluster.traffic_config import TrafficSection
 from router.errors import ConfigError
 from router.policy import Policy
@@ -204,6 +205,7 @@ class SpilloverConfig(StrictModel):
     traffic: TrafficSection = Field(
         TrafficSection(), description="operator traffic controls, graded switches and deferred requests"
     )
+    sessions: SessionsSection = Field(SessionsSection(), description="conversations pinned to a target, and switches")
 
     @field_validator("tenants")
     @classmethod
@@ -215,6 +217,13 @@ class SpilloverConfig(StrictModel):
     def _auth_needs_tenants(self) -> SpilloverConfig:
         if self.gateway.auth and not self.tenants:
             raise ValueError("gateway.auth is on but no tenants are configured")
+        return self
+
+    @model_validator(mode="after")
+    def _summariser_is_local(self) -> SpilloverConfig:
+        name = self.sessions.compress.summariser
+        if name is not None and self.model(name) is None:
+            raise ValueError(f"sessions.compress.summariser {name!r} is not one of the models' aliases")
         return self
 
     @field_validator("models")

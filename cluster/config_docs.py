@@ -37,6 +37,7 @@ SOURCES = (
     "cluster/model_spec.py",
     "cluster/perf_config.py",
     "cluster/resilience_config.py",
+    "cluster/session_config.py",
     "router/watermarks.py",
     "router/policy.py",
     "router/capabilities.py",

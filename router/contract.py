@@ -37,6 +37,7 @@ from router.errors import InvalidRequest
 from router.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
 from router.openai_request import max_tokens_of
 from router.policy import Level, Policy, Strategy
+from router.session_id import session_id_of
 
 PER_MESSAGE_TOKENS = 4
 CHARS_PER_TOKEN = 4
@@ -64,6 +65,7 @@ class RequestContract:
     deadline_ms: int | None = None
     quality_floor: float = 0.0
     tenant: str | None = None  # set by router.auth.narrow_for_tenant when gateway auth is on
+    session: str | None = None  # the conversation it belongs to (router/session_id.py)
     json_schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, hash=False)
 
@@ -101,6 +103,7 @@ class RequestContract:
             "deadline_ms": self.deadline_ms,
             "quality_floor": self.quality_floor,
             "tenant": self.tenant,
+            "session": self.session,
             "json_schema": self.json_schema,
             "tools": sorted(self.tool_schemas),
         }
@@ -242,6 +245,7 @@ def derive_contract(
     messages = body.get("messages")
     history_tools = isinstance(messages, list) and _history_has_tools(messages)
     prompt_tokens, modalities = estimate_prompt_tokens(body, count_tokens)
+    session = session_id_of(body, hdr)
     return RequestContract(
         model=str(body.get("model", "")),
         scenario=name,
@@ -261,6 +265,7 @@ def derive_contract(
         max_cost_usd=max_cost,
         deadline_ms=None if deadline is None else int(deadline),
         quality_floor=scenario.quality_floor,
+        session=session.value if session is not None else None,
         json_schema=schema,
         tool_schemas=tool_schemas,
     )

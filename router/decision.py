@@ -122,6 +122,7 @@ class DecisionRecord:
     # what happened besides the attempts: a Retry-After waited out or not, a stream's skipped events,
     # a missing [DONE], a continuation and its splice point (kind + facts, plain JSON values)
     events: tuple[Mapping[str, Any], ...] = ()
+    session: Mapping[str, Any] | None = None  # pin, switch, anchor and compression (serve_apps/sessions.py)
 
     @classmethod
     def from_pipeline(
@@ -201,6 +202,7 @@ class DecisionRecord:
             replans=int(data.get("replans") or 0),
             traffic=str(data.get("traffic") or ""),
             events=tuple(dict(e) for e in data.get("events") or ()),
+            session=data.get("session"),
         )
 
     @classmethod

@@ -15,6 +15,9 @@ PROVIDERS = "x-spillover-providers"
 MAX_COST = "x-spillover-max-cost-usd"
 DEADLINE = "x-spillover-deadline-ms"
 
+# -- request: conversation continuity (router/sessions.py)
+SESSION = "x-spillover-session"  # names the conversation a request belongs to
+
 # -- response
 ROUTE = "x-spillover-route"  # local | cloud
 TARGET = "x-spillover-target"  # local:<alias> | cloud:<provider>

@@ -38,6 +38,7 @@ class Plan:
     latched: frozenset[str]
     pipeline: PipelineResult
     unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why, from the inputs
+    local_last: bool = False  # route cloud, with local (which had room) as the last fall-back: a session's pin
 
     @property
     def first(self) -> Target | None:

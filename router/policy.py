@@ -25,6 +25,7 @@ from router.settings_base import StrictModel
 
 Level = Literal["L1", "L2", "L3"]
 Strategy = Literal["quality", "cost", "latency"]
+SwitchRule = Literal["never", "on_failure", "free"]  # router/sessions.py
 LEVELS: tuple[Level, ...] = ("L1", "L2", "L3")  # strictest first
 STRATEGIES: tuple[Strategy, ...] = ("quality", "cost", "latency")
 SCORER_NAMES = ("quality", "cost", "latency", "locality")  # the scorers of router/scorers.py
@@ -71,6 +72,12 @@ class Scenario(StrictModel):
         if level == "L1" and self.level != "L1":
             return False  # a header made the request stricter than its scenario: never looser than L1's default
         return self.continue_streams if self.continue_streams is not None else level == "L3"
+
+    switch: SwitchRule = Field(
+        "on_failure",
+        description="when a session may leave the target it is pinned to: never (wait for it, or 429/503), "
+        "on_failure (only its health, breaker or capacity move it) or free (every turn is routed on its own)",
+    )
 
     @field_validator("allowed_targets")
     @classmethod

@@ -237,7 +237,7 @@ class Splicer:
 
         amended = self._decisions.amend(job.request_id, change)
         if amended is not None and run.attempts:  # metrics: the continuation's tokens and cost
-            self._observer.recorded(replace(amended, attempts=tuple(run.attempts)))
+            self._observer.recorded(replace(amended, attempts=tuple(run.attempts), session=None))
 
 
 async def _close(chunks: AsyncIterator[str]) -> None:

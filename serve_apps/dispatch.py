@@ -63,6 +63,7 @@ from serve_apps.continuation import Splicer, StreamJob
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Gate, Resilience
+from serve_apps.sessions import Sessions, Turn
 from serve_apps.stream_account import StreamEnd, Tally, accounted, asking_usage, wants_usage
 from serve_apps.stream_contract import end_check, held_until_checked, holds_back
 from serve_apps.stream_record import StreamedAttempt, book_stream_end
@@ -84,6 +85,7 @@ class Dispatcher:
         decisions: DecisionStore | None = None,
         resilience: Resilience | None = None,
         traffic: Traffic | None = None,
+        sessions: Sessions | None = None,
     ) -> None:
         self._config = config
         self._local = local
@@ -109,6 +111,7 @@ class Dispatcher:
             clock=clock,
             max_attempts=self._resilience.max_attempts,
         )
+        self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
 
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
@@ -159,7 +162,10 @@ class Dispatcher:
         started = self._clock()
         self._resilience.budget.deposit()
         self._admission.observe(contract.model, contract.est_prompt_tokens, contract.max_output_tokens)
-        plan = self.plan(contract, kind)
+        turn = await self.sessions.open(contract, body, request_id)
+        contract, body = turn.contract, turn.body  # with the session's stored turns (sessions.store)
+        planned = turn.planner(partial(self.plan, kind=kind))
+        plan = planned()
         waited = Waited(plan, 0.0, 0)
         done: Dispatched | None = None
         ended = ""
@@ -169,19 +175,30 @@ class Dispatcher:
         events: list[dict[str, Any]] = []  # the record's events (a Retry-After waited out or not)
         try:
             if plan.route == "wait":
-                replan = partial(self.plan, contract, kind)
-                waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
+                waited = await self._admission.wait_for_room(contract.model, plan, planned, started + deadline_s)
                 plan = waited.plan
             done = await self._attempts(
-                plan, kind, body, request_id, contract, trail, started + deadline_s, notes, streams, events
+                plan, kind, body, request_id, contract, trail, started + deadline_s, notes, streams, events, turn
             )
+            await turn.close(trail, done)
             return replace(done, waited_s=waited.waited_s)
         except RequestError as exc:
             ended = exc.message
             raise
         finally:
             self._record(
-                request_id, contract, plan, started, waited, trail, done, ended, "".join(notes), streams, events
+                request_id,
+                contract,
+                plan,
+                started,
+                waited,
+                trail,
+                done,
+                ended,
+                "".join(notes),
+                streams,
+                events,
+                turn.view(),
             )
             if self._traffic is not None and not (done is not None and streams):
                 self._traffic.observed(contract, trail)  # the switch's gates (a stream's when it ends)
@@ -199,6 +216,7 @@ class Dispatcher:
         traffic: str,
         streams: list[StreamedAttempt],
         events: list[dict[str, Any]],
+        session: dict[str, Any] | None,
     ) -> None:
         """The decision record of the plan that was executed (after any wait and re-plans), its
         attempts and how it ended; stored, and shown to the observer (metrics)."""
@@ -222,6 +240,7 @@ class Dispatcher:
             replans=waited.replans,
             traffic=traffic,
             events=tuple(events),
+            session=session,
         )
         finished = executed.finished(done.target if done is not None else None, clock=self._clock)
         if done is not None and streams:  # final when its stream ends (serve_apps/stream_record.py)
@@ -235,7 +254,8 @@ class Dispatcher:
         if plan.route == "local" and plan.local is not None:
             fallback = [] if contract.residency == "local_only" else [(t, "") for t in plan.cloud]
             return [(plan.local, plan.reason), *fallback]
-        return [(t, plan.reason if i == 0 else "") for i, t in enumerate(plan.cloud)]
+        last = [(plan.local, "")] if plan.local_last and plan.local is not None else []
+        return [(t, plan.reason if i == 0 else "") for i, t in enumerate(plan.cloud)] + last
 
     async def _attempts(
         self,
@@ -249,6 +269,7 @@ class Dispatcher:
         notes: list[str],
         streams: list[StreamedAttempt],
         events: list[dict[str, Any]],
+        turn: Turn,
     ) -> Dispatched:
         """Walk the candidates, appending every attempt to `trail`. What comes next is decided by
         router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
@@ -296,7 +317,7 @@ class Dispatcher:
             reason = planned_reason or reason
             began = self._clock()
             try:
-                sent = local_body if target.kind == "local" else body
+                sent = await turn.body_for(target, local_body if target.kind == "local" else body)
                 reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
                 flagged: list[str] = []
                 if reply.chunks is not None and holds_back(kind, contract):

@@ -40,6 +40,10 @@ from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
 from serve_apps.providers import OpenAICompatProvider, provider_for
 from serve_apps.resilience import Resilience
+from serve_apps.session_actor import get_or_create_history, get_or_create_pins, ray_history, ray_pins
+from serve_apps.session_history import HistoryClient
+from serve_apps.session_pins import PinClient
+from serve_apps.sessions import Sessions
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.telemetry_board import get_or_create_board
 from serve_apps.tenant_limits import TenantLimits
@@ -84,6 +88,16 @@ class Gateway:
             timeout_s=health.probe_timeout_s,
             recovery_probe_s=health.recovery_probe_s,
         )
+
+    def _sessions(self, backend: ServeHandleBackend) -> Sessions:
+        """Pins shared by every gateway replica through the head node's actor (serve_apps/session_pins.py)."""
+        settings = self._config.sessions
+        actor = get_or_create_pins(settings.ttl_s, settings.max_sessions)
+        pins = PinClient(*ray_pins(actor), cache_s=settings.cache_s)
+        if not settings.store:
+            return Sessions(self._config, backend, pins)
+        store = get_or_create_history(settings.ttl_s, settings.history_total_bytes)
+        return Sessions(self._config, backend, pins, HistoryClient(*ray_history(store)))
 
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()
@@ -153,6 +167,7 @@ class Gateway:
             observer=metrics,
             resilience=resilience,
             traffic=(parts := traffic_parts(self._config, backend, providers, metrics, replica_id)).traffic,
+            sessions=self._sessions(backend),
         )
         self._traffic_task = loop.create_task(parts.traffic.run(self._config.traffic.sync_period_s, asyncio.sleep))
         idem = self._config.resilience.idempotency

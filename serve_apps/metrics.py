@@ -33,6 +33,8 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_retry_budget_tokens                            retries the gateway-wide budget allows now
     spillover_spend_ledger_failures_total{op}                spend ledger writes (incl. dropped) / reads that failed
     spillover_decision_log_failures_total{reason}            decision log lines lost (reason: write | dropped)
+    spillover_session_switches_total{model,from,to,why}      sessions moved off their pinned target (docs/sessions.md)
+    spillover_session_tokens_saved_total{model}              prompt tokens saved by compressing a session's history
 """
 
 from __future__ import annotations
@@ -138,6 +140,15 @@ class GatewayMetrics:
             registry=r,
         )
         self._log_seen: dict[str, int] = {"write": 0, "dropped": 0}
+        self.session_switches = Counter(
+            "spillover_session_switches",
+            "Sessions moved off their pinned target",
+            ["model", "from", "to", "why"],
+            registry=r,
+        )
+        self.session_saved = Counter(
+            "spillover_session_tokens_saved", "Prompt tokens saved by compressing history", ["model"], registry=r
+        )
 
     # DispatchObserver
     def waiting(self, model: str, count: int) -> None:
@@ -161,6 +172,17 @@ class GatewayMetrics:
             self.attempts.labels(attempt.target, attempt.outcome).inc()
             if attempt.contract and attempt.contract != "repaired":
                 self.contract_flagged.labels(attempt.target).inc()
+        if record.session:
+            self._session(str(record.contract.get("model", "")), record.session)
+
+    def _session(self, model: str, session: Mapping[str, Any]) -> None:
+        if (switch := session.get("switch")) is not None:
+            self.session_switches.labels(
+                model, switch["from"] or "", switch["to"] or "pending", switch["why"] or ""
+            ).inc()
+        for prepared in session.get("prepared", ()):
+            if "compression" in prepared and prepared["target"] == session.get("target"):
+                self.session_saved.labels(model).inc(max(0, prepared["compression"]["tokens_saved"]))
 
     def stream_repaired(self, target: str, kind: str) -> None:
         self.stream_repairs.labels(target, kind).inc()

@@ -78,6 +78,7 @@ SPILLOVER_HEADERS = [
     {"name": hdr.PROVIDERS, "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": hdr.MAX_COST, "in": "header", "required": False, "schema": {"type": "string"}},
     {"name": hdr.SCENARIO, "in": "header", "required": False, "schema": {"type": "string"}},
+    {"name": hdr.SESSION, "in": "header", "required": False, "schema": {"type": "string"}},
 ]
 _OPEN = {"parameters": COMMON_HEADERS}
 

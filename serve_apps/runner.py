@@ -25,6 +25,7 @@ from cluster.render import APP_NAME, application
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.breaker_exchange import kill_exchange
+from serve_apps.session_actor import kill_pins
 from serve_apps.telemetry_board import kill_board
 from serve_apps.traffic_board import kill_traffic_board
 
@@ -42,6 +43,7 @@ class Running:
             kill_board()
             kill_exchange()
             kill_traffic_board()
+            kill_pins()
         finally:
             if self.started_ray:
                 ray.shutdown()

@@ -5,7 +5,9 @@ any latency, hang or fault plays out, so a request that later hangs or is cut is
 the file. Fields: `time` (from the injected clock), `request_id` (the simulator's own id,
 also sent back as `x-request-id`), `method`, `path`, `model`, `stream`, `headers` (only
 `x-request-id` and `x-spillover-*` as received), `fault`, `error` (the error code answered,
-or null) and `status` (the HTTP status sent, 200 for a stream that is later cut).
+or null) and `status` (the HTTP status sent, 200 for a stream that is later cut); for a chat,
+`messages` (how many) and `system` (each system text, the Messages API's `system` included, clipped
+to 2,000 characters): what a gateway put in front of the client's turns is visible, the turns are not.
 The Authorization header is never logged.
 """
 
@@ -19,6 +21,19 @@ from typing import Any
 
 LOGGED_HEADERS = frozenset({"x-request-id"})
 LOGGED_HEADER_PREFIX = "x-spillover-"
+SYSTEM_CHARS = 2000
+
+
+def prompt_shape(body: Any) -> dict[str, Any]:
+    """How many messages a chat body holds and its system texts (clipped); {} for anything else."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return {}
+    system = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "system"]
+    if isinstance(body.get("system"), str):
+        system.insert(0, body["system"])
+    texts = [t[:SYSTEM_CHARS] for t in system if isinstance(t, str)]
+    return {"messages": len(messages), "system": texts[:20]}
 
 
 def logged_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -47,7 +47,7 @@ from starlette.types import Receive, Scope, Send
 from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault
 from bench.cloud_sim.prefill import checked_plan
 from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, request_model, with_wrong_tool_arguments
-from bench.cloud_sim.request_log import RequestLog, logged_headers
+from bench.cloud_sim.request_log import RequestLog, logged_headers, prompt_shape
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
 from bench.cloud_sim.stream_faults import faulty_stream
 from bench.cloud_sim.wire import wire_for
@@ -112,7 +112,7 @@ class CloudSim:
         except ValueError:
             body = _NOT_JSON
         stream = isinstance(body, dict) and body.get("stream") is True
-        record = self._record(request, sim_id, model=request_model(body), stream=stream)
+        record = {**self._record(request, sim_id, model=request_model(body), stream=stream), **prompt_shape(body)}
         if settings.outage:
             return self._answer(record, self._outage(sim_id), "outage")
         denied = self._check_key(request, settings, sim_id)

@@ -9,7 +9,9 @@ Two models are deployed from `configs/local.yaml` plus a second entry:
 The cloud simulator runs as a real subprocess (`python -m bench.cloud_sim`) writing its
 request log, and the config's `cloud-sim` provider is enabled and pointed at it (timeout 2 s).
 A second simulator, `cloud-sim-b` (own failure domain, dearer, so ranked second, needs an API key),
-is the healthy spare of the fault matrix. A third provider, `cloud-sim-badkey`, points at the same
+is the healthy spare of the fault matrix. The first simulator's `qwen2-tiny-random` has a 512-token
+window (smaller than the local model's), for the sessions test's compressed switch. A third
+provider, `cloud-sim-badkey`, points at the same
 second simulator with a wrong key: its health must go black and the key never show anywhere. A
 fourth, `cloud-anthropic` (`type: anthropic`), is a third simulator speaking the Anthropic Messages
 API (`--api anthropic`, key required); it serves only smollm2 in its own region `sim-anthropic`, is
@@ -73,6 +75,14 @@ RESILIENCE = {
 }
 
 
+SIM_QWEN_WINDOW = 512
+# sessions' history compression: the real SmolLM2 writes the summaries (the default would be the request's
+# own model, and qwen2-tiny-random answers noise); a long timeout, as it shares 2 cores with the load
+SESSIONS = {
+    "compress": {"keep_last": 2, "summary_tokens": 64, "summariser": "smollm2-135m-instruct", "summary_timeout_s": 90}
+}
+
+
 @dataclass(frozen=True)
 class Stack:
     base_url: str
@@ -129,8 +139,15 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic
             }
         },
     }
+    # cloud-sim serves qwen with a window smaller than the local model's 1,024 tokens, so a session
+    # forced there from local must be compressed to fit (tests/integration/test_sessions.py)
+    provider["models"]["qwen2-tiny-random"] = {
+        **provider["models"]["qwen2-tiny-random"],
+        "context_window": SIM_QWEN_WINDOW,
+    }
     raw["cloud"]["providers"] += [spare, badkey, anthropic]
     raw["resilience"] = RESILIENCE
+    raw["sessions"] = SESSIONS
     raw["spend"] = {"ledger": str(ledger)}
     return parse_config(raw, "tests/integration (configs/local.yaml + qwen2-tiny-random + 2 cloud-sims)")
 

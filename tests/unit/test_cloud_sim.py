@@ -381,3 +381,20 @@ async def test_schema_invalid_fault_breaks_only_json_schema_answers() -> None:
     content = with_schema.json()["choices"][0]["message"]["content"]
     assert with_schema.status_code == 200 and "capital" not in json.loads(content)
     assert plain.json()["choices"][0]["message"]["content"].startswith("[cloud-sim:")
+
+
+async def test_request_log_shows_the_system_texts_and_how_many_messages_not_the_turns(tmp_path: Path) -> None:
+    log_path = tmp_path / "requests.jsonl"
+    body = chat()
+    body["messages"] = [
+        {"role": "system", "content": "be brief"},
+        {"role": "system", "content": "x" * 5000},
+        {"role": "user", "content": "private turn"},
+    ]
+    async with client_for(make_sim(log_path)) as client:
+        await client.post("/v1/chat/completions", json=body)
+        await client.post("/v1/chat/completions", content=b"not json")
+    first, second = (json.loads(line) for line in log_path.read_text().splitlines())
+    assert first["messages"] == 3 and first["system"] == ["be brief", "x" * 2000]
+    assert "private turn" not in log_path.read_text()
+    assert "messages" not in second and "system" not in second

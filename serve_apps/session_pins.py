@@ -1,0 +1,154 @@
+"""Where sessions are pinned: one table shared by every gateway replica, and each replica's cache of it.
+
+`PinTable` maps a pin key (tenant, model alias, session id: router/session_id.py) to the session's
+record — its target id, when it was pinned there, its turns and switches, and its state anchor
+(router/anchor.py, at most `sessions.anchor.max_bytes`). It holds at most `max_sessions` records
+(least recently used evicted first) and forgets one unused for `ttl_s` (`sessions.ttl_s`).
+
+In a deployment the table lives in a named, detached Ray actor on the head node
+(serve_apps/session_actor.py, like the telemetry board and the breaker exchange), so pins survive a
+gateway replica's restart and every replica sees the same ones. `record` is a compare-and-set: it
+moves a pin only from the target the caller saw, so two replicas that pin a new session at once
+agree on the first one's target from the next turn on.
+
+`PinClient` is a gateway replica's side: it reuses a record it read for `sessions.cache_s` (a
+switch made by another replica is seen within that bound), and a table that does not answer within
+`timeout_s` costs the request its pin, never the request itself (logged; the record says so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+log = logging.getLogger("spillover.sessions")
+
+Record = dict[str, Any]
+
+
+class PinTable:
+    def __init__(
+        self, clock: Callable[[], float] = time.time, ttl_s: float = 3600, max_sessions: int = 100_000
+    ) -> None:
+        self._clock = clock
+        self._ttl_s = ttl_s
+        self._max = max_sessions
+        self._records: OrderedDict[str, Record] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def _live(self, key: str) -> Record | None:
+        record = self._records.get(key)
+        if record is None:
+            return None
+        if self._clock() - record["used_at"] > self._ttl_s:
+            del self._records[key]
+            return None
+        return record
+
+    def get(self, key: str) -> Record | None:
+        record = self._live(key)
+        if record is None:
+            return None
+        self._records.move_to_end(key)
+        return dict(record)
+
+    def record(self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
+        """One answered turn on `target`; the pin moves only if it still points at `expected` (None:
+        no pin). Returns the stored record (another replica's pin when it got there first)."""
+        now = self._clock()
+        current = self._live(key)
+        if current is not None and current["target"] != expected:
+            return dict(current)  # moved (or pinned) meanwhile by another replica: theirs stands
+        if current is None:
+            current = {"target": target, "since": now, "turns": 0, "switches": 0, "anchor": {}}
+        elif current["target"] != target:
+            current = {**current, "target": target, "since": now, "switches": current["switches"] + 1}
+        current = {**current, "turns": current["turns"] + 1, "used_at": now}
+        if anchor is not None:
+            current["anchor"] = dict(anchor)
+        self._records[key] = current
+        self._records.move_to_end(key)
+        while len(self._records) > self._max:
+            self._records.popitem(last=False)
+        return dict(current)
+
+    def reset(self) -> int:
+        dropped = len(self._records)
+        self._records.clear()
+        return dropped
+
+
+Get = Callable[[str], Awaitable[Record | None]]
+Put = Callable[[str, str | None, str, Mapping[str, Any] | None], Awaitable[Record]]
+
+
+def local_pins(table: PinTable) -> tuple[Get, Put]:
+    """The same calls over an in-process table (a gateway without Ray, and the unit tests)."""
+
+    async def get(key: str) -> Record | None:
+        return table.get(key)
+
+    async def put(key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
+        return table.record(key, expected, target, anchor)
+
+    return get, put
+
+
+class PinClient:
+    def __init__(
+        self,
+        get: Get,
+        put: Put,
+        *,
+        cache_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        timeout_s: float = 1.0,
+        max_cached: int = 10_000,
+    ) -> None:
+        self._get = get
+        self._put = put
+        self._cache_s = cache_s
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._max_cached = max_cached
+        self._cache: OrderedDict[str, tuple[float, Record | None]] = OrderedDict()
+        self.failures = 0
+
+    def _keep(self, key: str, record: Record | None) -> None:
+        self._cache[key] = (self._clock(), record)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self._max_cached:
+            self._cache.popitem(last=False)
+
+    async def lookup(self, key: str) -> tuple[Record | None, bool]:
+        """(the session's record or None, whether the table answered)."""
+        cached = self._cache.get(key)
+        if cached is not None and self._clock() - cached[0] < self._cache_s:
+            return cached[1], True
+        try:
+            record = await asyncio.wait_for(self._get(key), self._timeout_s)
+        except Exception as exc:  # noqa: BLE001 -- the table being away costs the pin, never the request
+            self.failures += 1
+            log.warning("session pin table unavailable: %s", type(exc).__name__)
+            return None, False
+        self._keep(key, record)
+        return record, True
+
+    async def record(
+        self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None
+    ) -> Record | None:
+        try:
+            stored = await asyncio.wait_for(self._put(key, expected, target, anchor), self._timeout_s)
+        except Exception as exc:  # noqa: BLE001 -- see lookup
+            self.failures += 1
+            log.warning("session pin not stored: %s", type(exc).__name__)
+            self._cache.pop(key, None)
+            return None
+        self._keep(key, stored)
+        return stored
