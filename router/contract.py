@@ -66,6 +66,7 @@ class RequestContract:
     tenant: str | None = None  # set by router.auth.narrow_for_tenant when gateway auth is on
     json_schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, hash=False)
+    inputs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)  # contract headers given
 
     @property
     def checks_output(self) -> bool:
@@ -222,12 +223,7 @@ def derive_contract(
 ) -> RequestContract:
     """The contract of one request. Raises `InvalidRequest` (400) for bad headers or schemas."""
     hdr = h.lower_keys(headers)
-    name, scenario = h.resolve_scenario(hdr, policy)
-    level = h.stricter_level(scenario.level, hdr.get(h.LEVEL_HEADER))
-    residency = h.narrow_residency(h.scenario_residency(scenario), h.parse_residency(hdr.get(h.RESIDENCY_HEADER)))
-    max_cost = h.narrowed_min(scenario.max_cost_usd, h.MAX_COST_HEADER, hdr.get(h.MAX_COST_HEADER), float)
-    deadline = h.narrowed_min(scenario.deadline_ms, h.DEADLINE_HEADER, hdr.get(h.DEADLINE_HEADER), int)
-    providers = h.parse_providers(hdr.get(h.PROVIDERS_HEADER))
+    terms = scenario_terms(hdr, policy)
 
     schemas = [body.get("response_format"), body.get("tools")]
     if count_objects(schemas, MAX_SCHEMA_OBJECTS) > MAX_SCHEMA_OBJECTS:  # every schema of the request together
@@ -244,9 +240,6 @@ def derive_contract(
     prompt_tokens, modalities = estimate_prompt_tokens(body, count_tokens)
     return RequestContract(
         model=str(body.get("model", "")),
-        scenario=name,
-        level=level,
-        strategy=scenario.strategy,
         needs_tools=bool(tool_schemas) or history_tools,
         needs_parallel_tools=body.get("parallel_tool_calls") is True and len(tool_schemas) > 1,
         needs_json_schema=needs_schema,
@@ -255,12 +248,31 @@ def derive_contract(
         modalities=modalities,
         est_prompt_tokens=prompt_tokens,
         max_output_tokens=_max_output(body, default_max_tokens),
-        residency=residency,
-        allowed_providers=providers,
-        allowed_target_patterns=tuple(scenario.allowed_targets),
-        max_cost_usd=max_cost,
-        deadline_ms=None if deadline is None else int(deadline),
-        quality_floor=scenario.quality_floor,
         json_schema=schema,
         tool_schemas=tool_schemas,
+        **terms,
     )
+
+
+def contract_inputs(headers: Mapping[str, str]) -> dict[str, str]:
+    """The contract headers a client sent (lower-case names), as decision records keep them for replay."""
+    return {k: v for k, v in headers.items() if k in h.CONTRACT_HEADERS}
+
+
+def scenario_terms(hdr: Mapping[str, str], policy: Policy) -> dict[str, Any]:
+    """What the scenario and the contract headers (lower-case names) fix: the scenario's terms, narrowed
+    by the headers. Raises `InvalidRequest` (400) for bad headers. Replays call it with a new policy."""
+    name, scenario = h.resolve_scenario(hdr, policy)
+    deadline = h.narrowed_min(scenario.deadline_ms, h.DEADLINE_HEADER, hdr.get(h.DEADLINE_HEADER), int)
+    return {
+        "scenario": name,
+        "level": h.stricter_level(scenario.level, hdr.get(h.LEVEL_HEADER)),
+        "strategy": scenario.strategy,
+        "residency": h.narrow_residency(h.scenario_residency(scenario), h.parse_residency(hdr.get(h.RESIDENCY_HEADER))),
+        "allowed_providers": h.parse_providers(hdr.get(h.PROVIDERS_HEADER)),
+        "allowed_target_patterns": tuple(scenario.allowed_targets),
+        "max_cost_usd": h.narrowed_min(scenario.max_cost_usd, h.MAX_COST_HEADER, hdr.get(h.MAX_COST_HEADER), float),
+        "deadline_ms": None if deadline is None else int(deadline),
+        "quality_floor": scenario.quality_floor,
+        "inputs": contract_inputs(hdr),
+    }

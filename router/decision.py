@@ -8,7 +8,8 @@ and `finished` return new ones. Timestamps come from the clock the caller inject
 `DecisionStore` keeps the last `max_records` records by request id (oldest evicted), and at most
 `max_bytes` of them measured as their JSON lines (a record quotes the client's schema, so a few
 large requests must not pin gigabytes: the oldest go first, the newest is always kept), and writes
-each stored record as one JSON line to an optional sink (a callable the caller wires to a file).
+each stored record as one JSON line to an optional sink (a callable the caller wires to a file),
+preceded the first time by a line for each schema or snapshot blob it quotes (router/decision_inputs.py).
 A sink that raises is logged and counted (`sink_failures`): the record stays stored and the
 request it describes is never failed by its log.
 
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 from router.capabilities import Target, estimate_cost_usd
 from router.contract import RequestContract
+from router.decision_inputs import Blob, BlobLog, compact_contract
 from router.pipeline import PipelineResult
 from router.policy import Policy
 
@@ -110,6 +112,8 @@ class DecisionRecord:
     reason: str = ""  # why (the burst decision, a fail-over, or how the request ended)
     waited_s: float = 0.0  # time in the waiting room for local capacity
     replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
+    snapshot_id: str = ""  # the plan's capability / health snapshot, a blob (router/decision_inputs.py)
+    blobs: Mapping[str, Blob] = field(default_factory=dict, compare=False)  # schemas, snapshot: logged once
 
     @classmethod
     def from_pipeline(
@@ -122,8 +126,10 @@ class DecisionRecord:
         clock: Callable[[], float],
         unavailable: Mapping[str, str] | None = None,
         health: Mapping[str, str] | None = None,
+        snapshot: tuple[str, Mapping[str, Any]] | None = None,
     ) -> DecisionRecord:
-        """`unavailable`: why a target was unavailable (its health state or breaker), by target id."""
+        """`unavailable`: why a target was unavailable (its health state or breaker), by target id;
+        `snapshot`: (id, body) of `router.decision_inputs.plan_snapshot`."""
         removed = {r.target: r for r in result.removed}
         why_unavailable = unavailable or {}
         candidates = []
@@ -138,14 +144,19 @@ class DecisionRecord:
                 card = result.scores[target_id]
                 scores = {n: {"raw": s.raw, "score": s.clamped, "weight": s.weight} for n, s in card.scores.items()}
                 candidates.append(Candidate(target_id, "ranked", scores=scores, total=card.total))
+        compact, blobs = compact_contract(contract)
+        if snapshot is not None:
+            blobs[snapshot[0]] = {"kind": "snapshot", "body": snapshot[1]}
         return cls(
             request_id=request_id,
             policy_version=policy.version,
-            contract=contract.to_dict(),
+            contract=compact,
             candidates=tuple(candidates),
             tiers=tuple(tuple(t) for t in result.tiers),
             started_at=clock(),
             health=dict(health or {}),
+            snapshot_id=snapshot[0] if snapshot is not None else "",
+            blobs=blobs,
         )
 
     def with_attempt(self, attempt: Attempt) -> DecisionRecord:
@@ -161,7 +172,8 @@ class DecisionRecord:
         return sum(a.cost_usd for a in self.attempts if a.cost_usd is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = _plain(self)
+        data = _plain(replace(self, blobs={}))
+        del data["blobs"]
         data["tiers"] = [list(t) for t in self.tiers]
         data["health"] = dict(self.health)
         data["total_cost_usd"] = self.total_cost_usd
@@ -187,6 +199,7 @@ class DecisionRecord:
             reason=data.get("reason") or "",
             waited_s=float(data.get("waited_s") or 0.0),
             replans=int(data.get("replans") or 0),
+            snapshot_id=str(data.get("snapshot_id") or ""),
         )
 
     @classmethod
@@ -211,6 +224,7 @@ class DecisionStore:
         self.bytes_kept = 0
         self._claims: dict[str, tuple[str, int]] = {}  # request id -> (owner, requests in flight)
         self.sink_failures = 0
+        self._blob_log = BlobLog()
 
     @property
     def max_records(self) -> int:
@@ -260,6 +274,9 @@ class DecisionStore:
             self.bytes_kept -= self._sizes.pop(evicted, 0)
         if self._sink is not None:
             try:
+                for blob_id, blob_line in self._blob_log.new_lines(record.blobs):
+                    self._sink(blob_line)  # a schema or snapshot the record quotes, once
+                    self._blob_log.written(blob_id)
                 self._sink(line)
             except Exception as exc:  # noqa: BLE001 - a full disk or a bad path must not fail the request
                 self.sink_failures += 1

@@ -36,6 +36,7 @@ from router.cache_salt import salted
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
+from router.decision_inputs import plan_snapshot
 from router.errors import ContractViolation, RequestError, TargetUnavailable
 from router.openai_request import Kind
 from router.plan import Plan, PlanInputs, plan_request
@@ -135,7 +136,7 @@ class Dispatcher:
             ended = exc.message
             raise
         finally:
-            self._record(request_id, contract, plan, started, waited, trail, done, ended)
+            self._record(request_id, contract, plan, started, waited, trail, done, ended, kind)
 
     def _record(
         self,
@@ -147,9 +148,13 @@ class Dispatcher:
         trail: list[Attempt],
         done: Dispatched | None,
         ended: str,
+        kind: Kind = "chat",
     ) -> None:
         """The decision record of the plan that was executed (after any wait and re-plans), its
         attempts and how it ended; stored, and shown to the observer (metrics)."""
+        health = self._resilience.states()
+        reachable = self._providers if kind == "chat" else ()
+        snapshot = plan_snapshot(self._registry.for_alias(contract.model), reachable, plan.unavailable, health)
         record = DecisionRecord.from_pipeline(
             request_id,
             self._config.policy,
@@ -157,7 +162,8 @@ class Dispatcher:
             plan.pipeline,
             clock=lambda: started,
             unavailable=plan.unavailable,
-            health=self._resilience.states(),
+            health=health,
+            snapshot=snapshot,
         )
         route = done.route if done is not None else plan.route
         reason = done.reason if done is not None else (ended or plan.reason)
