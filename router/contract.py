@@ -35,6 +35,7 @@ from typing import Any
 from router import contract_headers as h
 from router.errors import InvalidRequest
 from router.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
+from router.language import script_of
 from router.openai_request import max_tokens_of
 from router.policy import Level, Policy, Strategy
 
@@ -67,6 +68,8 @@ class RequestContract:
     json_schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, hash=False)
     inputs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)  # contract headers given
+    language: str = "none"  # the prompt's script (router/language.py), a quality bucket's `lang`
+    typing: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)  # how the scenario was typed
 
     @property
     def checks_output(self) -> bool:
@@ -104,6 +107,8 @@ class RequestContract:
             "tenant": self.tenant,
             "json_schema": self.json_schema,
             "tools": sorted(self.tool_schemas),
+            "language": self.language,
+            "typing": None if self.typing is None else dict(self.typing),
         }
 
 
@@ -238,6 +243,7 @@ def derive_contract(
     messages = body.get("messages")
     history_tools = isinstance(messages, list) and _history_has_tools(messages)
     prompt_tokens, modalities = estimate_prompt_tokens(body, count_tokens)
+    language = script_of(_texts_and_modalities(body)[0])
     return RequestContract(
         model=str(body.get("model", "")),
         needs_tools=bool(tool_schemas) or history_tools,
@@ -250,6 +256,7 @@ def derive_contract(
         max_output_tokens=_max_output(body, default_max_tokens),
         json_schema=schema,
         tool_schemas=tool_schemas,
+        language=language,
         **terms,
     )
 

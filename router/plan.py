@@ -57,6 +57,7 @@ class PlanInputs:
     available_providers: frozenset[str]  # providers with a live adapter (enabled, not broken)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why (health red/black, breaker)
     admission_detail: str = ""  # which bound and inputs set admission_limit (calibrated models)
+    quality: Mapping[str, float] = field(default_factory=dict)  # target id -> learned quality (router/quality.py)
 
 
 def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
@@ -64,7 +65,9 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
     targets = inputs.registry.for_alias(contract.model)
     states = {
         t.id: TargetState(
-            available=(t.kind == "local" or t.provider in inputs.available_providers) and t.id not in inputs.unavailable
+            available=(t.kind == "local" or t.provider in inputs.available_providers)
+            and t.id not in inputs.unavailable,
+            quality=inputs.quality.get(t.id),
         )
         for t in targets
     }

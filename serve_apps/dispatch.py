@@ -40,6 +40,7 @@ from router.decision_inputs import plan_snapshot
 from router.errors import ContractViolation, RequestError, TargetUnavailable
 from router.openai_request import Kind
 from router.plan import Plan, PlanInputs, plan_request
+from router.quality import QualityBook, contract_bucket
 from router.retry import AttemptBudget, after_failure, before_attempt
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
@@ -63,6 +64,7 @@ class Dispatcher:
         observer: DispatchObserver | None = None,
         decisions: DecisionStore | None = None,
         resilience: Resilience | None = None,
+        quality: QualityBook | None = None,
     ) -> None:
         self._config = config
         self._local = local
@@ -79,6 +81,7 @@ class Dispatcher:
         self._resilience = resilience or Resilience(config, clock=clock)
         self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
+        self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
 
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
@@ -105,6 +108,7 @@ class Dispatcher:
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
             unavailable=self._resilience.unavailable(self._registry.for_alias(model)),
+            quality=self._learned(contract),
         )
         began = time.perf_counter()
         try:
@@ -113,6 +117,12 @@ class Dispatcher:
             self._observer.decided(time.perf_counter() - began)
         self._latched[model] = plan.latched
         return plan
+
+    def _learned(self, contract: RequestContract) -> dict[str, float]:
+        if self._quality is None:
+            return {}
+        ids = [t.id for t in self._registry.for_alias(contract.model)]
+        return self._quality.estimates(ids, contract_bucket(contract))
 
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
