@@ -116,3 +116,12 @@ def test_a_log_of_only_junk_trips_the_guard(tmp_path: Path, capsys: pytest.Captu
     (tmp_path / "decisions.jsonl").write_text("junk\n{}\n")
     code, text = run_cli(tmp_path, capsys, same)
     assert code == 1 and "no request could be replayed" in text and "line 1: not JSON" in text
+
+
+def test_the_committed_example_still_replays_to_its_report(capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).resolve().parents[2] / "docs/examples/replay"
+    args = ["replay", "--policy", str(example / "no-cloud-sim.yaml"), "--decisions", str(example / "decisions.jsonl")]
+    assert main(args) == 1
+    assert capsys.readouterr().out == (example / "report.txt").read_text()
+    assert main([*args, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == json.loads((example / "report.json").read_text())
