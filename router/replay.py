@@ -190,7 +190,8 @@ def replay_one(
     tenants: Mapping[str, TenantPolicy] | None = None,
 ) -> RequestReplay:
     """One record's replay; a record without the fields a replay needs is `skipped`, never an exception."""
-    request_id = str(record.get("request_id", "?"))[:128]
+    raw_id = str(record.get("request_id", "?"))[:128]
+    request_id = "".join(c if 32 <= ord(c) < 127 else "?" for c in raw_id)  # printed: no terminal escapes
     try:
         return _replay_one(request_id, record, blobs, policy, registry, tenants)
     except RequestError as exc:

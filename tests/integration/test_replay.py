@@ -1,7 +1,8 @@
 """A recorded run replayed offline: real requests through the real gateway write its JSONL decision
 log (`gateway.decisions_log`), then `spillover replay` (a subprocess, as an operator runs it) re-runs
 a policy that forbids the `cloud-sim` provider over that log and must report exactly the requests
-that went to cloud-sim as moved, and every other one as unchanged."""
+that went to cloud-sim as moved, and every other one as unchanged. On the way, a feedback report on
+one of the answers reaches the per-bucket quality view and /metrics."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -40,6 +42,19 @@ def _log_lines(path: Path, wanted: set[str], timeout_s: float = 20) -> list[dict
         time.sleep(0.2)
 
 
+def _feedback_reaches_quality(stack: Stack, request_id: str) -> None:
+    """A late verdict on a real answer is stored and lands in the per-bucket quality and /metrics."""
+    body = {"request_id": request_id, "outcome": "failure", "source": "integration-test"}
+    reply = httpx.post(f"{stack.openai_base}/spillover/feedback", json=body, timeout=10)
+    assert reply.status_code == 200 and reply.json()["applied"]["quality"] is True, reply.text
+    again = httpx.post(f"{stack.openai_base}/spillover/feedback", json=body, timeout=10)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "feedback_exists"
+    quality = httpx.get(f"{stack.openai_base}/spillover/quality", timeout=10).json()
+    buckets = quality["targets"][f"local:{SMOL}"]
+    assert sum(b["feedback"] for b in buckets.values()) >= 1 and sum(b["failures"] for b in buckets.values()) >= 1
+    assert "spillover_quality_samples{" in httpx.get(f"{stack.base_url}/metrics", timeout=10).text
+
+
 def test_a_policy_forbidding_a_provider_moves_exactly_its_requests(stack: Stack, tmp_path: Path) -> None:
     client = openai.OpenAI(base_url=stack.openai_base, api_key="unused", max_retries=0, timeout=120)
     run = uuid.uuid4().hex[:8]
@@ -58,6 +73,7 @@ def test_a_policy_forbidding_a_provider_moves_exactly_its_requests(stack: Stack,
         targets[request_id] = raw.headers["x-spillover-target"]
     to_sim = {rid for rid, target in targets.items() if target == "cloud:cloud-sim"}
     assert to_sim and len(to_sim) < len(targets), targets
+    _feedback_reaches_quality(stack, next(rid for rid, target in targets.items() if target.startswith("local:")))
 
     log_path = Path(str(stack.config.gateway.decisions_log))
     subset = tmp_path / "decisions.jsonl"

@@ -123,12 +123,15 @@ def test_records_without_inputs_or_with_missing_schemas_are_skipped_not_raised(t
     blobs = {k: b for k, b in log.blobs.items() if k not in schema_blobs}
     old = dict(log.records[0])
     old["contract"] = {k: v for k, v in old["contract"].items() if k != "inputs"}  # an older record
-    weird = [{"request_id": "w1", "contract": {"inputs": {}}, "tiers": "xx", "attempts": [7]}, {"request_id": "w2"}]
+    weird = [
+        {"request_id": "w1", "contract": {"inputs": {}}, "tiers": "xx", "attempts": [7]},
+        {"request_id": "w2\x1b[2J"},
+    ]
     config = make_config(None)
     registry = Registry.from_config(config.models, config.cloud.providers)
     report = replay([old, *log.records[1:], *weird], blobs, config.policy, registry)
     outcomes = {r.request_id: (r.outcome, r.why) for r in report.requests}
     assert outcomes["plain-1"][0] == "skipped" and "no contract inputs" in outcomes["plain-1"][1]
     assert outcomes["schema-1"] == ("skipped", "a schema it quotes is not in the log")
-    assert outcomes["w1"][0] == outcomes["w2"][0] == "skipped"
+    assert outcomes["w1"][0] == outcomes["w2?[2J"][0] == "skipped"  # an escape sequence is never printed
     assert outcomes["private-1"][0] == "same"
