@@ -1,5 +1,5 @@
 """Request typing (router/typing_rules.py, router/embedding.py, serve_apps/learning.py): rules, the
-centroid classifier on a small labelled set (tests/unit/typing_set.py; accuracy asserted and
+centroid classifier on a small labelled set (bench/typing_set.py; accuracy asserted and
 reported in docs/learning.md), narrowing only, a declared scenario winning, feedback examples."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from bench.typing_set import EXAMPLES, HELD_OUT, POLICY
 from cluster.config import parse_config
 from router.contract import derive_contract
 from router.embedding import HashingEmbedder, cosine
@@ -16,7 +17,6 @@ from router.policy import Policy
 from router.typing_rules import CentroidClassifier, RequestTyper, Rule, last_user_text, looser_than
 from serve_apps.learning import Learning
 from tests.unit.replay_world import config_data
-from tests.unit.typing_set import EXAMPLES, HELD_OUT, POLICY
 
 P = Policy.model_validate(POLICY)
 RULES = [

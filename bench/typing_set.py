@@ -1,4 +1,4 @@
-"""A small labelled set for request typing: examples that build the centroids, and held-out prompts
+"""A small labelled set for request typing (tests/unit/test_typing.py, bench/typing_embeddings.py): examples
 with the scenario a person would give them (None: none of the typed scenarios, the default)."""
 
 from __future__ import annotations
