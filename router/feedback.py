@@ -21,18 +21,13 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from router.errors import InvalidRequest, RequestError
+from router.errors import FeedbackExists, InvalidRequest
 
 FeedbackOutcome = Literal["success", "failure"]
 FIELDS = frozenset({"request_id", "outcome", "label", "source"})
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 _TAG = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 MAX_FEEDBACK_BYTES = 4096
-
-
-class FeedbackExists(RequestError):
-    status_code = 409
-    code = "feedback_exists"
 
 
 @dataclass(frozen=True)
