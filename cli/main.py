@@ -11,6 +11,7 @@
     spillover bench calibrate --url URL --model NAME ...   load test, knee, admission-limit overlay
     spillover explain REQUEST_ID [--url URL] [--json]   why a request went where it went
     spillover traffic show|drain|undrain|pin|unpin|switch|rollback|clear ...   operator traffic controls
+    spillover replay --policy NEW.yaml --decisions LOG.jsonl [--json]   what a new policy would change
     spillover capacity [--config PATH] [--prompt-tokens N] [--output-tokens M] [--gpu-mem 80GiB] [--json]
 
 Exit codes: 0 ok, 2 bad input (config, arguments), 1 anything else.
@@ -36,6 +37,7 @@ from bench.cloud_sim import add_cloud_sim_parser
 from bench.cloud_sim.process import running_cloud_sim
 from cli.capacity import add_capacity_parser
 from cli.explain import add_explain_parser
+from cli.replay import add_replay_parser
 from cli.status import add_status_parser
 from cli.traffic import add_traffic_parser
 from cluster.capacity_bound import calibration_line
@@ -213,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(sub)
     add_explain_parser(sub)
     add_traffic_parser(sub)
+    add_replay_parser(sub)
     add_capacity_parser(sub)
     add_cloud_sim_parser(sub)
     add_bench_parser(sub)

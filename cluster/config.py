@@ -19,6 +19,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cluster.cloud_config import CloudSection
 from cluster.config_base import StrictModel, no_duplicates
+from cluster.learning_config import LearningSection
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ResilienceSection, SpendSection
 from cluster.session_config import SessionsSection
@@ -206,6 +207,16 @@ class SpilloverConfig(StrictModel):
         TrafficSection(), description="operator traffic controls, graded switches and deferred requests"
     )
     sessions: SessionsSection = Field(SessionsSection(), description="conversations pinned to a target, and switches")
+    learning: LearningSection = Field(
+        LearningSection(), description="quality learned from outcomes and feedback, request typing"
+    )
+
+    @model_validator(mode="after")
+    def _typing_scenarios_known(self) -> SpilloverConfig:
+        unknown = self.learning.unknown_scenarios(self.policy)
+        if unknown:
+            raise ValueError(f"learning.typing names scenarios the policy lacks: {unknown}")
+        return self
 
     @field_validator("tenants")
     @classmethod

@@ -11,11 +11,9 @@ from router.auth import Authenticator, TenantPolicy
 log = logging.getLogger("spillover.auth")
 
 
-def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authenticator | None:
-    """The gateway's authenticator when `gateway.auth` is on; keys come from the environment."""
-    if not config.gateway.auth:
-        return None
-    tenants = [
+def tenant_policies(config: SpilloverConfig) -> list[TenantPolicy]:
+    """What each configured tenant may do (router/auth.py), without its key."""
+    return [
         TenantPolicy(
             t.name,
             residency=frozenset(t.residency) if isinstance(t.residency, list) else t.residency,
@@ -27,6 +25,13 @@ def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authen
         )
         for t in config.tenants
     ]
+
+
+def authenticator_for(config: SpilloverConfig, env: Mapping[str, str]) -> Authenticator | None:
+    """The gateway's authenticator when `gateway.auth` is on; keys come from the environment."""
+    if not config.gateway.auth:
+        return None
+    tenants = tenant_policies(config)
     keys = {t.name: env.get(t.api_key_env, "") for t in config.tenants}
     for tenant in config.tenants:
         if not keys[tenant.name]:

@@ -35,6 +35,7 @@ from typing import Any
 from router import contract_headers as h
 from router.errors import InvalidRequest
 from router.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
+from router.language import script_of
 from router.openai_request import max_tokens_of
 from router.policy import Level, Policy, Strategy
 from router.session_id import session_id_of
@@ -68,6 +69,9 @@ class RequestContract:
     session: str | None = None  # the conversation it belongs to (router/session_id.py)
     json_schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, hash=False)
+    inputs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)  # contract headers given
+    language: str = "none"  # the prompt's script (router/language.py), a quality bucket's `lang`
+    typing: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)  # how the scenario was typed
 
     @property
     def checks_output(self) -> bool:
@@ -106,6 +110,8 @@ class RequestContract:
             "session": self.session,
             "json_schema": self.json_schema,
             "tools": sorted(self.tool_schemas),
+            "language": self.language,
+            "typing": None if self.typing is None else dict(self.typing),
         }
 
 
@@ -225,12 +231,7 @@ def derive_contract(
 ) -> RequestContract:
     """The contract of one request. Raises `InvalidRequest` (400) for bad headers or schemas."""
     hdr = h.lower_keys(headers)
-    name, scenario = h.resolve_scenario(hdr, policy)
-    level = h.stricter_level(scenario.level, hdr.get(h.LEVEL_HEADER))
-    residency = h.narrow_residency(h.scenario_residency(scenario), h.parse_residency(hdr.get(h.RESIDENCY_HEADER)))
-    max_cost = h.narrowed_min(scenario.max_cost_usd, h.MAX_COST_HEADER, hdr.get(h.MAX_COST_HEADER), float)
-    deadline = h.narrowed_min(scenario.deadline_ms, h.DEADLINE_HEADER, hdr.get(h.DEADLINE_HEADER), int)
-    providers = h.parse_providers(hdr.get(h.PROVIDERS_HEADER))
+    terms = scenario_terms(hdr, policy)
 
     schemas = [body.get("response_format"), body.get("tools")]
     if count_objects(schemas, MAX_SCHEMA_OBJECTS) > MAX_SCHEMA_OBJECTS:  # every schema of the request together
@@ -246,11 +247,9 @@ def derive_contract(
     history_tools = isinstance(messages, list) and _history_has_tools(messages)
     prompt_tokens, modalities = estimate_prompt_tokens(body, count_tokens)
     session = session_id_of(body, hdr)
+    language = script_of(_texts_and_modalities(body)[0])
     return RequestContract(
         model=str(body.get("model", "")),
-        scenario=name,
-        level=level,
-        strategy=scenario.strategy,
         needs_tools=bool(tool_schemas) or history_tools,
         needs_parallel_tools=body.get("parallel_tool_calls") is True and len(tool_schemas) > 1,
         needs_json_schema=needs_schema,
@@ -259,13 +258,33 @@ def derive_contract(
         modalities=modalities,
         est_prompt_tokens=prompt_tokens,
         max_output_tokens=_max_output(body, default_max_tokens),
-        residency=residency,
-        allowed_providers=providers,
-        allowed_target_patterns=tuple(scenario.allowed_targets),
-        max_cost_usd=max_cost,
-        deadline_ms=None if deadline is None else int(deadline),
-        quality_floor=scenario.quality_floor,
         session=session.value if session is not None else None,
         json_schema=schema,
         tool_schemas=tool_schemas,
+        language=language,
+        **terms,
     )
+
+
+def contract_inputs(headers: Mapping[str, str]) -> dict[str, str]:
+    """The contract headers a client sent (lower-case names), as decision records keep them for replay."""
+    return {k: v for k, v in headers.items() if k in h.CONTRACT_HEADERS}
+
+
+def scenario_terms(hdr: Mapping[str, str], policy: Policy) -> dict[str, Any]:
+    """What the scenario and the contract headers (lower-case names) fix: the scenario's terms, narrowed
+    by the headers. Raises `InvalidRequest` (400) for bad headers. Replays call it with a new policy."""
+    name, scenario = h.resolve_scenario(hdr, policy)
+    deadline = h.narrowed_min(scenario.deadline_ms, h.DEADLINE_HEADER, hdr.get(h.DEADLINE_HEADER), int)
+    return {
+        "scenario": name,
+        "level": h.stricter_level(scenario.level, hdr.get(h.LEVEL_HEADER)),
+        "strategy": scenario.strategy,
+        "residency": h.narrow_residency(h.scenario_residency(scenario), h.parse_residency(hdr.get(h.RESIDENCY_HEADER))),
+        "allowed_providers": h.parse_providers(hdr.get(h.PROVIDERS_HEADER)),
+        "allowed_target_patterns": tuple(scenario.allowed_targets),
+        "max_cost_usd": h.narrowed_min(scenario.max_cost_usd, h.MAX_COST_HEADER, hdr.get(h.MAX_COST_HEADER), float),
+        "deadline_ms": None if deadline is None else int(deadline),
+        "quality_floor": scenario.quality_floor,
+        "inputs": contract_inputs(hdr),
+    }

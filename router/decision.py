@@ -8,7 +8,8 @@ and `finished` return new ones. Timestamps come from the clock the caller inject
 `DecisionStore` keeps the last `max_records` records by request id (oldest evicted), and at most
 `max_bytes` of them measured as their JSON lines (a record quotes the client's schema, so a few
 large requests must not pin gigabytes: the oldest go first, the newest is always kept), and writes
-each stored record as one JSON line to an optional sink (a callable the caller wires to a file).
+each stored record as one JSON line to an optional sink (a callable the caller wires to a file),
+preceded the first time by a line for each schema or snapshot blob it quotes (router/decision_inputs.py).
 A sink that raises is logged and counted (`sink_failures`): the record stays stored and the
 request it describes is never failed by its log. A request that has not ended when it is first
 stored (a stream: the dispatcher returns at its first byte) is `put(final=False)` — stored, not
@@ -32,6 +33,7 @@ from typing import Any, Literal
 
 from router.capabilities import Target, estimate_cost_usd
 from router.contract import RequestContract
+from router.decision_inputs import Blob, BlobLog, compact_contract
 from router.pipeline import PipelineResult
 from router.policy import Policy
 
@@ -123,6 +125,8 @@ class DecisionRecord:
     # a missing [DONE], a continuation and its splice point (kind + facts, plain JSON values)
     events: tuple[Mapping[str, Any], ...] = ()
     session: Mapping[str, Any] | None = None  # pin, switch, anchor and compression (serve_apps/sessions.py)
+    snapshot_id: str = ""  # the plan's capability / health snapshot, a blob (router/decision_inputs.py)
+    blobs: Mapping[str, Blob] = field(default_factory=dict, compare=False)  # schemas, snapshot: logged once
 
     @classmethod
     def from_pipeline(
@@ -135,8 +139,10 @@ class DecisionRecord:
         clock: Callable[[], float],
         unavailable: Mapping[str, str] | None = None,
         health: Mapping[str, str] | None = None,
+        snapshot: tuple[str, Mapping[str, Any]] | None = None,
     ) -> DecisionRecord:
-        """`unavailable`: why a target was unavailable (its health state or breaker), by target id."""
+        """`unavailable`: why a target was unavailable (its health state or breaker), by target id;
+        `snapshot`: (id, body) of `router.decision_inputs.plan_snapshot`."""
         removed = {r.target: r for r in result.removed}
         why_unavailable = unavailable or {}
         candidates = []
@@ -151,14 +157,19 @@ class DecisionRecord:
                 card = result.scores[target_id]
                 scores = {n: {"raw": s.raw, "score": s.clamped, "weight": s.weight} for n, s in card.scores.items()}
                 candidates.append(Candidate(target_id, "ranked", scores=scores, total=card.total))
+        compact, blobs = compact_contract(contract)
+        if snapshot is not None:
+            blobs[snapshot[0]] = {"kind": "snapshot", "body": snapshot[1]}
         return cls(
             request_id=request_id,
             policy_version=policy.version,
-            contract=contract.to_dict(),
+            contract=compact,
             candidates=tuple(candidates),
             tiers=tuple(tuple(t) for t in result.tiers),
             started_at=clock(),
             health=dict(health or {}),
+            snapshot_id=snapshot[0] if snapshot is not None else "",
+            blobs=blobs,
         )
 
     def with_attempt(self, attempt: Attempt) -> DecisionRecord:
@@ -174,7 +185,8 @@ class DecisionRecord:
         return sum(a.cost_usd for a in self.attempts if a.cost_usd is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = _plain(self)
+        data = _plain(replace(self, blobs={}))
+        del data["blobs"]
         data["tiers"] = [list(t) for t in self.tiers]
         data["health"] = dict(self.health)
         data["total_cost_usd"] = self.total_cost_usd
@@ -203,6 +215,7 @@ class DecisionRecord:
             traffic=str(data.get("traffic") or ""),
             events=tuple(dict(e) for e in data.get("events") or ()),
             session=data.get("session"),
+            snapshot_id=str(data.get("snapshot_id") or ""),
         )
 
     @classmethod
@@ -231,6 +244,7 @@ class DecisionStore:
         self.bytes_kept = 0
         self._claims: dict[str, tuple[str, int]] = {}  # request id -> (owner, requests in flight)
         self.sink_failures = 0
+        self._blob_log = BlobLog()
 
     @property
     def max_records(self) -> int:
@@ -264,7 +278,7 @@ class DecisionStore:
     def put(self, record: DecisionRecord, *, final: bool = True) -> None:
         """Store under the id's claimed owner ("" unclaimed); never over another owner's record.
         `final=False`: the request has not ended (a stream still running): the record is stored
-        but written to the sink only by `amend`, so the log holds the outcome, not a snapshot."""
+        but written to the sink only by `finalise`, so the log holds the outcome, not a snapshot."""
         claim = self._claims.get(record.request_id)
         owner = claim[0] if claim is not None else ""
         stored = self._records.get(record.request_id)
@@ -281,7 +295,7 @@ class DecisionStore:
         if stored is not None and stored[1].started_at == record.started_at:
             self._store(stored[0], record, True)
         else:
-            self._write(record.to_json())
+            self._write(record, record.to_json())
 
     def _store(self, owner: str, record: DecisionRecord, final: bool) -> None:
         self._records.pop(record.request_id, None)
@@ -294,11 +308,14 @@ class DecisionStore:
             evicted, _ = self._records.popitem(last=False)
             self.bytes_kept -= self._sizes.pop(evicted, 0)
         if final:
-            self._write(line)
+            self._write(record, line)
 
-    def _write(self, line: str) -> None:
+    def _write(self, record: DecisionRecord, line: str) -> None:
         if self._sink is not None:
             try:
+                for blob_id, blob_line in self._blob_log.new_lines(record.blobs):
+                    self._sink(blob_line)  # a schema or snapshot the record quotes, once
+                    self._blob_log.written(blob_id)
                 self._sink(line)
             except Exception as exc:  # noqa: BLE001 - a full disk or a bad path must not fail the request
                 self.sink_failures += 1

@@ -13,6 +13,7 @@ calls the library; nothing else in the code base raises bare library errors upwa
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
         ├── ModelNotFound        404   the requested model alias is not configured
         ├── IdempotencyConflict  409   a request with the same Idempotency-Key is still running
+        ├── FeedbackExists       409   a second feedback report of one source on one request
         ├── RequestTooLarge      413   the body passed gateway.max_body_bytes (found while reading it)
         ├── Unauthorized         401   gateway auth is on and the API key is missing or wrong
         ├── Forbidden            403   the tenant may not call an operator endpoint
@@ -155,6 +156,11 @@ class ModelNotFound(RequestError):
 class IdempotencyConflict(RequestError):
     status_code = 409
     code = "idempotency_key_in_use"
+
+
+class FeedbackExists(RequestError):
+    status_code = 409
+    code = "feedback_exists"
 
 
 class RequestTooLarge(RequestError):

@@ -59,6 +59,7 @@ class PlanInputs:
     unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why (health red/black, breaker)
     admission_detail: str = ""  # which bound and inputs set admission_limit (calibrated models)
     latency_ms: Mapping[str, float] = field(default_factory=dict)  # target id -> live latency (serve_apps/live_scores)
+    quality: Mapping[str, float] = field(default_factory=dict)  # target id -> learned quality (router/quality.py)
 
 
 def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
@@ -69,6 +70,7 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
             available=(t.kind == "local" or t.provider in inputs.available_providers)
             and t.id not in inputs.unavailable,
             latency_ms=inputs.latency_ms.get(t.id),
+            quality=inputs.quality.get(t.id),
         )
         for t in targets
     }

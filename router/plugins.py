@@ -27,6 +27,7 @@ class TargetState:
     available: bool = True  # health checks / breaker allow sending to it
     saturation: float | None = None  # router/saturation.py value for local targets
     latency_ms: float | None = None  # observed (e.g. recent p50); overrides the configured expectation
+    quality: float | None = None  # learned for the request's bucket (router/quality.py); overrides the configured
 
 
 UNKNOWN_STATE = TargetState()

@@ -1,7 +1,8 @@
 """Scorers: rank the targets that passed every filter. Higher is better; the framework clamps each
 raw score to 0..1 and weighs it by the scenario strategy's row of `Policy.weights`.
 
-    quality    the target's configured quality (0..1)
+    quality    the quality learned for the request's bucket once it has enough samples (router/quality.py,
+               in the target's state), else the target's configured quality (0..1)
     cost       1 − estimated request cost / scale; scale = `scale_usd` when given, else the most
                expensive surviving candidate (so costs compare proportionally; free local → 1).
                Unpriced → 0: an unknown price may be any price.
@@ -27,7 +28,7 @@ class QualityScorer:
     name: str = "quality"
 
     def score(self, contract: RequestContract, target: Target, view: ScoreView) -> float:
-        return target.caps.quality
+        return target.caps.quality if view.state.quality is None else view.state.quality
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from router.cache_salt import salted
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord, DecisionStore
+from router.decision_inputs import plan_snapshot
 from router.errors import (
     ContractViolation,
     ProviderContextExceeded,
@@ -55,6 +56,7 @@ from router.headers import TRAFFIC
 from router.openai_request import Kind
 from router.output_contract import CONTRACT_HEADER
 from router.plan import Plan, PlanInputs, plan_request
+from router.quality import QualityBook, contract_bucket
 from router.retry import AttemptBudget, RetryAfterChoice, after_failure, before_attempt, retry_after_choice
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
@@ -86,6 +88,7 @@ class Dispatcher:
         resilience: Resilience | None = None,
         traffic: Traffic | None = None,
         sessions: Sessions | None = None,
+        quality: QualityBook | None = None,
     ) -> None:
         self._config = config
         self._local = local
@@ -112,6 +115,7 @@ class Dispatcher:
             max_attempts=self._resilience.max_attempts,
         )
         self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
+        self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
 
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
@@ -142,6 +146,7 @@ class Dispatcher:
                 **self._resilience.windows.unavailable(self._registry.for_alias(model), contract.min_context),
             },
             latency_ms=self._traffic.scores.latency_ms() if self._traffic is not None else {},
+            quality=self._learned(contract),
         )
         began = time.perf_counter()
         try:
@@ -155,6 +160,12 @@ class Dispatcher:
         targets = self._registry.for_alias(contract.model)
         held = self._traffic.unavailable(contract, targets) if self._traffic is not None else {}
         return {**held, **self._resilience.unavailable(targets)}
+
+    def _learned(self, contract: RequestContract) -> dict[str, float]:
+        if self._quality is None:
+            return {}
+        ids = [t.id for t in self._registry.for_alias(contract.model)]
+        return self._quality.estimates(ids, contract_bucket(contract))
 
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
@@ -199,6 +210,7 @@ class Dispatcher:
                 streams,
                 events,
                 turn.view(),
+                kind,
             )
             if self._traffic is not None and not (done is not None and streams):
                 self._traffic.observed(contract, trail)  # the switch's gates (a stream's when it ends)
@@ -217,9 +229,13 @@ class Dispatcher:
         streams: list[StreamedAttempt],
         events: list[dict[str, Any]],
         session: dict[str, Any] | None,
+        kind: Kind,
     ) -> None:
         """The decision record of the plan that was executed (after any wait and re-plans), its
         attempts and how it ended; stored, and shown to the observer (metrics)."""
+        health = self._resilience.states()
+        reachable = self._providers if kind == "chat" else ()
+        snapshot = plan_snapshot(self._registry.for_alias(contract.model), reachable, plan.unavailable, health)
         record = DecisionRecord.from_pipeline(
             request_id,
             self._config.policy,
@@ -227,7 +243,8 @@ class Dispatcher:
             plan.pipeline,
             clock=lambda: started,
             unavailable=plan.unavailable,
-            health=self._resilience.states(),
+            health=health,
+            snapshot=snapshot,
         )
         route = done.route if done is not None else plan.route
         reason = done.reason if done is not None else (ended or plan.reason)

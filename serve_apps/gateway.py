@@ -33,6 +33,8 @@ from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.golden_gate import GoldenGate
 from serve_apps.http_guards import client_redactions
 from serve_apps.idempotent import IdempotentReplies
+from serve_apps.learning import Learning, QualityCollector
+from serve_apps.learning_routes import LearningRoutes
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
@@ -158,16 +160,20 @@ class Gateway:
         self._sync_task = loop.create_task(sync.run())
         gateway = self._config.gateway
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
+        learning = Learning.from_config(self._config)  # quality per bucket, feedback, typing
+        if learning.quality is not None:
+            metrics.registry.register(QualityCollector(learning.quality))
         dispatcher = Dispatcher(
             self._config,
             backend,
             providers,
             self._poller.latest,
             decisions=decisions,
-            observer=metrics,
+            observer=learning.observer(metrics),
             resilience=resilience,
             traffic=(parts := traffic_parts(self._config, backend, providers, metrics, replica_id)).traffic,
             sessions=self._sessions(backend),
+            quality=learning.quality,
         )
         self._traffic_task = loop.create_task(parts.traffic.run(self._config.traffic.sync_period_s, asyncio.sleep))
         idem = self._config.resilience.idempotency
@@ -195,5 +201,6 @@ class Gateway:
             golden=golden,
             tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
             traffic=parts.routes,
+            learning=LearningRoutes(learning, dispatcher.decisions),
         )
         return http.app

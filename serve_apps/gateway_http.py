@@ -13,6 +13,7 @@ Routes
                                   and each model's golden check
     GET  /v1/spillover/resilience        health, breakers, retry budget, quotas (serve_apps/ops_routes.py)
     POST /v1/spillover/resilience/reset  operator reset of health and breaker state
+    POST /v1/spillover/feedback, GET /v1/spillover/quality   learning (serve_apps/learning_routes.py)
 
 Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.py: local replica,
 cloud provider, or a bounded wait for local room); answers carry `x-spillover-route` (local|cloud),
@@ -56,7 +57,6 @@ from starlette.routing import Route
 
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
-from router.contract import derive_contract
 from router.decision import DecisionStore
 from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout, error_body
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
@@ -69,6 +69,8 @@ from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
 from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
+from serve_apps.learning import plain_derive
+from serve_apps.learning_routes import LearningRoutes
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.model_card import ServedModel
 from serve_apps.openapi import openapi_document
@@ -118,8 +120,10 @@ class GatewayHTTP:
         golden: GoldenGate | None = None,
         tenant_limits: TenantLimits | None = None,
         traffic: TrafficRoutes | None = None,  # /v1/spillover/traffic and /v1/spillover/tickets/{id}
+        learning: LearningRoutes | None = None,
     ) -> None:
         self._golden = golden
+        self._derive = learning.derive if learning is not None else plain_derive  # typing: serve_apps/learning.py
         self._ops = ops
         self._client_text = ClientText(redact)
         self._tenant_limits = tenant_limits or TenantLimits()
@@ -153,6 +157,7 @@ class GatewayHTTP:
                 Route("/openapi.json", self._openapi, methods=["GET"]),
                 *(ops.routes(self._authorize, self._headers_for, self._public) if ops is not None else []),
                 *(traffic.routes(self._authorize, self._headers_for, self._public) if traffic is not None else []),
+                *(learning.routes(self._authorize, self._headers_for, self._public) if learning is not None else []),
             ],
             middleware=[Middleware(BodyLimit, max_bytes=max_body_bytes)],
             exception_handlers={
@@ -232,7 +237,8 @@ class GatewayHTTP:
             parsed = parse_body(raw, kind)
             resolve_model(parsed, self._limits)
             # off the event loop: a client's JSON Schema is checked here (router/json_schema.py), up to ~2 s
-            contract = await asyncio.to_thread(derive_contract, parsed.body, request.headers, self._policy)
+            args = (parsed.body, request.headers, self._policy, tenant, request_id)
+            contract = await asyncio.to_thread(self._derive, *args)
             if tenant is not None:
                 contract = narrow_for_tenant(contract, tenant)
             if parsed.stream and contract.level == "L1" and (contract.needs_json_schema or contract.needs_json_mode):

@@ -182,5 +182,32 @@ def openapi_document() -> dict[str, Any]:
                 }
             },
             **TRAFFIC_PATHS,
+            "/v1/spillover/feedback": {
+                "post": {
+                    "summary": "a verdict on one of the caller's answered requests (serve_apps/learning_routes.py)",
+                    **_OPEN,
+                    "requestBody": {"required": True, "content": {"application/json": {"schema": FEEDBACK_BODY}}},
+                    "responses": {**_json("stored, and what it changed"), **_errors(400, 401, 404, 409, 413, 429)},
+                }
+            },
+            "/v1/spillover/quality": {
+                "get": {
+                    "summary": "learned quality per target and bucket (an admin tenant when auth is on)",
+                    **_OPEN,
+                    "responses": {**_json("quality"), **_errors(401, 403, 404, 429)},
+                }
+            },
         },
     }
+
+
+FEEDBACK_BODY = {
+    "type": "object",
+    "required": ["request_id", "outcome", "source"],
+    "properties": {
+        "request_id": {"type": "string"},
+        "outcome": {"type": "string", "enum": ["success", "failure"]},
+        "label": {"type": "string"},
+        "source": {"type": "string"},
+    },
+}

@@ -149,6 +149,7 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic
     raw["resilience"] = RESILIENCE
     raw["sessions"] = SESSIONS
     raw["spend"] = {"ledger": str(ledger)}
+    raw["gateway"]["decisions_log"] = str(ledger.parent / "decisions.jsonl")  # replayed by test_replay.py
     return parse_config(raw, "tests/integration (configs/local.yaml + qwen2-tiny-random + 2 cloud-sims)")
 
 

@@ -28,6 +28,8 @@ from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.idempotent import IdempotentReplies
+from serve_apps.learning import Learning
+from serve_apps.learning_routes import LearningRoutes
 from serve_apps.providers import OpenAICompatProvider
 from tests.fakes import FakeEngine
 
@@ -64,6 +66,7 @@ def build_gateway(auth: bool = False) -> Any:
         request_timeout_s=5,
         authenticator=authenticator_for(config, {"FUZZ_KEY": FUZZ_KEY}),
         idempotent=IdempotentReplies(IdempotencyStore(ttl_s=60, max_entries=100, clock=lambda: 0.0), wait_s=1),
+        learning=LearningRoutes(Learning.from_config(config), dispatcher.decisions),
     )
     return http.app
 

@@ -67,7 +67,9 @@ async def test_decisions_log_takes_effect(tmp_path: Path) -> None:
     async with gateway.client() as c:
         for i in range(3):
             await c.post("/v1/chat/completions", json=CHAT, headers={**APPS, "x-request-id": f"r{i}"})
-    assert [json.loads(line)["request_id"] for line in log.read_text().splitlines()] == ["r0", "r1", "r2"]
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [x["request_id"] for x in lines if "kind" not in x] == ["r0", "r1", "r2"]
+    assert [x["kind"] for x in lines if "kind" in x] == ["snapshot"]  # the same snapshot for all three: once
 
 
 async def test_decisions_log_failing_sink_never_fails_a_request(tmp_path: Path) -> None:

@@ -1,0 +1,110 @@
+"""Late feedback on an answered request: `POST /v1/spillover/feedback` bodies and where they are kept.
+
+    {"request_id": "...", "outcome": "success" | "failure", "label": "...", "source": "..."}
+
+`parse_feedback(raw)` validates a body: a JSON object with only these keys; `request_id` 1-128
+printable ASCII characters (as `x-request-id`); `outcome` success or failure (a client's business
+failure report is `failure`); `source` (who judged: "user-thumbs", "qa-batch", ...) and the optional
+`label` (a scenario name, or any tag) 1-64 of letters, digits and `_ . : -`. Anything else is a 400
+`invalid_feedback` naming the field. One report per (request, source): a second is 409
+`feedback_exists` (a client cannot outvote others by repeating itself).
+
+`FeedbackStore` keeps the last `max_entries` reports with their owner (tenant), source and the
+wall time they arrived (the clock is injected). Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from router.errors import FeedbackExists, InvalidRequest
+
+FeedbackOutcome = Literal["success", "failure"]
+FIELDS = frozenset({"request_id", "outcome", "label", "source"})
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
+_TAG = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+MAX_FEEDBACK_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class FeedbackInput:
+    request_id: str
+    outcome: FeedbackOutcome
+    source: str
+    label: str | None = None
+
+
+@dataclass(frozen=True)
+class Feedback:
+    request_id: str
+    owner: str
+    outcome: FeedbackOutcome
+    source: str
+    label: str | None
+    received_at: float  # wall time, epoch seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "outcome": self.outcome,
+            "source": self.source,
+            "label": self.label,
+            "received_at": self.received_at,
+        }
+
+
+def _bad(message: str, param: str | None) -> InvalidRequest:
+    return InvalidRequest(message, param=param, code="invalid_feedback")
+
+
+def parse_feedback(raw: bytes) -> FeedbackInput:
+    if len(raw) > MAX_FEEDBACK_BYTES:
+        raise _bad(f"a feedback body is at most {MAX_FEEDBACK_BYTES} bytes", None)
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise _bad("the body must be a JSON object", None) from None
+    if not isinstance(body, dict):
+        raise _bad("the body must be a JSON object", None)
+    extra = sorted(str(k)[:40] for k in set(body) - FIELDS)
+    if extra:
+        raise _bad(f"unknown fields {extra}; known: {sorted(FIELDS)}", extra[0])
+    request_id, outcome, source, label = (body.get(k) for k in ("request_id", "outcome", "source", "label"))
+    if not isinstance(request_id, str) or not _REQUEST_ID.fullmatch(request_id):
+        raise _bad("request_id must be 1-128 printable ASCII characters (the answer's x-request-id)", "request_id")
+    if outcome not in ("success", "failure"):
+        raise _bad("outcome must be success or failure", "outcome")
+    if not isinstance(source, str) or not _TAG.fullmatch(source):
+        raise _bad("source is required: 1-64 letters, digits, _ . : -", "source")
+    if label is not None and (not isinstance(label, str) or not _TAG.fullmatch(label)):
+        raise _bad("label must be 1-64 letters, digits, _ . : -", "label")
+    return FeedbackInput(request_id, outcome, source, label)
+
+
+class FeedbackStore:
+    def __init__(self, max_entries: int = 10000) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
+        self._max = max_entries
+        self._entries: OrderedDict[tuple[str, str, str], Feedback] = OrderedDict()  # (owner, request, source)
+
+    def add(self, feedback: Feedback) -> None:
+        """Raises FeedbackExists for a second report of the same source on the same request."""
+        key = (feedback.owner, feedback.request_id, feedback.source)
+        if key in self._entries:
+            raise FeedbackExists(
+                f"feedback from source {feedback.source!r} on request {feedback.request_id!r} is already recorded"
+            )
+        self._entries[key] = feedback
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def for_request(self, request_id: str, owner: str) -> list[Feedback]:
+        return [f for (o, r, _), f in self._entries.items() if o == owner and r == request_id]
+
+    def __len__(self) -> int:
+        return len(self._entries)

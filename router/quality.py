@@ -1,0 +1,194 @@
+"""Per-bucket quality learned from outcomes: what a target is really worth for a kind of request.
+
+A bucket is the part of a request's contract that changes how well a model does it:
+
+    task      the contract's scenario (declared, typed by router/typing_rules.py, or the default)
+    lang      the script of the prompt (router/language.py): zh, ja, ko, cyrillic, arabic, latin, other, none
+    len       prompt length band of the estimated prompt tokens: short < 256 <= medium < 2048 <= long
+              < 16384 <= xlong
+    tools     tools or not (needs_tools)
+    risk      the contract's level, L1 / L2 / L3
+
+    key "task=default|lang=latin|len=short|tools=0|risk=L2"
+
+Evidence per (target, bucket): an answered attempt is a success and adds its latency; an attempt
+whose answer broke its output contract is a failure and a contract violation; failed calls (errors,
+timeouts) are availability, not quality (health and breakers see them) and are only counted.
+Feedback (`POST /v1/spillover/feedback`) adds a success or a failure for the target that answered.
+
+Estimate: the posterior mean of a Beta prior centred on the target's configured quality q0 with
+`prior_strength` pseudo-samples, Beta(q0·n0, (1 − q0)·n0), updated with the successes and
+failures. It is conservative twice: few samples barely move it off the configured value, and the
+scorer uses it only once the bucket has `min_samples` samples (before that `estimate` is None
+and the configured number stands). Buckets are bounded (`max_buckets`, least recently updated
+evicted) and so are the latency samples per bucket (`latency_window`). Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from router.contract import RequestContract
+from router.decision import DecisionRecord
+
+LENGTH_BANDS: tuple[tuple[int, str], ...] = ((256, "short"), (2048, "medium"), (16384, "long"))
+
+
+def length_band(prompt_tokens: int) -> str:
+    return next((name for limit, name in LENGTH_BANDS if prompt_tokens < limit), "xlong")
+
+
+def _key(task: Any, lang: Any, prompt_tokens: int, tools: bool, risk: Any) -> str:
+    return f"task={task}|lang={lang or 'none'}|len={length_band(prompt_tokens)}|tools={int(tools)}|risk={risk}"
+
+
+def bucket_key(contract: Mapping[str, Any]) -> str:
+    """The bucket of a contract given as `RequestContract.to_dict()` (as records hold it)."""
+    c = contract
+    tokens = int(c.get("est_prompt_tokens") or 0)
+    return _key(c.get("scenario"), c.get("language"), tokens, bool(c.get("needs_tools")), c.get("level"))
+
+
+def contract_bucket(contract: RequestContract) -> str:
+    """The same key, from the contract itself (the dispatcher's plan)."""
+    c = contract
+    return _key(c.scenario, c.language, c.est_prompt_tokens, c.needs_tools, c.level)
+
+
+def beta_mean(prior_mean: float, prior_strength: float, successes: int, failures: int) -> float:
+    """Posterior mean of Beta(prior_mean·n0, (1 − prior_mean)·n0) after the samples."""
+    alpha = prior_mean * prior_strength + successes
+    beta = (1.0 - prior_mean) * prior_strength + failures
+    return alpha / (alpha + beta) if alpha + beta > 0 else prior_mean
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100); None without values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+
+@dataclass
+class BucketStats:
+    latency_window: int = 200
+    successes: int = 0
+    failures: int = 0
+    violations: int = 0
+    errors: int = 0
+    feedback: int = 0
+    latencies: deque[float] = field(default_factory=deque)
+
+    @property
+    def samples(self) -> int:
+        return self.successes + self.failures
+
+    def latency(self, seconds: float) -> None:
+        self.latencies.append(seconds)
+        while len(self.latencies) > self.latency_window:
+            self.latencies.popleft()
+
+    def view(self, prior_mean: float, prior_strength: float, min_samples: int) -> dict[str, Any]:
+        lat = list(self.latencies)
+        p50, p95 = percentile(lat, 50), percentile(lat, 95)
+        return {
+            "samples": self.samples,
+            "successes": self.successes,
+            "failures": self.failures,
+            "success_rate": round(self.successes / self.samples, 4) if self.samples else None,
+            "contract_violation_rate": round(self.violations / self.samples, 4) if self.samples else None,
+            "errors": self.errors,
+            "feedback": self.feedback,
+            "latency_p50_s": None if p50 is None else round(p50, 4),
+            "latency_p95_s": None if p95 is None else round(p95, 4),
+            "prior": round(prior_mean, 4),
+            "estimate": round(beta_mean(prior_mean, prior_strength, self.successes, self.failures), 4),
+            "used": self.samples >= min_samples,
+        }
+
+
+class QualityBook:
+    """Evidence per (target id, bucket key); `prior` gives each target's configured quality."""
+
+    def __init__(
+        self,
+        prior: Mapping[str, float],
+        *,
+        min_samples: int = 20,
+        prior_strength: float = 10.0,
+        max_buckets: int = 2000,
+        latency_window: int = 200,
+    ) -> None:
+        self._prior = dict(prior)
+        self.min_samples = min_samples
+        self.prior_strength = prior_strength
+        self._max = max_buckets
+        self._window = latency_window
+        self._stats: OrderedDict[tuple[str, str], BucketStats] = OrderedDict()
+
+    def _get(self, target: str, bucket: str) -> BucketStats:
+        key = (target, bucket)
+        stats = self._stats.pop(key, None) or BucketStats(self._window)
+        self._stats[key] = stats  # most recently updated last
+        while len(self._stats) > self._max:
+            self._stats.popitem(last=False)
+        return stats
+
+    def observe(self, record: DecisionRecord) -> None:
+        """A finished request's attempts, in the bucket of its contract."""
+        bucket = bucket_key(record.contract)
+        for attempt in record.attempts:
+            if attempt.outcome == "skipped":
+                continue
+            stats = self._get(attempt.target, bucket)
+            if attempt.outcome == "ok":
+                stats.successes += 1
+                stats.latency(attempt.latency_s)
+            elif attempt.outcome == "contract_violation":
+                stats.failures += 1
+                stats.violations += 1
+            else:
+                stats.errors += 1
+
+    def feedback(self, record: DecisionRecord, success: bool) -> bool:
+        """A client's verdict on the answer `record.chosen` gave; False when no target answered."""
+        if record.chosen is None:
+            return False
+        target = next((a.target for a in reversed(record.attempts) if a.outcome == "ok"), None)
+        if target is None:
+            return False
+        stats = self._get(target, bucket_key(record.contract))
+        stats.feedback += 1
+        if success:
+            stats.successes += 1
+        else:
+            stats.failures += 1
+        return True
+
+    def estimate(self, target: str, bucket: str) -> float | None:
+        """The learned quality once the bucket has `min_samples` samples, else None."""
+        stats = self._stats.get((target, bucket))
+        if stats is None or stats.samples < self.min_samples:
+            return None
+        return beta_mean(self._prior.get(target, 0.5), self.prior_strength, stats.successes, stats.failures)
+
+    def estimates(self, targets: list[str], bucket: str) -> dict[str, float]:
+        found = {t: self.estimate(t, bucket) for t in targets}
+        return {t: q for t, q in found.items() if q is not None}
+
+    def view(self) -> dict[str, Any]:
+        buckets: dict[str, dict[str, Any]] = {}
+        for (target, bucket), stats in self._stats.items():
+            prior = self._prior.get(target, 0.5)
+            buckets.setdefault(target, {})[bucket] = stats.view(prior, self.prior_strength, self.min_samples)
+        return {
+            "min_samples": self.min_samples,
+            "prior_strength": self.prior_strength,
+            "bucket_key": "task|lang|len|tools|risk",
+            "targets": buckets,
+        }

@@ -1,0 +1,78 @@
+"""Routes of the learning state (serve_apps/learning.py).
+
+    POST /v1/spillover/feedback  {request_id, outcome: success|failure, label?, source}
+                                 a late verdict on an answered request (router/feedback.py): any
+                                 tenant, on its own requests only — another tenant's request id gets
+                                 the same 404 as an unknown one; 200 says what it changed (quality,
+                                 typing examples); 400 invalid_feedback, 409 feedback_exists
+    GET  /v1/spillover/quality   learned quality per target and bucket (router/quality.py); with
+                                 gateway auth only an `admin` tenant (403 otherwise)
+
+Feedback finds the request's decision record on this gateway replica (the last
+`gateway.decisions_kept`): behind several replicas, send it where the request was answered, or it
+is a 404 like any record this replica does not hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from router.auth import TenantPolicy
+from router.decision import DecisionStore
+from router.errors import Forbidden, RequestError, error_body
+from router.feedback import parse_feedback
+from serve_apps.decision_routes import owner_of
+from serve_apps.learning import Learning
+
+Authorize = Callable[[Request], TenantPolicy | None]
+HeadersFor = Callable[[Request], dict[str, str]]
+PublicError = Callable[[RequestError], dict[str, Any]]
+
+
+class LearningRoutes:
+    def __init__(self, learning: Learning, decisions: DecisionStore) -> None:
+        self.learning = learning
+        self.derive = learning.derive
+        self._decisions = decisions
+
+    def routes(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> list[Route]:
+        async def feedback(request: Request) -> Response:
+            try:
+                tenant = authorize(request)  # before the body is read
+                given = parse_feedback(await request.body())  # bounded by BodyLimit, then by parse_feedback
+                owner = owner_of(tenant)
+                record = self._decisions.get(given.request_id, owner)
+                if record is None:
+                    shown = given.request_id[:128]
+                    message = f"no decision record for request {shown!r} (kept: your recent ones, on this replica)"
+                    body = error_body(message, "invalid_request_error", "not_found")
+                    return JSONResponse(body, 404, headers=headers_for(request))
+                applied = self.learning.report(given, record, owner)
+            except RequestError as exc:
+                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+            answer: dict[str, Any] = {"request_id": given.request_id, "outcome": given.outcome, "source": given.source}
+            answer |= {"label": given.label, "applied": applied}
+            return JSONResponse(answer, headers=headers_for(request))
+
+        async def quality(request: Request) -> Response:
+            try:
+                tenant = authorize(request)
+                if tenant is not None and not tenant.admin:
+                    raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin): operator route")
+            except RequestError as exc:
+                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+            book = self.learning.quality
+            if book is None:
+                body = error_body("learning.quality.enabled is false", "invalid_request_error", "quality_disabled")
+                return JSONResponse(body, 404, headers=headers_for(request))
+            return JSONResponse(book.view(), headers=headers_for(request))
+
+        return [
+            Route("/v1/spillover/feedback", feedback, methods=["POST"]),
+            Route("/v1/spillover/quality", quality, methods=["GET"]),
+        ]
