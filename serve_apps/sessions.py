@@ -259,7 +259,8 @@ class Turn:
         """Store the pin on the target that answered, with the anchor updated from a validated answer."""
         if not self.active or self._key is None:
             return
-        answered = next((a.target for a in reversed(trail) if a.outcome == "ok"), None)
+        # a stream's attempt reads `streaming` until it ends: the target that started answering
+        answered = next((a.target for a in reversed(trail) if a.outcome in ("ok", "streaming")), None)
         failure = next((f"{a.target} failed ({a.error})" for a in reversed(trail) if a.outcome == "error"), "")
         if self.decision is not None:
             self.decision = after_failover(self.decision, answered, failure)

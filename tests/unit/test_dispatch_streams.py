@@ -95,6 +95,11 @@ async def drain(done: Dispatched) -> list[str]:
     return [text async for text in done.reply.chunks]
 
 
+def records(log: list[str]) -> list[dict[str, Any]]:
+    """The decision log's record lines (not the schema / snapshot blob lines before them)."""
+    return [json.loads(line) for line in log if not line.startswith('{"kind"')]
+
+
 def cost(prompt: int, completion: int) -> float:
     return (prompt * PRICE_IN + completion * PRICE_OUT) / 1e6
 
@@ -114,7 +119,7 @@ async def test_a_streamed_burst_is_booked_with_its_tokens_and_cost_when_it_ends(
     assert (attempt.outcome, attempt.prompt_tokens, attempt.completion_tokens) == ("ok", 1000, 500)
     assert attempt.usage == "reported" and attempt.cost_usd == pytest.approx(cost(1000, 500))
     assert attempt.latency_s == pytest.approx(2.0)  # to the end of the stream
-    assert len(s.log) == 1 and json.loads(s.log[0])["attempts"][-1]["outcome"] == "ok"
+    assert len(records(s.log)) == 1 and records(s.log)[0]["attempts"][-1]["outcome"] == "ok"
     assert s.record("r1").finished_at == T0 + 2.0
     s.ledger.flush()
     assert s.ledger_rows() == [("r1", "ok", pytest.approx(cost(1000, 500)))]
@@ -156,7 +161,7 @@ async def test_a_stream_cut_by_the_provider_is_recorded_cut_with_what_it_consume
     assert (attempt.outcome, attempt.error, attempt.usage) == ("cut", "provider_cut", "counted")
     assert (attempt.prompt_tokens, attempt.completion_tokens) == (estimate, 1)
     assert attempt.cost_usd == pytest.approx(cost(estimate, 1)) and attempt.cost_usd > 0
-    assert json.loads(s.log[0])["attempts"][-1]["outcome"] == "cut"
+    assert records(s.log)[0]["attempts"][-1]["outcome"] == "cut"
     s.ledger.flush()
     assert s.ledger_rows() == [("r1", "cut", pytest.approx(cost(estimate, 1)))]
     assert s.metric("spillover_attempts_total", target="cloud:a/m", outcome="cut") == 1
@@ -268,7 +273,7 @@ async def test_an_l1_tool_violation_after_content_was_sent_ends_the_stream_with_
     assert "Let me look that up." in sent[0] and DONE not in sent
     attempt = s.record("r1").attempts[-1]
     assert (attempt.outcome, attempt.error) == ("contract_violation", "contract_violation")
-    assert json.loads(s.log[0])["attempts"][-1]["outcome"] == "contract_violation"
+    assert records(s.log)[0]["attempts"][-1]["outcome"] == "contract_violation"
 
 
 async def test_an_l1_stream_cut_before_it_showed_content_fails_over(tmp_path: Path) -> None:

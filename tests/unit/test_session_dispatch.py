@@ -14,7 +14,6 @@ from router.anchor import ANCHOR_INTRO
 from router.compress import SUMMARY_INTRO
 from router.contract import derive_contract
 from router.errors import LocalCapacityExhausted, NoTargetFitsContext, TargetUnavailable, UpstreamError
-from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.metrics import GatewayMetrics
@@ -50,16 +49,7 @@ def make_config(window: int = 32768, local_len: int = 4096) -> SpilloverConfig:
     )
 
 
-class Provider(FakeProvider):
-    """Also keeps each body it received (what cloud-sim's request log shows of a request)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.bodies: list[dict[str, Any]] = []
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.bodies.append(body)
-        return await super().chat(alias, body, request_id)
+Provider = FakeProvider  # keeps each body it received (what cloud-sim's request log shows of a request)
 
 
 class Parts:
