@@ -21,6 +21,8 @@ from cluster.cloud_config import CloudSection
 from cluster.config_base import StrictModel, no_duplicates
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ResilienceSection, SpendSection
+from cluster.routes_config import RouteSpec, route_problems
+from router.capabilities import cloud_id
 from router.errors import ConfigError
 from router.policy import Policy
 from router.watermarks import Watermarks
@@ -191,8 +193,16 @@ class SpilloverConfig(StrictModel):
         AdmissionSection(), description="how many requests local replicas get, and how long the others wait"
     )
     policy: Policy = Field(Policy(), description="business scenarios (x-business-scenario) and scorer weights")
-    models: list[ModelSpec] = Field(min_length=1, description="the local models, each served by vLLM replicas")
+    models: list[ModelSpec] = Field(
+        default_factory=list,
+        description="the local models, each served by vLLM replicas; may be empty when routes serve every name "
+        "from the cloud (no engine is started then)",
+    )
     cloud: CloudSection = Field(CloudSection(), description="cloud providers requests may burst to")
+    routes: list[RouteSpec] = Field(
+        default_factory=list,
+        description="model names served by an ordered list of targets (local and/or cloud), see docs/routing.md#routes",
+    )
     tenants: list[Tenant] = Field(
         default_factory=list, description="clients of the gateway and their keys (needed with gateway.auth)"
     )
@@ -220,14 +230,31 @@ class SpilloverConfig(StrictModel):
         return value
 
     @model_validator(mode="after")
+    def _something_served(self) -> SpilloverConfig:
+        if not self.models and not self.routes:
+            raise ValueError("nothing to serve: configure models (local) or routes (cloud and/or local)")
+        return self
+
+    @model_validator(mode="after")
+    def _routes_valid(self) -> SpilloverConfig:
+        entries = {p.name: p.models for p in self.cloud.providers}
+        problems = route_problems(self.routes, (m.alias for m in self.models), entries)
+        if problems:
+            raise ValueError("; ".join(f"{path}: {reason}" for path, reason in problems))
+        return self
+
+    @model_validator(mode="after")
     def _cloud_models_known(self) -> SpilloverConfig:
+        """A provider's model key is a local model alias (its burst target) or named by a route."""
         aliases = {m.alias for m in self.models}
+        routed = {t for r in self.routes for t in r.targets}
         for provider in self.cloud.providers:
-            unknown = sorted(set(provider.models) - aliases)
+            keys = provider.models
+            unknown = sorted(k for k in keys if k not in aliases and cloud_id(provider.name, k) not in routed)
             if unknown:
                 raise ValueError(
-                    f"cloud provider {provider.name!r} maps unknown model aliases {unknown}; "
-                    f"configured: {sorted(aliases)}"
+                    f"cloud provider {provider.name!r} maps unknown model aliases {unknown}: each key is a models[] "
+                    f"alias or named by a route (cloud:{provider.name}/<key>); configured: {sorted(aliases)}"
                 )
         return self
 
@@ -252,6 +279,14 @@ class SpilloverConfig(StrictModel):
                     f"is 1 - {where}) or lower gpu_memory_utilization"
                 )
         return self
+
+    def route(self, alias: str) -> RouteSpec | None:
+        return next((r for r in self.routes if r.alias == alias), None)
+
+    @property
+    def served_names(self) -> list[str]:
+        """Every `model` name clients may use: local models, then routes."""
+        return [m.alias for m in self.models] + [r.alias for r in self.routes]
 
     def model(self, alias: str) -> ModelSpec | None:
         return next((m for m in self.models if m.alias == alias), None)

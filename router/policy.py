@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 Level = Literal["L1", "L2", "L3"]
 Strategy = Literal["quality", "cost", "latency"]
+RouteOrder = Literal["route", "strategy"]
 LEVELS: tuple[Level, ...] = ("L1", "L2", "L3")  # strictest first
 STRATEGIES: tuple[Strategy, ...] = ("quality", "cost", "latency")
 SCORER_NAMES = ("quality", "cost", "latency", "locality")  # the scorers of router/scorers.py
@@ -43,6 +44,11 @@ class Scenario(BaseModel):
         "violation passes with x-spillover-contract; L3 unchecked",
     )
     strategy: Strategy = Field("quality", description="the row of policy.weights that ranks the candidates")
+    route_order: RouteOrder = Field(
+        "route",
+        description="how a route's targets are ordered (docs/routing.md#routes): route, the order the route lists "
+        "them; strategy, ranked by this scenario's strategy like a local model's burst targets",
+    )
     allowed_targets: list[str] = Field(
         default_factory=lambda: ["*"], min_length=1, description="glob patterns over target ids, e.g. cloud:openai/*"
     )

@@ -14,6 +14,8 @@ Attempts (`serve_apps.resilience` holds the state, `router.failure` the table):
   holds a dead replica's requests until a new one starts) is abandoned and fails over;
 * an L1 answer that breaks its output contract moves on to the next capable target, or ends as
   502 contract_violation;
+* a candidate whose cost estimate is above what the request's cost ceiling leaves after the earlier
+  attempts is skipped with the reason (router/budget.py), which the final error also names;
 * at most `resilience.retry.max_attempts` attempts start, none after the request's deadline, and
   retries against the domain that just failed draw on the gateway-wide retry budget.
 After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event.
@@ -31,6 +33,7 @@ from functools import partial
 from typing import Any
 
 from cluster.config import SpilloverConfig
+from router.budget import bounded_body, ceiling_refusal, spent_usd
 from router.burst import Route
 from router.cache_salt import salted
 from router.capabilities import Registry, Target
@@ -67,7 +70,7 @@ class Dispatcher:
         self._local = local
         self._providers = dict(providers)
         self._registry = Registry.from_config(
-            config.models, [p for p in config.cloud.providers if p.name in self._providers]
+            config.models, [p for p in config.cloud.providers if p.name in self._providers], routes=config.routes
         )
         self._snapshot = snapshot
         self._clock = clock
@@ -90,7 +93,8 @@ class Dispatcher:
         return self._resilience
 
     def plan(self, contract: RequestContract, kind: Kind) -> Plan:
-        snapshot, now, model = self._snapshot(), self._clock(), contract.model
+        # a route's local model (router/capabilities.py): its replicas, admission and latches decide
+        snapshot, now, model = self._snapshot(), self._clock(), self._registry.local_model(contract.model)
         self._resilience.watch_local(model, snapshot, now)
         limit = self._admission.limit_with_reason(model, snapshot, now)
         inputs = PlanInputs(
@@ -103,7 +107,7 @@ class Dispatcher:
             admission_detail=limit.detail,
             # providers are reached through their chat API only
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
-            unavailable=self._resilience.unavailable(self._registry.for_alias(model)),
+            unavailable=self._resilience.unavailable(self._registry.for_alias(contract.model)),
         )
         began = time.perf_counter()
         try:
@@ -118,7 +122,8 @@ class Dispatcher:
     ) -> Dispatched:
         started = self._clock()
         self._resilience.budget.deposit()
-        self._admission.observe(contract.model, contract.est_prompt_tokens, contract.max_output_tokens)
+        local_model = self._registry.local_model(contract.model)
+        self._admission.observe(local_model, contract.est_prompt_tokens, contract.max_output_tokens)
         plan = self.plan(contract, kind)
         waited = Waited(plan, 0.0, 0)
         done: Dispatched | None = None
@@ -127,7 +132,7 @@ class Dispatcher:
         try:
             if plan.route == "wait":
                 replan = partial(self.plan, contract, kind)
-                waited = await self._admission.wait_for_room(contract.model, plan, replan, started + deadline_s)
+                waited = await self._admission.wait_for_room(local_model, plan, replan, started + deadline_s)
                 plan = waited.plan
             done = await self._attempts(plan, kind, body, request_id, contract, trail, started + deadline_s)
             return replace(done, waited_s=waited.waited_s)
@@ -195,6 +200,7 @@ class Dispatcher:
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
         last_error: RequestError | None = None
         refusals: list[str] = []
+        over_ceiling: list[str] = []
         reason = plan.reason
         index = same_retries = 0
         delay, failed_domain = 0.0, ""
@@ -213,11 +219,16 @@ class Dispatcher:
                 trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
                 index += 1
                 continue
-            gate = res.gate(target, has_alternative=has_next, tokens=tokens)
-            if gate.refused is not None:
-                trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
-                refusals.append(gate.refused)
-                reason = f"{target.endpoint} skipped: {gate.refused}"[:300]
+            # the cost ceiling counts what earlier attempts spent (router/budget.py); then the resilience gate
+            over = ceiling_refusal(contract, target, spent_usd(a.cost_usd for a in trail))
+            gate = res.gate(target, has_alternative=has_next, tokens=tokens) if over is None else None
+            refused = over if gate is None else gate.refused
+            if gate is None or refused is not None:
+                refused = f"max cost: {refused}" if over is not None else refused or ""
+                trail.append(Attempt(target.id, "skipped", 0.0, error=refused[:200]))
+                refusals.append(refused)
+                over_ceiling += [f"{target.id} skipped: {refused}"] if over is not None else []
+                reason = f"{target.endpoint} skipped: {refused}"[:300]
                 index, same_retries, delay = index + 1, 0, 0.0
                 continue
             if delay > 0:
@@ -225,7 +236,7 @@ class Dispatcher:
             reason = planned_reason or reason
             began = self._clock()
             try:
-                sent = local_body if target.kind == "local" else body
+                sent = local_body if target.kind == "local" else bounded_body(body, contract, target)
                 reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
                 reply, headers = await checked(kind, reply, contract, target)
             except RequestError as exc:
@@ -261,6 +272,8 @@ class Dispatcher:
             route: Route = "local" if target.kind == "local" else "cloud"
             return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
         if last_error is not None:
+            if over_ceiling:  # the fall-overs the ceiling left out, in the error the client gets
+                last_error.message = "; then ".join([last_error.message, *over_ceiling])[:1000]
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
 
@@ -279,6 +292,7 @@ class Dispatcher:
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
     ) -> BackendReply:
         if target.kind == "local":
+            body = body if body.get("model") == target.alias else {**body, "model": target.alias}  # a route's name
             return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
         return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
 

@@ -36,6 +36,7 @@ from serve_apps.idempotent import IdempotentReplies
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
+from serve_apps.model_card import ServedRoute
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
 from serve_apps.providers import OpenAICompatProvider, provider_for
@@ -175,5 +176,6 @@ class Gateway:
             redact=client_redactions(self._config),
             golden=golden,
             tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
+            routes=[ServedRoute(r.alias, tuple(r.targets)) for r in self._config.routes],
         )
         return http.app

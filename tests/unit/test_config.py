@@ -39,7 +39,7 @@ def test_round_trip_through_dump() -> None:
 @pytest.mark.parametrize(
     ("patch", "field", "reason"),
     [
-        ({"models": []}, "models", "at least 1"),
+        ({"models": []}, "(top level)", "nothing to serve: configure models (local) or routes"),
         ({"models": [{"alias": "m", "source": "s", "family": "mistral"}]}, "models[0].family", "'qwen' or 'llama'"),
         ({"models": [{**MINIMAL["models"][0], "replicas": 0}]}, "models[0].replicas", "greater than or equal to 1"),
         (
