@@ -12,7 +12,7 @@ reason first:
                          (local targets carry the cluster's region, "local" unless configured)
     data_policy          L1 → on_prem or no_retention; L2 and L3 → any configured policy
     context              estimated prompt + max_tokens must fit the context window (0 = unknown)
-    max_output           max_tokens within the target's output limit
+    max_output           the client's max_tokens within the target's output limit
     tools / parallel_tools / structured_output (json_schema, json_object) / streaming / modalities
     cost                 estimated cost (prompt × price_in + n × output limit × price_out, the output
                          limit being max_tokens or the target's own) within the ceiling; an unpriced
@@ -101,7 +101,8 @@ def context(contract: RequestContract, target: Target, state: TargetState) -> st
 
 def max_output(contract: RequestContract, target: Target, state: TargetState) -> str | None:
     limit = target.caps.max_output_tokens
-    if limit is None or contract.max_output_tokens <= limit:
+    # without the client's max_tokens the target's own limit applies (and bounds a cost estimate)
+    if limit is None or not contract.max_tokens_given or contract.max_output_tokens <= limit:
         return None
     return f"max output tokens {limit} < max_tokens {contract.max_output_tokens}"
 

@@ -173,3 +173,12 @@ async def test_n_choices_can_put_every_target_over_the_ceiling() -> None:
             two_clouds(), FakeProvider("a"), FakeProvider("b"), body, **{"x-spillover-max-cost-usd": "0.015"}
         )
     assert all(r["filter"] == "cost" and "2 × max_tokens 1000" in r["reason"] for r in caught.value.reasons)
+
+
+def test_without_max_tokens_a_small_output_limit_does_not_remove_the_target() -> None:
+    from router.filters import max_output
+    from router.plugins import UNKNOWN_STATE
+
+    small = cloud_target("a", "chat", PRICED.model_copy(update={"max_output_tokens": 4}))
+    assert max_output(contract({}, None), small, UNKNOWN_STATE) is None  # the gateway's default is no request
+    assert max_output(contract({"max_tokens": 5}, None), small, UNKNOWN_STATE) == "max output tokens 4 < max_tokens 5"
