@@ -137,3 +137,18 @@ def test_an_unknown_target_error_lists_a_bounded_number_of_known_ids() -> None:
         parse_config(raw, "t")
     message = caught.value.message
     assert "(23 more)" in message and len(message) < 1500
+
+
+def test_a_scenario_s_route_order_is_route_or_strategy() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config([], policy={"scenarios": {"default": {"route_order": "random"}}})
+    assert "policy.scenarios.default.route_order: Input should be 'route' or 'strategy'" in caught.value.message
+
+
+def test_a_cloud_only_config_builds_the_gateway_alone() -> None:
+    from serve_apps.app import build_app  # Ray Serve's application graph; nothing is started
+
+    cfg = config([{"alias": "chat", "targets": ["cloud:a/chat", "cloud:b/chat"]}], models=[])
+    app = build_app(cfg, "routes.yaml")
+    embedded, handles = app._bound_deployment.init_args
+    assert handles == {} and embedded["models"] == [] and app._bound_deployment.name == "SpilloverGateway"
