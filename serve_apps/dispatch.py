@@ -219,15 +219,16 @@ class Dispatcher:
                 trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
                 index += 1
                 continue
-            # the cost ceiling counts what earlier attempts spent (router/budget.py); then the resilience gate
+            # the cost ceiling less what earlier attempts spent (router/budget.py), then the resilience gate
             over = ceiling_refusal(contract, target, spent_usd(a.cost_usd for a in trail))
             gate = res.gate(target, has_alternative=has_next, tokens=tokens) if over is None else None
-            refused = over if gate is None else gate.refused
-            if gate is None or refused is not None:
-                refused = f"max cost: {refused}" if over is not None else refused or ""
+            refused = f"max cost: {over}" if gate is None else gate.refused
+            if refused is not None or gate is None:
+                refused = refused or ""
                 trail.append(Attempt(target.id, "skipped", 0.0, error=refused[:200]))
                 refusals.append(refused)
-                over_ceiling += [f"{target.id} skipped: {refused}"] if over is not None else []
+                if over is not None:
+                    over_ceiling.append(f"{target.id} skipped: {refused}")
                 reason = f"{target.endpoint} skipped: {refused}"[:300]
                 index, same_retries, delay = index + 1, 0, 0.0
                 continue

@@ -40,7 +40,7 @@ def client(cloud_only: CloudOnly) -> openai.OpenAI:
 def clean(cloud_only: CloudOnly) -> Iterator[None]:
     """Faults off and the gateway's resilience state reset after a test that injected faults."""
     yield
-    for sim in (cloud_only.openai_sim, cloud_only.anthropic_sim):
+    for sim in (cloud_only.openai_sim, cloud_only.anthropic_sim, cloud_only.spare_sim):
         httpx.post(f"{sim}/control/reset", timeout=10).raise_for_status()
     httpx.post(f"{cloud_only.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
@@ -57,7 +57,7 @@ def sim_rows(sim: str, request_id: str) -> list[dict]:
 
 def test_the_gateway_started_without_an_engine(cloud_only: CloudOnly) -> None:
     log = cloud_only.log.read_text()
-    assert "0 model(s), 3 route(s)" in log and "(models: chat, chat-anthropic, tight)" in log
+    assert "0 model(s), 4 route(s)" in log and "(models: chat, chat-anthropic, tight, strict)" in log
     ready = httpx.get(f"{cloud_only.base_url}/readyz", timeout=10)
     assert ready.status_code == 200 and ready.json() == {"status": "ready", "models": {}}
     # the Ray that `spillover serve` started runs as its children: one Serve replica, the gateway's
@@ -69,7 +69,7 @@ def test_the_gateway_started_without_an_engine(cloud_only: CloudOnly) -> None:
 
 def test_models_lists_the_routes(client: openai.OpenAI) -> None:
     listed = {m.id: m for m in client.models.list().data}
-    assert list(listed) == ["chat", "chat-anthropic", "tight"]
+    assert list(listed) == ["chat", "chat-anthropic", "tight", "strict"]
     assert listed["chat"].metadata == {  # type: ignore[attr-defined]
         "route": "route",
         "targets": ["cloud:sim-openai/chat", "cloud:sim-anthropic/chat"],
@@ -158,10 +158,50 @@ def test_under_a_cost_ceiling_the_upstream_request_carries_the_output_limit(clie
     assert reply.usage.completion_tokens == 4
 
 
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+SKIPPED = "then cloud:sim-openai-b/strict skipped: max cost: estimated cost $0.001000 > remaining"
+
+
+def test_a_fall_over_the_rest_of_the_ceiling_cannot_pay_for_is_skipped_with_the_reason(
+    cloud_only: CloudOnly, client: openai.OpenAI, clean: None
+) -> None:
+    # each target's estimate is 100 tokens x $10/1M = $0.001, within the $0.00105 ceiling; the first answer
+    # breaks the L1 schema and costs at least one output token ($0.00001), so the second no longer fits
+    faults = {"schema_invalid_rate": 1.0}
+    httpx.post(f"{cloud_only.openai_sim}/control/faults", json=faults, timeout=10).raise_for_status()
+    request_id = f"routes-ceiling-{uuid.uuid4().hex}"
+    headers = {"x-request-id": request_id, "x-spillover-level": "L1", "x-spillover-max-cost-usd": "0.00105"}
+    with pytest.raises(openai.APIStatusError) as caught:
+        client.chat.completions.create(
+            model="strict",
+            messages=[{"role": "user", "content": "Which city? Answer in JSON."}],
+            max_tokens=100,
+            response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": SCHEMA}},
+            extra_headers=headers,
+        )
+    error: dict = caught.value.body  # type: ignore[assignment]
+    assert caught.value.status_code == 502 and error["code"] == "contract_violation"
+    assert SKIPPED in error["message"]
+    attempts = record(cloud_only, request_id)["attempts"]
+    assert [(a["target"], a["outcome"]) for a in attempts] == [
+        ("cloud:sim-openai/strict", "contract_violation"),
+        ("cloud:sim-openai-b/strict", "skipped"),
+    ]
+    assert attempts[0]["cost_usd"] > 0 and attempts[1]["error"].startswith("max cost: estimated cost $0.001000")
+    assert sim_rows(cloud_only.spare_sim, request_id) == []  # never sent
+
+
 def test_a_route_name_that_is_not_configured_is_404_listing_the_routes(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="chat-nope", messages=ASK)
-    assert "chat, chat-anthropic, tight" in caught.value.body["message"]  # type: ignore[index]
+    assert "chat, chat-anthropic, strict, tight" in caught.value.body["message"]  # type: ignore[index]
+
+
+def test_a_bad_n_is_a_400_naming_it(client: openai.OpenAI) -> None:
+    for n in (0, 129):
+        with pytest.raises(openai.BadRequestError) as caught:
+            client.chat.completions.create(model="chat", messages=ASK, n=n)
+        assert caught.value.body["param"] == "n"  # type: ignore[index]
 
 
 def test_the_anthropic_key_is_never_printed(cloud_only: CloudOnly, client: openai.OpenAI) -> None:
