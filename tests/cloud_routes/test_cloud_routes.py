@@ -165,12 +165,12 @@ SKIPPED = "then cloud:sim-openai-b/strict skipped: max cost: estimated cost $0.0
 def test_a_fall_over_the_rest_of_the_ceiling_cannot_pay_for_is_skipped_with_the_reason(
     cloud_only: CloudOnly, client: openai.OpenAI, clean: None
 ) -> None:
-    # each target's estimate is 100 tokens x $10/1M = $0.001, within the $0.00105 ceiling; the first answer
+    # each target's estimate is 100 tokens x $10/1M = $0.001, within the $0.001005 ceiling; the first answer
     # breaks the L1 schema and costs at least one output token ($0.00001), so the second no longer fits
     faults = {"schema_invalid_rate": 1.0}
     httpx.post(f"{cloud_only.openai_sim}/control/faults", json=faults, timeout=10).raise_for_status()
     request_id = f"routes-ceiling-{uuid.uuid4().hex}"
-    headers = {"x-request-id": request_id, "x-spillover-level": "L1", "x-spillover-max-cost-usd": "0.00105"}
+    headers = {"x-request-id": request_id, "x-spillover-level": "L1", "x-spillover-max-cost-usd": "0.001005"}
     with pytest.raises(openai.APIStatusError) as caught:
         client.chat.completions.create(
             model="strict",
