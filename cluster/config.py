@@ -18,7 +18,7 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cluster.cloud_config import CloudSection
-from cluster.config_base import StrictModel, no_duplicates
+from cluster.config_base import FieldProblems, StrictModel, no_duplicates
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ResilienceSection, SpendSection
 from cluster.routes_config import RouteSpec, route_problems
@@ -240,7 +240,7 @@ class SpilloverConfig(StrictModel):
         entries = {p.name: p.models for p in self.cloud.providers}
         problems = route_problems(self.routes, (m.alias for m in self.models), entries)
         if problems:
-            raise ValueError("; ".join(f"{path}: {reason}" for path, reason in problems))
+            raise FieldProblems(problems)
         return self
 
     @model_validator(mode="after")
@@ -248,14 +248,21 @@ class SpilloverConfig(StrictModel):
         """A provider's model key is a local model alias (its burst target) or named by a route."""
         aliases = {m.alias for m in self.models}
         routed = {t for r in self.routes for t in r.targets}
-        for provider in self.cloud.providers:
+        problems = []
+        for i, provider in enumerate(self.cloud.providers):
             keys = provider.models
             unknown = sorted(k for k in keys if k not in aliases and cloud_id(provider.name, k) not in routed)
             if unknown:
-                raise ValueError(
-                    f"cloud provider {provider.name!r} maps unknown model aliases {unknown}: each key is a models[] "
-                    f"alias or named by a route (cloud:{provider.name}/<key>); configured: {sorted(aliases)}"
+                problems.append(
+                    (
+                        f"cloud.providers[{i}].models",
+                        f"cloud provider {provider.name!r} maps unknown model aliases {unknown}: each key is a "
+                        f"models[] alias or named by a route (cloud:{provider.name}/<key>); "
+                        f"configured: {sorted(aliases)}",
+                    )
                 )
+        if problems:
+            raise FieldProblems(problems)
         return self
 
     @model_validator(mode="after")
@@ -310,7 +317,10 @@ def parse_config(data: Any, source: str) -> SpilloverConfig:
     try:
         return SpilloverConfig.model_validate(data)
     except ValidationError as exc:
-        problems = [(_field_path(err["loc"]), err["msg"]) for err in exc.errors()]
+        problems: list[tuple[str, str]] = []
+        for err in exc.errors():
+            cause = err.get("ctx", {}).get("error")
+            problems += cause.problems if isinstance(cause, FieldProblems) else [(_field_path(err["loc"]), err["msg"])]
         raise ConfigError(source, problems) from None
 
 

@@ -53,7 +53,7 @@ def test_round_trip_through_dump() -> None:
         ({"models": [MINIMAL["models"][0], MINIMAL["models"][0]]}, "models", "duplicate model aliases: m"),
         (
             {"cloud": {"providers": [{"name": "p", "base_url": "http://x/v1", "models": {"other": "x"}}]}},
-            "(top level)",
+            "cloud.providers[0].models",
             "maps unknown model aliases ['other']",
         ),
         ({"cloud": {"providers": [{"name": "p", "base_url": "ftp://x"}]}}, "cloud.providers[0].base_url", "pattern"),

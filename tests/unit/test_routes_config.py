@@ -152,3 +152,10 @@ def test_a_cloud_only_config_builds_the_gateway_alone() -> None:
     app = build_app(cfg, "routes.yaml")
     embedded, handles = app._bound_deployment.init_args
     assert handles == {} and embedded["models"] == [] and app._bound_deployment.name == "SpilloverGateway"
+
+
+def test_each_problem_is_reported_at_its_own_field_path() -> None:
+    with pytest.raises(ConfigError) as caught:
+        config([{"alias": "chat", "targets": ["cloud:a/chat", "cloud:a/nope", "chat"]}])
+    assert [path for path, _ in caught.value.problems] == ["routes[0].targets[1]", "routes[0].targets[2]"]
+    assert "(top level)" not in caught.value.message
