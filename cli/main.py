@@ -93,11 +93,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
     from serve_apps.runner import deploy  # heavy imports (ray, vllm) only when serving
 
-    _say(f"spillover serve: {args.config} ({len(config.models)} model(s))")
+    _say(f"spillover serve: {args.config} ({len(config.models)} model(s), {len(config.routes)} route(s))")
     _say_calibration(config)
     running = deploy(config, args.config, _say)
-    first = config.models[0].alias
-    print(f"\nspillover is serving at {running.base_url}/v1  (models: {', '.join(m.alias for m in config.models)})")
+    first = config.served_names[0]
+    print(f"\nspillover is serving at {running.base_url}/v1  (models: {', '.join(config.served_names)})")
     print("try:")
     print(f"  curl -s {running.base_url}/v1/chat/completions -H 'content-type: application/json' \\")
     print(
@@ -133,7 +133,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     _say(f"spillover deploy: {args.config} -> Ray at {address}")
     _say_calibration(config)
     running = deploy(config, args.config, _say)
-    print(f"deployed: {running.base_url}/v1 (models: {', '.join(m.alias for m in config.models)})")
+    print(f"deployed: {running.base_url}/v1 (models: {', '.join(config.served_names)})")
     print("it keeps running; `serve shutdown` (Ray's CLI) removes it.")
     return 0
 

@@ -44,7 +44,8 @@ class CloudProvider(StrictModel):
     )
     models: dict[str, ProviderModelEntry] = Field(
         default_factory=dict,
-        description="model alias -> provider model: a bare name means capabilities unknown (never routed there; "
+        description="model key -> provider model, the key being a models[] alias (its burst target) or named by a "
+        "route as cloud:<provider>/<key>: a bare name means capabilities unknown (never routed there; "
         "capabilities are never inferred from names), or its capabilities",
     )
     probe: ProviderProbe = Field(

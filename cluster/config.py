@@ -18,12 +18,14 @@ import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cluster.cloud_config import CloudSection
-from cluster.config_base import StrictModel, no_duplicates
+from cluster.config_base import FieldProblems, StrictModel, no_duplicates
 from cluster.learning_config import LearningSection
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ResilienceSection, SpendSection
+from cluster.routes_config import RouteSpec, route_problems
 from cluster.session_config import SessionsSection
 from cluster.traffic_config import TrafficSection
+from router.capabilities import cloud_id
 from router.errors import ConfigError
 from router.policy import Policy
 from router.watermarks import Watermarks
@@ -194,8 +196,16 @@ class SpilloverConfig(StrictModel):
         AdmissionSection(), description="how many requests local replicas get, and how long the others wait"
     )
     policy: Policy = Field(Policy(), description="business scenarios (x-business-scenario) and scorer weights")
-    models: list[ModelSpec] = Field(min_length=1, description="the local models, each served by vLLM replicas")
+    models: list[ModelSpec] = Field(
+        default_factory=list,
+        description="the local models, each served by vLLM replicas; may be empty when routes serve every name "
+        "from the cloud (no engine is started then)",
+    )
     cloud: CloudSection = Field(CloudSection(), description="cloud providers requests may burst to")
+    routes: list[RouteSpec] = Field(
+        default_factory=list,
+        description="model names served by an ordered list of targets (local and/or cloud), see docs/routing.md#routes",
+    )
     tenants: list[Tenant] = Field(
         default_factory=list, description="clients of the gateway and their keys (needed with gateway.auth)"
     )
@@ -244,15 +254,39 @@ class SpilloverConfig(StrictModel):
         return value
 
     @model_validator(mode="after")
+    def _something_served(self) -> SpilloverConfig:
+        if not self.models and not self.routes:
+            raise ValueError("nothing to serve: configure models (local) or routes (cloud and/or local)")
+        return self
+
+    @model_validator(mode="after")
+    def _routes_valid(self) -> SpilloverConfig:
+        entries = {p.name: p.models for p in self.cloud.providers}
+        problems = route_problems(self.routes, (m.alias for m in self.models), entries)
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    @model_validator(mode="after")
     def _cloud_models_known(self) -> SpilloverConfig:
+        """A provider's model key is a local model alias (its burst target) or named by a route."""
         aliases = {m.alias for m in self.models}
-        for provider in self.cloud.providers:
-            unknown = sorted(set(provider.models) - aliases)
+        routed = {t for r in self.routes for t in r.targets}
+        problems = []
+        for i, provider in enumerate(self.cloud.providers):
+            keys = provider.models
+            unknown = sorted(k for k in keys if k not in aliases and cloud_id(provider.name, k) not in routed)
             if unknown:
-                raise ValueError(
-                    f"cloud provider {provider.name!r} maps unknown model aliases {unknown}; "
-                    f"configured: {sorted(aliases)}"
+                problems.append(
+                    (
+                        f"cloud.providers[{i}].models",
+                        f"cloud provider {provider.name!r} maps unknown model aliases {unknown}: each key is a "
+                        f"models[] alias or named by a route (cloud:{provider.name}/<key>); "
+                        f"configured: {sorted(aliases)}",
+                    )
                 )
+        if problems:
+            raise FieldProblems(problems)
         return self
 
     @model_validator(mode="after")
@@ -277,6 +311,14 @@ class SpilloverConfig(StrictModel):
                 )
         return self
 
+    def route(self, alias: str) -> RouteSpec | None:
+        return next((r for r in self.routes if r.alias == alias), None)
+
+    @property
+    def served_names(self) -> list[str]:
+        """Every `model` name clients may use: local models, then routes."""
+        return [m.alias for m in self.models] + [r.alias for r in self.routes]
+
     def model(self, alias: str) -> ModelSpec | None:
         return next((m for m in self.models if m.alias == alias), None)
 
@@ -299,7 +341,10 @@ def parse_config(data: Any, source: str) -> SpilloverConfig:
     try:
         return SpilloverConfig.model_validate(data)
     except ValidationError as exc:
-        problems = [(_field_path(err["loc"]), err["msg"]) for err in exc.errors()]
+        problems: list[tuple[str, str]] = []
+        for err in exc.errors():
+            cause = err.get("ctx", {}).get("error")
+            problems += cause.problems if isinstance(cause, FieldProblems) else [(_field_path(err["loc"]), err["msg"])]
         raise ConfigError(source, problems) from None
 
 

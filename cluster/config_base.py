@@ -13,3 +13,12 @@ def no_duplicates(names: list[str], what: str) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ValueError(f"duplicate {what}: {', '.join(dupes)}")
+
+
+class FieldProblems(ValueError):
+    """A model validator's problems with their own field paths (`cluster.config.parse_config` reports
+    each at its path instead of at the top level)."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{path}: {reason}" for path, reason in problems))
+        self.problems = problems

@@ -20,7 +20,7 @@ No imports from `cluster`: `cluster.config` embeds `ProviderModel` in `CloudProv
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Protocol
 
@@ -280,11 +280,23 @@ class ProviderLike(Protocol):
     def models(self) -> Mapping[str, str | ProviderModel]: ...
 
 
+class RouteLike(Protocol):
+    """What `Registry.from_config` reads of `cluster.routes_config.RouteSpec`."""
+
+    @property
+    def alias(self) -> str: ...
+
+    @property
+    def targets(self) -> Sequence[str]: ...
+
+
 @dataclass(frozen=True)
 class Registry:
-    """Every target, local ones first, in config order. Immutable: rebuild it when the config changes."""
+    """Every target, local ones first, in config order, and the routes: a route alias -> its target
+    ids in fall-over order. Immutable: rebuild it when the config changes."""
 
     targets: tuple[Target, ...]
+    routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict, compare=False)
     _by_id: Mapping[str, Target] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -294,7 +306,24 @@ class Registry:
         object.__setattr__(self, "_by_id", by_id)
 
     def for_alias(self, alias: str) -> tuple[Target, ...]:
+        """The targets a request for `alias` may run on: a route's, in its order (those of disabled
+        providers left out), else every target of that model alias."""
+        route = self.routes.get(alias)
+        if route is not None:
+            return tuple(self._by_id[i] for i in route if i in self._by_id)
         return tuple(t for t in self.targets if t.alias == alias)
+
+    def route_order(self, alias: str) -> tuple[str, ...] | None:
+        """A route's target ids in its order; None when `alias` is not a route."""
+        return self.routes.get(alias)
+
+    def local_model(self, alias: str) -> str:
+        """The local model whose replicas, admission and hysteresis serve `alias`: a route's local
+        target, else the alias itself (a cloud-only route has no replicas under its name)."""
+        route = self.routes.get(alias)
+        if route is None:
+            return alias
+        return next((t.removeprefix(LOCAL_PREFIX) for t in route if is_local_id(t)), alias)
 
     def get(self, target_id: str) -> Target | None:
         return self._by_id.get(target_id)
@@ -307,8 +336,9 @@ class Registry:
         *,
         local_region: str = "local",
         local_quality: Mapping[str, float] | None = None,
+        routes: Iterable[RouteLike] = (),
     ) -> Registry:
-        """Targets of `config.models` and of the enabled `config.cloud.providers`."""
+        """Targets of `config.models` and of the enabled `config.cloud.providers`, and `config.routes`."""
         quality = local_quality or {}
         targets = [
             local_target(m.alias, m.engine_args, region=local_region, quality=quality.get(m.alias, 0.5)) for m in models
@@ -316,4 +346,4 @@ class Registry:
         for provider in providers:
             if provider.enabled:
                 targets += [cloud_target(provider.name, alias, entry) for alias, entry in provider.models.items()]
-        return cls(tuple(targets))
+        return cls(tuple(targets), {r.alias: tuple(r.targets) for r in routes})

@@ -21,7 +21,8 @@ Prompt tokens are an ESTIMATE: with `count_tokens`, its count over every text pa
 definitions) plus 4 per message; without it, ceil(characters / 4) + 4 per message. A completions
 prompt given as token ids counts one per id. Image, audio and file parts are not counted. The
 engine still checks the exact length. `min_context` = estimate + `max_output_tokens` (the request's
-max_completion_tokens / max_tokens, else `default_max_tokens`).
+max_completion_tokens / max_tokens, else `default_max_tokens`; `max_tokens_given` says which). `n`
+(choices, 1 to 128) multiplies the output a cost estimate counts (router/budget.py).
 """
 
 from __future__ import annotations
@@ -37,10 +38,11 @@ from router.errors import InvalidRequest
 from router.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
 from router.language import script_of
 from router.openai_request import max_tokens_of
-from router.policy import Level, Policy, Strategy
+from router.policy import Level, Policy, RouteOrder, Strategy
 from router.session_id import session_id_of
 
 PER_MESSAGE_TOKENS = 4
+MAX_N = 128  # choices per request, as OpenAI's API allows
 CHARS_PER_TOKEN = 4
 _PART_MODALITIES = {"image_url": "image", "input_audio": "audio", "file": "file"}
 
@@ -59,6 +61,9 @@ class RequestContract:
     modalities: frozenset[str] = frozenset({"text"})
     est_prompt_tokens: int = 0
     max_output_tokens: int = 256
+    max_tokens_given: bool = True  # False: the body named no max_tokens and max_output_tokens is the default
+    n: int = 1  # choices asked for: each may produce up to the output limit (router/budget.py)
+    route_order: RouteOrder = "route"  # the scenario's: how a route's targets are ordered (router/plan.py)
     residency: h.Residency = "any"
     allowed_providers: frozenset[str] | None = None
     allowed_target_patterns: tuple[str, ...] = ("*",)
@@ -99,6 +104,9 @@ class RequestContract:
             "modalities": sorted(self.modalities),
             "est_prompt_tokens": self.est_prompt_tokens,
             "max_output_tokens": self.max_output_tokens,
+            "max_tokens_given": self.max_tokens_given,
+            "n": self.n,
+            "route_order": self.route_order,
             "min_context": self.min_context,
             "residency": residency,
             "allowed_providers": providers,
@@ -221,6 +229,16 @@ def _max_output(body: Mapping[str, Any], default: int) -> int:
     return default if given is None else given
 
 
+def choices_of(body: Mapping[str, Any]) -> int:
+    """`n`, 1 when absent; 400 unless an integer from 1 to MAX_N (each choice is paid for)."""
+    n = body.get("n")
+    if n is None:
+        return 1
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise InvalidRequest(f"`n` must be an integer from 1 to {MAX_N}", param="n")
+    return n
+
+
 def derive_contract(
     body: Mapping[str, Any],
     headers: Mapping[str, str],
@@ -259,6 +277,8 @@ def derive_contract(
         est_prompt_tokens=prompt_tokens,
         max_output_tokens=_max_output(body, default_max_tokens),
         session=session.value if session is not None else None,
+        max_tokens_given=max_tokens_of(body) is not None,
+        n=choices_of(body),
         json_schema=schema,
         tool_schemas=tool_schemas,
         language=language,
@@ -286,5 +306,6 @@ def scenario_terms(hdr: Mapping[str, str], policy: Policy) -> dict[str, Any]:
         "max_cost_usd": h.narrowed_min(scenario.max_cost_usd, h.MAX_COST_HEADER, hdr.get(h.MAX_COST_HEADER), float),
         "deadline_ms": None if deadline is None else int(deadline),
         "quality_floor": scenario.quality_floor,
+        "route_order": scenario.route_order,
         "inputs": contract_inputs(hdr),
     }

@@ -12,10 +12,11 @@ reason first:
                          (local targets carry the cluster's region, "local" unless configured)
     data_policy          L1 → on_prem or no_retention; L2 and L3 → any configured policy
     context              estimated prompt + max_tokens must fit the context window (0 = unknown)
-    max_output           max_tokens within the target's output limit
+    max_output           the client's max_tokens within the target's output limit
     tools / parallel_tools / structured_output (json_schema, json_object) / streaming / modalities
-    cost                 estimated cost (prompt × price_in + max_tokens × price_out) within the
-                         ceiling; an unpriced target is removed when there is a ceiling
+    cost                 estimated cost (prompt × price_in + n × output limit × price_out, the output
+                         limit being max_tokens or the target's own) within the ceiling; an unpriced
+                         target is removed when there is a ceiling (router/budget.py)
     quality_floor        configured quality >= the scenario's floor
 
 Availability (health, breakers) is not a filter: a capable target that is down is reported as
@@ -28,7 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from router.capabilities import Target, estimate_cost_usd
+from router.budget import ceiling_refusal
+from router.capabilities import Target
 from router.contract import RequestContract
 from router.plugins import Filter, TargetState
 
@@ -47,10 +49,6 @@ class CheckFilter:
 
     def apply(self, contract: RequestContract, target: Target, state: TargetState) -> str | None:
         return self.check(contract, target, state)
-
-
-def _usd(value: float) -> str:
-    return f"${value:.4f}" if value >= 0.01 else f"${value:.6f}"
 
 
 def capabilities_known(contract: RequestContract, target: Target, state: TargetState) -> str | None:
@@ -103,7 +101,8 @@ def context(contract: RequestContract, target: Target, state: TargetState) -> st
 
 def max_output(contract: RequestContract, target: Target, state: TargetState) -> str | None:
     limit = target.caps.max_output_tokens
-    if limit is None or contract.max_output_tokens <= limit:
+    # without the client's max_tokens the target's own limit applies (and bounds a cost estimate)
+    if limit is None or not contract.max_tokens_given or contract.max_output_tokens <= limit:
         return None
     return f"max output tokens {limit} < max_tokens {contract.max_output_tokens}"
 
@@ -141,20 +140,9 @@ def modalities(contract: RequestContract, target: Target, state: TargetState) ->
 
 
 def cost(contract: RequestContract, target: Target, state: TargetState) -> str | None:
-    ceiling = contract.max_cost_usd
-    if ceiling is None:
-        return None
-    estimate = estimate_cost_usd(target.caps, contract.est_prompt_tokens, contract.max_output_tokens)
-    if estimate is None:
-        return f"prices unknown: cannot check max cost {_usd(ceiling)} (configure price_in/out_per_mtok)"
-    if estimate <= ceiling:
-        return None
-    caps = target.caps
-    return (
-        f"estimated cost {_usd(estimate)} > max {_usd(ceiling)} "
-        f"(prompt ~{contract.est_prompt_tokens} × ${caps.price_in_per_mtok:g}/Mtok + "
-        f"max_tokens {contract.max_output_tokens} × ${caps.price_out_per_mtok:g}/Mtok)"
-    )
+    """The request's cost ceiling before any attempt (router/budget.py: the estimate counts `n` and,
+    without max_tokens, the target's output limit)."""
+    return ceiling_refusal(contract, target)
 
 
 def quality_floor(contract: RequestContract, target: Target, state: TargetState) -> str | None:

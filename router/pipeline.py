@@ -8,7 +8,8 @@
    satisfy the contract but cannot take the request now. They get no tier.
 3. Every scorer scores every remaining target: raw → clamped to 0..1 (NaN → 0) → × the weight of
    the contract's strategy (`Policy.weights`); total = Σ weighted / Σ weights, so totals are 0..1.
-4. Tiers: `[[local...], [cloud...]]`, each ranked by total (highest first, ties by target id).
+4. Tiers: `[[local...], [cloud...]]`, each ranked by total (highest first, ties by target id), or,
+   given a route's `order`, in that order (the scores are still computed and recorded).
    Fallback order is this data: the caller tries tier 0 while local has room, then tier 1.
 
 Each plugin call is timed with the injected `timer`; `timings` sums seconds per plugin, keyed
@@ -103,8 +104,10 @@ def run_pipeline(
     timer: Callable[[], float] = time.perf_counter,
     filters: Sequence[Filter] = DEFAULT_FILTERS,
     scorers: Sequence[Scorer] = DEFAULT_SCORERS,
+    order: Sequence[str] | None = None,
 ) -> PipelineResult:
-    """`states` maps target id → run-time state; a missing id counts as available, nothing measured."""
+    """`states` maps target id → run-time state; a missing id counts as available, nothing measured.
+    With `order` (a route's target ids), each tier keeps that order instead of the ranking by score."""
     timings: dict[str, float] = defaultdict(float)
     removed: list[Removal] = []
     capable: list[Target] = []
@@ -143,6 +146,9 @@ def run_pipeline(
 
     def tier(kind: str) -> tuple[str, ...]:
         ids = [t.id for t in ranked if t.kind == kind]
+        if order is not None:
+            position = {target_id: n for n, target_id in enumerate(order)}
+            return tuple(sorted(ids, key=lambda i: (position.get(i, len(position)), i)))
         return tuple(sorted(ids, key=lambda i: (-cards[i].total, i)))
 
     return PipelineResult(

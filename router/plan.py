@@ -11,6 +11,10 @@ Pure, like the rest of router/. Order matters:
    the best capable cloud target even when local has room — never a silently degraded answer.
 3. Otherwise `router.burst.decide` chooses local vs cloud vs wait from engine pressure, offering
    only the capable cloud targets, in the pipeline's ranked order.
+
+A route (`routes:` in the config, `Registry.for_alias`) offers its own targets, in its order unless
+the request's scenario says `route_order: strategy`; its local model, if any, is the one whose
+pressure decides, and a route without one goes straight to its cloud targets.
 """
 
 from __future__ import annotations
@@ -74,7 +78,9 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         )
         for t in targets
     }
-    result = run_pipeline(contract, targets, states, inputs.policy)
+    # a route's targets keep its order unless the scenario ranks them by its strategy (docs/routing.md#routes)
+    order = inputs.registry.route_order(contract.model) if contract.route_order == "route" else None
+    result = run_pipeline(contract, targets, states, inputs.policy, order=order)
     if not result.capable:
         error = no_capable_model(result, contract.model)
         if result.removed and all(r.filter == "context" for r in result.removed):
@@ -93,14 +99,16 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
             )
         removal = next((r for r in result.removed if is_local_id(r.target)), None)
         down = next((inputs.unavailable[i] for i in result.unavailable if is_local_id(i)), None)
-        if removal is not None:
+        if not any(t.kind == "local" for t in targets):
+            why = f"route {contract.model} has no local model"
+        elif removal is not None:
             why = f"local {contract.model} cannot serve this request: {removal.reason}"
         else:
             why = f"local {contract.model} is unavailable: {down}" if down else "local not capable"
         return Plan("cloud", why, None, cloud, latched, result, inputs.unavailable)
 
     burst = BurstInputs(
-        model=contract.model,
+        model=local.alias,  # a route's local model is served under its own alias
         watermarks=inputs.watermarks,
         inflight=inputs.inflight,
         admission_limit=inputs.admission_limit,

@@ -26,6 +26,7 @@ from router.settings_base import StrictModel
 Level = Literal["L1", "L2", "L3"]
 Strategy = Literal["quality", "cost", "latency"]
 SwitchRule = Literal["never", "on_failure", "free"]  # router/sessions.py
+RouteOrder = Literal["route", "strategy"]
 LEVELS: tuple[Level, ...] = ("L1", "L2", "L3")  # strictest first
 STRATEGIES: tuple[Strategy, ...] = ("quality", "cost", "latency")
 SCORER_NAMES = ("quality", "cost", "latency", "locality")  # the scorers of router/scorers.py
@@ -44,6 +45,11 @@ class Scenario(StrictModel):
         "violation passes with x-spillover-contract; L3 unchecked",
     )
     strategy: Strategy = Field("quality", description="the row of policy.weights that ranks the candidates")
+    route_order: RouteOrder = Field(
+        "route",
+        description="how a route's targets are ordered (docs/routing.md#routes): route, the order the route lists "
+        "them; strategy, ranked by this scenario's strategy like a local model's burst targets",
+    )
     allowed_targets: list[str] = Field(
         default_factory=lambda: ["*"], min_length=1, description="glob patterns over target ids, e.g. cloud:openai/*"
     )

@@ -18,6 +18,8 @@ Attempts (`serve_apps.resilience` holds the state, `router.failure` the table):
   holds a dead replica's requests until a new one starts) is abandoned and fails over;
 * an L1 answer that breaks its output contract moves on to the next capable target, or ends as
   502 contract_violation;
+* a candidate whose cost estimate is above what the request's cost ceiling leaves after the earlier
+  attempts is skipped with the reason (router/budget.py), which the final error also names;
 * at most `resilience.retry.max_attempts` attempts start, none after the request's deadline, and
   retries against the domain that just failed draw on the gateway-wide retry budget.
 After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event,
@@ -39,6 +41,7 @@ from functools import partial
 from typing import Any
 
 from cluster.config import SpilloverConfig
+from router.budget import bounded_body, ceiling_refusal, spent_usd
 from router.burst import Route
 from router.cache_salt import salted
 from router.capabilities import Registry, Target
@@ -94,7 +97,7 @@ class Dispatcher:
         self._local = local
         self._providers = dict(providers)
         self._registry = Registry.from_config(
-            config.models, [p for p in config.cloud.providers if p.name in self._providers]
+            config.models, [p for p in config.cloud.providers if p.name in self._providers], routes=config.routes
         )
         self._snapshot = snapshot
         self._clock = clock
@@ -128,7 +131,8 @@ class Dispatcher:
         return self._resilience
 
     def plan(self, contract: RequestContract, kind: Kind) -> Plan:
-        snapshot, now, model = self._snapshot(), self._clock(), contract.model
+        # a route's local model (router/capabilities.py): its replicas, admission and latches decide
+        snapshot, now, model = self._snapshot(), self._clock(), self._registry.local_model(contract.model)
         self._resilience.watch_local(model, snapshot, now)
         limit = self._admission.limit_with_reason(model, snapshot, now)
         inputs = PlanInputs(
@@ -143,7 +147,7 @@ class Dispatcher:
             available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
             unavailable={
                 **self._unavailable(contract),
-                **self._resilience.windows.unavailable(self._registry.for_alias(model), contract.min_context),
+                **self._resilience.windows.unavailable(self._registry.for_alias(contract.model), contract.min_context),
             },
             latency_ms=self._traffic.scores.latency_ms() if self._traffic is not None else {},
             quality=self._learned(contract),
@@ -172,7 +176,8 @@ class Dispatcher:
     ) -> Dispatched:
         started = self._clock()
         self._resilience.budget.deposit()
-        self._admission.observe(contract.model, contract.est_prompt_tokens, contract.max_output_tokens)
+        local_model = self._registry.local_model(contract.model)
+        self._admission.observe(local_model, contract.est_prompt_tokens, contract.max_output_tokens)
         turn = await self.sessions.open(contract, body, request_id)
         contract, body = turn.contract, turn.body  # with the session's stored turns (sessions.store)
         planned = turn.planner(partial(self.plan, kind=kind))
@@ -186,7 +191,7 @@ class Dispatcher:
         events: list[dict[str, Any]] = []  # the record's events (a Retry-After waited out or not)
         try:
             if plan.route == "wait":
-                waited = await self._admission.wait_for_room(contract.model, plan, planned, started + deadline_s)
+                waited = await self._admission.wait_for_room(local_model, plan, planned, started + deadline_s)
                 plan = waited.plan
             done = await self._attempts(
                 plan, kind, body, request_id, contract, trail, started + deadline_s, notes, streams, events, turn
@@ -303,6 +308,7 @@ class Dispatcher:
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
         last_error: RequestError | None = None
         refusals: list[str] = []
+        over_ceiling: list[str] = []
         reason = plan.reason
         index = same_retries = 0
         delay, failed_domain = 0.0, ""
@@ -323,8 +329,17 @@ class Dispatcher:
                 continue
             if delay > 0:  # before the gate: a Retry-After waited out has cooled the target's domain till now
                 await self._sleep(delay)
+            # the cost ceiling less what earlier attempts spent (router/budget.py), a context window the target
+            # refused before (serve_apps/learned_windows.py), then the resilience gate
+            over = ceiling_refusal(contract, target, spent_usd(a.cost_usd for a in trail))
             too_small = self._resilience.windows.too_small(target, contract.min_context)
-            gate = res.gate(target, has_alternative=has_next, tokens=tokens) if too_small is None else Gate(too_small)
+            if over is not None:
+                gate = Gate(f"max cost: {over}")
+                over_ceiling.append(f"{target.id} skipped: max cost: {over}")
+            elif too_small is not None:
+                gate = Gate(too_small)
+            else:
+                gate = res.gate(target, has_alternative=has_next, tokens=tokens)
             if gate.refused is not None:
                 trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
                 refusals.append(gate.refused)
@@ -334,7 +349,8 @@ class Dispatcher:
             reason = planned_reason or reason
             began = self._clock()
             try:
-                sent = await turn.body_for(target, local_body if target.kind == "local" else body)
+                sent = local_body if target.kind == "local" else bounded_body(body, contract, target)
+                sent = await turn.body_for(target, sent)
                 reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
                 flagged: list[str] = []
                 if reply.chunks is not None and holds_back(kind, contract):
@@ -401,6 +417,8 @@ class Dispatcher:
                 headers = {**headers, TRAFFIC: notes[-1]}
             return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
         if last_error is not None:
+            if over_ceiling:  # the fall-overs the ceiling left out, in the error the client gets
+                last_error.message = "; then ".join([last_error.message, *over_ceiling])[:1000]
             raise last_error
         raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
 
@@ -454,6 +472,7 @@ class Dispatcher:
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
     ) -> BackendReply:
         if target.kind == "local":
+            body = body if body.get("model") == target.alias else {**body, "model": target.alias}  # a route's name
             return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
         return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
 

@@ -38,6 +38,7 @@ from serve_apps.learning_routes import LearningRoutes
 from serve_apps.local_backend import ServeHandleBackend
 from serve_apps.logs import configure_json_logs
 from serve_apps.metrics import GatewayMetrics
+from serve_apps.model_card import ServedRoute
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.prober import Prober, cloud_checks, local_checks
 from serve_apps.providers import OpenAICompatProvider, provider_for
@@ -202,5 +203,6 @@ class Gateway:
             tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
             traffic=parts.routes,
             learning=LearningRoutes(learning, dispatcher.decisions),
+            routes=[ServedRoute(r.alias, tuple(r.targets)) for r in self._config.routes],
         )
         return http.app

@@ -3,7 +3,7 @@
 Routes
     POST /v1/chat/completions   JSON or SSE (`"stream": true`)
     POST /v1/completions        JSON or SSE
-    GET  /v1/models             every configured model
+    GET  /v1/models             every configured model, then every route (`routes:`)
     GET  /healthz               the gateway process answers (liveness)
     GET  /readyz                every model deployment passes its health check and its start-up golden
                                 check (serve_apps/golden_gate.py); 503 names each model's reason
@@ -72,7 +72,7 @@ from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.learning import plain_derive
 from serve_apps.learning_routes import LearningRoutes
 from serve_apps.metrics import GatewayMetrics
-from serve_apps.model_card import ServedModel
+from serve_apps.model_card import ServedModel, ServedRoute
 from serve_apps.openapi import openapi_document
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.tenant_limits import TenantLimits
@@ -121,6 +121,7 @@ class GatewayHTTP:
         tenant_limits: TenantLimits | None = None,
         traffic: TrafficRoutes | None = None,  # /v1/spillover/traffic and /v1/spillover/tickets/{id}
         learning: LearningRoutes | None = None,
+        routes: Iterable[ServedRoute] = (),
     ) -> None:
         self._golden = golden
         self._derive = learning.derive if learning is not None else plain_derive  # typing: serve_apps/learning.py
@@ -137,7 +138,9 @@ class GatewayHTTP:
         self._dispatcher: Dispatch = dispatcher or LocalDispatch(backend)
         self._default_deadline_s = default_deadline_s
         self._models = {m.alias: m for m in models}
+        self._routes = {r.alias: r for r in routes}
         self._limits = {m.alias: ModelLimits(m.alias, m.max_model_len) for m in models}
+        self._limits |= {r.alias: ModelLimits(r.alias, None) for r in self._routes.values()}
         self._created = created
         self._new_id = new_id
         self._health_timeout_s = health_timeout_s
@@ -321,6 +324,7 @@ class GatewayHTTP:
         if (denied := self._denied(request)) is not None:
             return denied
         cards = [m.card(self._created) for m in self._models.values()]
+        cards += [r.card(self._created) for r in self._routes.values()]
         return JSONResponse({"object": "list", "data": cards}, headers=self._headers(self._request_id(request)))
 
     async def _healthz(self, request: Request) -> Response:
@@ -368,7 +372,7 @@ class GatewayHTTP:
             model = decode_json(raw or b"{}").get("model")
         except (RequestError, AttributeError):
             model = None
-        return model if isinstance(model, str) and model in self._models else "unknown"
+        return model if isinstance(model, str) and model in self._limits else "unknown"
 
     async def _http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -43,7 +43,10 @@ def resolve_source(spec: ModelSpec, config_path: str = "(config)", index: int = 
 
 
 def check_engine_args(config: SpilloverConfig, config_path: str) -> None:
-    """Reject engine args vLLM does not know, before anything starts."""
+    """Reject engine args vLLM does not know, before anything starts (vLLM is not imported for a
+    config without local models: its routes are served by the cloud, and no engine starts)."""
+    if not config.models:
+        return
     import dataclasses
 
     from vllm.engine.arg_utils import AsyncEngineArgs

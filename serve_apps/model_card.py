@@ -28,3 +28,20 @@ class ServedModel:
                 "route": "local",
             },
         }
+
+
+@dataclass(frozen=True)
+class ServedRoute:
+    """A configured route (`routes:`) as `GET /v1/models` lists it: its targets in fall-over order."""
+
+    alias: str
+    targets: tuple[str, ...]
+
+    def card(self, created: int) -> dict[str, Any]:
+        return {
+            "id": self.alias,
+            "object": "model",
+            "created": created,
+            "owned_by": "spillover",
+            "metadata": {"route": "route", "targets": list(self.targets)},
+        }

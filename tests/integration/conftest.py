@@ -16,7 +16,8 @@ second simulator with a wrong key: its health must go black and the key never sh
 fourth, `cloud-anthropic` (`type: anthropic`), is a third simulator speaking the Anthropic Messages
 API (`--api anthropic`, key required); it serves only smollm2 in its own region `sim-anthropic`, is
 the cheapest and the lowest quality, so it ranks last unless a request narrows to it
-(tests/integration/test_anthropic.py).
+(tests/integration/test_anthropic.py). A route, `smol-route`, serves SmolLM2 locally first and then
+cloud-sim-b before cloud-sim (tests/integration/test_routes.py).
 Health recovery runs on the default timings (10 s cool-down, half-open trials, 10 s ramp steps);
 breakers and detection are shortened so the fault tests fit.
 """
@@ -57,6 +58,9 @@ QWEN_TINY = {
 }
 
 
+SMOL = "smollm2-135m-instruct"
+ROUTE = "smol-route"
+ROUTE_CLOUDS = ("cloud-sim-b", "cloud-sim")
 SPARE_KEY = "sk-spare-sim-key-4f1c"
 ANTHROPIC_KEY = "sk-ant-sim-key-must-never-be-printed-7b3a"
 BAD_KEY = "sk-wrong-key-must-never-be-printed-9d2e"
@@ -148,6 +152,8 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic
     raw["cloud"]["providers"] += [spare, badkey, anthropic]
     raw["resilience"] = RESILIENCE
     raw["sessions"] = SESSIONS
+    # a route whose order is not the ranking: cloud-sim-b is dearer than cloud-sim (tests/integration/test_routes.py)
+    raw["routes"] = [{"alias": ROUTE, "targets": [f"local:{SMOL}", *(f"cloud:{p}/{SMOL}" for p in ROUTE_CLOUDS)]}]
     raw["spend"] = {"ledger": str(ledger)}
     raw["gateway"]["decisions_log"] = str(ledger.parent / "decisions.jsonl")  # replayed by test_replay.py
     return parse_config(raw, "tests/integration (configs/local.yaml + qwen2-tiny-random + 2 cloud-sims)")

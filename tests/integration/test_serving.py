@@ -51,7 +51,7 @@ def test_streaming_same_text_in_chunks(client: openai.OpenAI, stack: Stack) -> N
 
 def test_models_lists_every_configured_model(client: openai.OpenAI, stack: Stack) -> None:
     listed = {m.id for m in client.models.list().data}
-    assert listed == {m.alias for m in stack.config.models}
+    assert listed == set(stack.config.served_names)  # local models and routes
 
 
 def test_prefix_cache_reports_cached_tokens(client: openai.OpenAI) -> None:

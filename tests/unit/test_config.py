@@ -39,7 +39,7 @@ def test_round_trip_through_dump() -> None:
 @pytest.mark.parametrize(
     ("patch", "field", "reason"),
     [
-        ({"models": []}, "models", "at least 1"),
+        ({"models": []}, "(top level)", "nothing to serve: configure models (local) or routes"),
         ({"models": [{"alias": "m", "source": "s", "family": "mistral"}]}, "models[0].family", "'qwen' or 'llama'"),
         ({"models": [{**MINIMAL["models"][0], "replicas": 0}]}, "models[0].replicas", "greater than or equal to 1"),
         (
@@ -53,7 +53,7 @@ def test_round_trip_through_dump() -> None:
         ({"models": [MINIMAL["models"][0], MINIMAL["models"][0]]}, "models", "duplicate model aliases: m"),
         (
             {"cloud": {"providers": [{"name": "p", "base_url": "http://x/v1", "models": {"other": "x"}}]}},
-            "(top level)",
+            "cloud.providers[0].models",
             "maps unknown model aliases ['other']",
         ),
         ({"cloud": {"providers": [{"name": "p", "base_url": "ftp://x"}]}}, "cloud.providers[0].base_url", "pattern"),
