@@ -15,7 +15,6 @@ from router.capabilities import ProviderModel, cloud_target, local_target
 from router.contract import MAX_N, derive_contract
 from router.errors import ContractViolation, InvalidRequest, NoCapableModel
 from router.policy import Policy
-from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import SIM_M, World
@@ -86,16 +85,7 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 JSON_CHAT = {**PROMPT, "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
 
 
-class Recording(FakeProvider):
-    """FakeProvider that keeps the bodies it was sent (what the upstream request carried)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.bodies: list[dict[str, Any]] = []
-
-    async def chat(self, alias: str, body: dict[str, Any], request_id: str) -> BackendReply:
-        self.bodies.append(body)
-        return await super().chat(alias, body, request_id)
+Recording = FakeProvider  # keeps the bodies it was sent (what the upstream request carried)
 
 
 def two_clouds() -> SpilloverConfig:
