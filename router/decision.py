@@ -118,7 +118,7 @@ class DecisionRecord:
     reason: str = ""  # why (the burst decision, a fail-over, or how the request ended)
     waited_s: float = 0.0  # time in the waiting room for local capacity
     replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
-    traffic: str = ""  # the graded switch (step, share, primary or standby) the request ran under
+    traffic: str = ""  # the live weight (moved or kept) and the graded switch (step, share, primary or standby)
 
     @classmethod
     def from_pipeline(
