@@ -120,7 +120,7 @@ class DecisionRecord:
     reason: str = ""  # why (the burst decision, a fail-over, or how the request ended)
     waited_s: float = 0.0  # time in the waiting room for local capacity
     replans: int = 0  # plans made while waiting; the candidates and tiers are those of the last one
-    traffic: str = ""  # the graded switch (step, share, primary or standby) the request ran under
+    traffic: str = ""  # the live weight (moved or kept) and the graded switch (step, share, primary or standby)
     # what happened besides the attempts: a Retry-After waited out or not, a stream's skipped events,
     # a missing [DONE], a continuation and its splice point (kind + facts, plain JSON values)
     events: tuple[Mapping[str, Any], ...] = ()

@@ -7,7 +7,8 @@ bounded steps.
     latency   1 while p95 <= latency_factor x the scenario's baseline (the target's own best p95 seen,
               unless configured), then falling linearly to 0 at twice that bound
     contract  1 - output-contract violation ratio
-    cost      1 - the target's price relative to the dearest target scored (1 when unpriced or free)
+    cost      given by the caller: 1 for the cheapest priced target scored in the scenario (and when
+              unpriced or free), less the dearer it is (serve_apps/live_scores.py)
 
 The weight moves towards the score by at most `max_step` points (15) per step, and steps at most every
 `min_interval_s`: one bad minute cannot swing a target from 100 to 0 at once, and neither can one good

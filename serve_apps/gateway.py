@@ -196,7 +196,7 @@ class Gateway:
             authenticator=authenticator_for(self._config, os.environ),
             request_timeout_s=gateway.request_timeout_s,
             idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
-            ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote()),
+            ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote(), forget=parts.traffic.forget),
             max_body_bytes=gateway.max_body_bytes,
             redact=client_redactions(self._config),
             golden=golden,

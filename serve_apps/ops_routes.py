@@ -4,7 +4,8 @@
                                          ramp, recent transitions), breakers, retry budget, quotas;
                                          with gateway auth only an `admin` tenant (403 otherwise)
     POST /v1/spillover/resilience/reset  body `{"target": "cloud:<provider>" | "local:<alias>"}` or
-                                         empty (everything): health back to green, breakers closed.
+                                         empty (everything): health back to green, breakers closed,
+                                         live health scores and routing weights forgotten.
                                          Black (a refused key) stays black until this or
                                          `black_retry_s`; with gateway auth only an `admin` tenant
                                          may call it (403 otherwise)
@@ -43,10 +44,17 @@ def _admin(authorize: Authorize, request: Request, what: str) -> None:
 
 
 class OpsRoutes:
-    def __init__(self, resilience: Resilience, on_reset: Callable[[], Awaitable[Any]] | None = None) -> None:
-        """`on_reset` tells the other gateway replicas (serve_apps.breaker_exchange)."""
+    def __init__(
+        self,
+        resilience: Resilience,
+        on_reset: Callable[[], Awaitable[Any]] | None = None,
+        forget: Callable[[str | None], list[str]] | None = None,
+    ) -> None:
+        """`on_reset` tells the other gateway replicas (serve_apps.breaker_exchange); `forget`
+        drops the live health scores and their routing weights (serve_apps/live_scores.py)."""
         self._resilience = resilience
         self._on_reset = on_reset
+        self._forget = forget
 
     def local_down(self, alias: str) -> str | None:
         """Why the local model is out of routing by its health (red or black), for readiness."""
@@ -69,7 +77,7 @@ class OpsRoutes:
                 target = _target(await request.body())  # after the key check; bounded by BodyLimit
             except RequestError as exc:
                 return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
-            reset = self._resilience.reset(target)
+            reset = self._resilience.reset(target) + (self._forget(target) if self._forget is not None else [])
             if self._on_reset is not None:
                 await self._on_reset()
             return JSONResponse({"reset": reset}, headers=headers_for(request))

@@ -11,6 +11,8 @@ decided (a rollback, a completed switch) and pulls the document back. From it:
   (`stagger_delay_s`); `arrange` puts the standby first for its share of the requests that would have
   gone to the primary (a deterministic split), and says so in the decision record
   (`x-spillover-traffic`);
+* before that, `arrange` applies the live routing weight (serve_apps/weight_routing.py): a degraded
+  first candidate keeps only its weight's share of new requests, the rest go to the next one;
 * `observed` feeds every attempt's outcome to the gates; before each widening the standby's quota
   (its provider's `rpm` / `tpm`) must hold the expected load; a rollback here is reported to the
   board, so every replica rolls back at its next sync.
@@ -34,6 +36,7 @@ from router.decision import Attempt
 from router.migration import Gates, Migration, splitter, stagger_delay_s
 from serve_apps.live_scores import LiveScores
 from serve_apps.traffic_metrics import TrafficMetrics
+from serve_apps.weight_routing import WeightRouting
 
 log = logging.getLogger("spillover.traffic")
 RATE_WINDOW_S = 60.0
@@ -80,6 +83,7 @@ class Traffic:
         self._metrics = metrics
         self._wall = wall  # event times are shown as epoch seconds, like the board's history
         self.scores = scores or LiveScores(clock=clock)  # health score per target x scenario, live latency
+        self.weights = WeightRouting(self.scores)  # the score's weight as a share of new requests
         self.doc: dict[str, Any] = doc_ops.empty_doc()
         self.position = 0.0
         self._adopted: dict[str, _Adopted] = {}
@@ -96,6 +100,7 @@ class Traffic:
             raise
         self.adopt(doc, position)
         self.tick_all()
+        self.scores.tick()
 
     async def command(self, command: doc_ops.Command, switch_id: str = "") -> str:
         doc, said = await self._board.command(command, switch_id)
@@ -148,6 +153,14 @@ class Traffic:
     def arrange(
         self, contract: RequestContract, candidates: Sequence[tuple[Target, str]]
     ) -> tuple[list[tuple[Target, str]], str]:
+        """The candidates after the live weight and a graded switch; what either did, in words."""
+        weighed, weight_note = self.weights.arrange(contract.scenario, candidates)
+        out, switch_note = self._switched(contract, weighed)
+        return out, "; ".join(n for n in (weight_note, switch_note) if n)
+
+    def _switched(
+        self, contract: RequestContract, candidates: Sequence[tuple[Target, str]]
+    ) -> tuple[list[tuple[Target, str]], str]:
         """The candidates with the standby first for its share of the primary's requests; a note."""
         found = doc_ops.switch_for(self.doc, contract)
         out = list(candidates)
@@ -192,6 +205,13 @@ class Traffic:
             )
         migration.tick(partial(self._quota_refusal, found[0], migration.new))
         self._show(found[0], adopted)
+
+    def forget(self, endpoint: str | None = None) -> list[str]:
+        """An operator's resilience reset: the live scores of one health key (or all) are forgotten,
+        so their routing weights are 100 again."""
+        if endpoint is None:
+            self.weights.reset()
+        return self.scores.reset(endpoint)
 
     def tick_all(self) -> None:
         """Time-driven steps for scopes without traffic right now (called at each sync)."""

@@ -46,6 +46,17 @@ class TrafficParts:
         return tiers
 
 
+def prices(registry: Registry, config: SpilloverConfig) -> dict[str, float]:
+    """Target id -> USD per 1M prompt + 1M output tokens, for the health score's cost component."""
+    out: dict[str, float] = {}
+    for model in config.models:
+        for target in registry.for_alias(model.alias):
+            caps = target.caps
+            if caps.price_in_per_mtok is not None and caps.price_out_per_mtok is not None:
+                out[target.id] = caps.price_in_per_mtok + caps.price_out_per_mtok
+    return out
+
+
 def traffic_parts(
     config: SpilloverConfig,
     local: ModelBackend,
@@ -62,10 +73,10 @@ def traffic_parts(
 
         board = RayBoard(get_or_create_traffic_board())
     tm = TrafficMetrics(metrics.registry)
-    scores = LiveScores(clock=clock, registry=metrics.registry)
-    traffic = Traffic(config, board, replica, clock=clock, metrics=tm, scores=scores)
     enabled = [p for p in config.cloud.providers if p.name in providers]
     registry = Registry.from_config(config.models, enabled)
+    scores = LiveScores(clock=clock, registry=metrics.registry, prices=prices(registry, config))
+    traffic = Traffic(config, board, replica, clock=clock, metrics=tm, scores=scores)
     dry_run = DryRun(registry, local, providers, config.policy, timeout_s=config.traffic.migration.dry_run_timeout_s)
     routes = TrafficRoutes(
         traffic,
