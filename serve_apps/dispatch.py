@@ -32,10 +32,9 @@ and the metrics then.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -46,8 +45,7 @@ from router.burst import Route
 from router.cache_salt import salted
 from router.capabilities import Registry, Target
 from router.contract import RequestContract
-from router.decision import Attempt, DecisionRecord, DecisionStore
-from router.decision_inputs import plan_snapshot
+from router.decision import Attempt, DecisionStore
 from router.errors import (
     ContractViolation,
     ProviderContextExceeded,
@@ -63,15 +61,17 @@ from router.quality import QualityBook, contract_bucket
 from router.retry import AttemptBudget, RetryAfterChoice, after_failure, before_attempt, retry_after_choice
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
-from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
-from serve_apps.continuation import Splicer, StreamJob
+from serve_apps.backend import CloudBackend, ModelBackend
+from serve_apps.dispatch_calls import Calls
+from serve_apps.dispatch_record import Outcome, executed_record
+from serve_apps.dispatch_streams import ClientStreams, Started
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
 from serve_apps.resilience import Gate, Resilience
 from serve_apps.sessions import Sessions, Turn
-from serve_apps.stream_account import StreamEnd, Tally, accounted, asking_usage, wants_usage
-from serve_apps.stream_contract import end_check, held_until_checked, holds_back
-from serve_apps.stream_record import StreamedAttempt, book_stream_end
+from serve_apps.stream_account import asking_usage, wants_usage
+from serve_apps.stream_contract import held_until_checked, holds_back
+from serve_apps.stream_record import StreamedAttempt
 from serve_apps.traffic import Traffic
 
 
@@ -94,7 +94,6 @@ class Dispatcher:
         quality: QualityBook | None = None,
     ) -> None:
         self._config = config
-        self._local = local
         self._providers = dict(providers)
         self._registry = Registry.from_config(
             config.models, [p for p in config.cloud.providers if p.name in self._providers], routes=config.routes
@@ -102,23 +101,24 @@ class Dispatcher:
         self._snapshot = snapshot
         self._clock = clock
         self._sleep = sleep
-        self._poll_s = poll_s
         self._observer = observer or NoObserver()
         self.decisions = decisions if decisions is not None else DecisionStore()  # an empty store is falsy
         self._resilience = resilience or Resilience(config, clock=clock)
         self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
+        self._calls = Calls(local, self._providers, self._admission, snapshot, clock, poll_s)
         self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
-        self._splicer = Splicer(
-            call=self._continuation_call,
+        self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
+        self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
+        self._streams = ClientStreams(
+            config,
+            continuation=self._calls.continuation,
             resilience=self._resilience,
             decisions=self.decisions,
             observer=self._observer,
             clock=clock,
-            max_attempts=self._resilience.max_attempts,
+            traffic=traffic,
         )
-        self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
-        self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
 
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
@@ -202,21 +202,8 @@ class Dispatcher:
             ended = exc.message
             raise
         finally:
-            self._record(
-                request_id,
-                contract,
-                plan,
-                started,
-                waited,
-                trail,
-                done,
-                ended,
-                "".join(notes),
-                streams,
-                events,
-                turn.view(),
-                kind,
-            )
+            outcome = Outcome(started, waited, trail, done, ended, "".join(notes), events, turn.view())
+            self._record(request_id, contract, plan, outcome, kind, streams)
             if self._traffic is not None and not (done is not None and streams):
                 self._traffic.observed(contract, trail)  # the switch's gates (a stream's when it ends)
 
@@ -225,47 +212,24 @@ class Dispatcher:
         request_id: str,
         contract: RequestContract,
         plan: Plan,
-        started: float,
-        waited: Waited,
-        trail: list[Attempt],
-        done: Dispatched | None,
-        ended: str,
-        traffic: str,
-        streams: list[StreamedAttempt],
-        events: list[dict[str, Any]],
-        session: dict[str, Any] | None,
+        outcome: Outcome,
         kind: Kind,
+        streams: list[StreamedAttempt],
     ) -> None:
-        """The decision record of the plan that was executed (after any wait and re-plans), its
-        attempts and how it ended; stored, and shown to the observer (metrics)."""
-        health = self._resilience.states()
-        reachable = self._providers if kind == "chat" else ()
-        snapshot = plan_snapshot(self._registry.for_alias(contract.model), reachable, plan.unavailable, health)
-        record = DecisionRecord.from_pipeline(
+        """The executed plan's record (serve_apps/dispatch_record.py): stored, and shown to the observer
+        (metrics); a stream's is stored unfinished and booked when the stream ends."""
+        finished = executed_record(
             request_id,
             self._config.policy,
             contract,
-            plan.pipeline,
-            clock=lambda: started,
-            unavailable=plan.unavailable,
-            health=health,
-            snapshot=snapshot,
+            plan,
+            outcome,
+            targets=self._registry.for_alias(contract.model),
+            reachable=self._providers if kind == "chat" else (),
+            health=self._resilience.states(),
+            clock=self._clock,
         )
-        route = done.route if done is not None else plan.route
-        reason = done.reason if done is not None else (ended or plan.reason)
-        executed = replace(
-            record,
-            attempts=tuple(trail),
-            route=route,
-            reason=reason,
-            waited_s=waited.waited_s,
-            replans=waited.replans,
-            traffic=traffic,
-            events=tuple(events),
-            session=session,
-        )
-        finished = executed.finished(done.target if done is not None else None, clock=self._clock)
-        if done is not None and streams:  # final when its stream ends (serve_apps/stream_record.py)
+        if outcome.done is not None and streams:  # final when its stream ends (serve_apps/stream_record.py)
             streams[0].record = finished
             self.decisions.put(finished, final=False)
             return
@@ -351,7 +315,7 @@ class Dispatcher:
             try:
                 sent = local_body if target.kind == "local" else bounded_body(body, contract, target)
                 sent = await turn.body_for(target, sent)
-                reply = await self._call(target, kind, sent, request_id, watch_stale=has_next)
+                reply = await self._calls.call(target, kind, sent, request_id, watch_stale=has_next)
                 flagged: list[str] = []
                 if reply.chunks is not None and holds_back(kind, contract):
                     reply = await held_until_checked(reply, contract, target)
@@ -387,22 +351,12 @@ class Dispatcher:
                 streamed = StreamedAttempt(request_id, contract.tenant, target, began, gate.reservation, tokens)
                 streams.append(streamed)
                 trail.append(Attempt(target.id, "streaming", self._clock() - began))
-                scenario = self._config.policy.scenarios.get(contract.scenario)
-                job = StreamJob(
-                    request_id,
-                    contract,
-                    body,
-                    local_body,
-                    target,
-                    reply.chunks,
-                    [t for t, _ in candidates[index + 1 :]],
-                    deadline,
-                    kind == "chat" and scenario is not None and scenario.continues_streams(contract.level),
-                    sum(a.outcome != "skipped" for a in trail),
-                    client_usage=client_usage,
+                rest = [t for t, _ in candidates[index + 1 :]]
+                made = sum(a.outcome != "skipped" for a in trail)
+                started_stream = Started(
+                    kind, contract, body, local_body, streamed, reply.chunks, rest, deadline, made, client_usage
                 )
-                observed = self._observed(kind, contract, streamed, reply.chunks, client_usage)
-                reply = BackendReply(chunks=self._splicer.stream(observed, job))  # serve_apps/continuation.py
+                reply = self._streams.reply(started_stream)  # serve_apps/dispatch_streams.py
                 route: Route = "local" if target.kind == "local" else "cloud"
                 if notes and notes[-1]:
                     headers = {**headers, TRAFFIC: notes[-1]}
@@ -435,66 +389,3 @@ class Dispatcher:
             now=self._clock(),
             deadline=deadline,
         )
-
-    async def _continuation_call(self, target: Target, body: dict[str, Any], request_id: str) -> BackendReply:
-        """A stream continuation's call (serve_apps/continuation.py): chat, no stale watch."""
-        return await self._call(target, "chat", body, request_id, watch_stale=False)
-
-    def _observed(
-        self,
-        kind: Kind,
-        contract: RequestContract,
-        streamed: StreamedAttempt,
-        chunks: AsyncIterator[str],
-        client_usage: bool,
-    ) -> AsyncIterator[str]:
-        """The stream as the client gets it, counted and checked (serve_apps/stream_account.py), its
-        outcome booked when it ends (serve_apps/stream_record.py); it is never re-sent."""
-        booked = partial(
-            book_stream_end,
-            streamed,
-            resilience=self._resilience,
-            decisions=self.decisions,
-            observer=self._observer,
-            clock=self._clock,
-        )
-
-        def book(end: StreamEnd) -> DecisionRecord | None:
-            final = booked(end)
-            if self._traffic is not None and final is not None:
-                self._traffic.observed(contract, final.attempts)  # the switch's gates see how it ended
-            return final
-
-        check = end_check(kind, contract, streamed.target)
-        return accounted(chunks, Tally(drop_usage=not client_usage), contract.est_prompt_tokens, book, check)
-
-    async def _call(
-        self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
-    ) -> BackendReply:
-        if target.kind == "local":
-            body = body if body.get("model") == target.alias else {**body, "model": target.alias}  # a route's name
-            return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
-        return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
-
-    async def _local_unless_stale(
-        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool
-    ) -> BackendReply:
-        """The local call; with `watch`, abandoned (TargetUnavailable) if every replica of the
-        model goes stale before the first byte arrives."""
-        call = asyncio.ensure_future(self._admission.counted(model, self._local.call(model, kind, body, request_id)))
-        if not watch:
-            return await call
-        try:
-            while True:
-                done, _ = await asyncio.wait({call}, timeout=self._poll_s)
-                if done:
-                    return call.result()
-                snapshot, now = self._snapshot(), self._clock()
-                if all(snapshot.is_stale(r, now) for r in snapshot.for_model(model)):
-                    message = f"every replica of {model} went stale while waiting for the first byte"
-                    raise TargetUnavailable(message, code="replicas_stale")
-        finally:
-            if not call.done():
-                call.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await call  # let the local call unwind (in-flight count, Serve cancel)

@@ -75,6 +75,7 @@ from serve_apps.metrics import GatewayMetrics
 from serve_apps.model_card import ServedModel, ServedRoute
 from serve_apps.openapi import openapi_document
 from serve_apps.ops_routes import OpsRoutes
+from serve_apps.readiness import Readiness
 from serve_apps.tenant_limits import TenantLimits
 from serve_apps.traffic_routes import TrafficRoutes
 
@@ -143,10 +144,18 @@ class GatewayHTTP:
         self._limits |= {r.alias: ModelLimits(r.alias, None) for r in self._routes.values()}
         self._created = created
         self._new_id = new_id
-        self._health_timeout_s = health_timeout_s
         self._set_request_id = set_request_id
         self._snapshot = snapshot
         self._clock = clock
+        self._readiness = Readiness(
+            backend,
+            list(self._models),
+            health_timeout_s=health_timeout_s,
+            snapshot=snapshot,
+            clock=clock,
+            health=ops,
+            golden=golden,
+        )
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -331,21 +340,7 @@ class GatewayHTTP:
         return JSONResponse({"status": "ok"}, headers=self._headers(self._request_id(request)))
 
     async def _readyz(self, request: Request) -> Response:
-        """Ready when every model passes its health check and, with a telemetry source, has a fresh
-        stats reading here: until the first one arrives (after a deploy, the board may hold only an
-        earlier replica's last reading) the gateway would divert the model's traffic."""
-        aliases = list(self._models)
-        reasons = await asyncio.gather(*(self._backend.check_health(a, self._health_timeout_s) for a in aliases))
-        if self._snapshot is not None:
-            snapshot, now = self._snapshot(), self._clock()
-            reasons = [reason or _unread(snapshot, alias, now) for alias, reason in zip(aliases, reasons, strict=True)]
-        if self._ops is not None:  # red at start-up (probed while its engine loaded): not ready until it recovers
-            reasons = [reason or self._ops.local_down(a) for a, reason in zip(aliases, reasons, strict=True)]
-        if self._golden is not None:  # up but not (yet) answering its golden prompt right: not ready
-            reasons = [reason or self._golden.blocked(a) for a, reason in zip(aliases, reasons, strict=True)]
-        models = {alias: (reason or "ok") for alias, reason in zip(aliases, reasons, strict=True)}
-        ready = all(reason is None for reason in reasons)
-        body = {"status": "ready" if ready else "not_ready", "models": models}
+        ready, body = await self._readiness.check()  # serve_apps/readiness.py
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
 
     async def _cluster(self, request: Request) -> Response:
@@ -391,16 +386,6 @@ class GatewayHTTP:
         log.error("request %s: internal error", request_id, exc_info=exc)
         body = error_body(f"internal gateway error (request id {request_id})", "internal_error", "internal_error")
         return JSONResponse(body, status_code=500, headers=self._headers(request_id))
-
-
-def _unread(snapshot: ClusterSnapshot, model: str, now: float) -> str | None:
-    """Why `model` has no fresh stats reading on `snapshot` (None when it has one)."""
-    replicas = snapshot.for_model(model)
-    if any(not snapshot.is_stale(r, now) for r in replicas):
-        return None
-    if not replicas:
-        return "no engine stats reading yet"
-    return f"no fresh engine stats reading (newest {min(r.age(now) for r in replicas):.1f}s old)"
 
 
 def _json(value: Any) -> str:

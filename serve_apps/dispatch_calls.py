@@ -1,0 +1,70 @@
+"""How the dispatcher reaches a target: the local models through their backend — abandoned when every
+replica of the model goes stale before the first byte (Serve holds a dead replica's requests until a new
+one starts) — or a cloud provider through its chat API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from router.capabilities import Target
+from router.errors import TargetUnavailable
+from router.openai_request import Kind
+from router.snapshot import ClusterSnapshot
+from serve_apps.admission import Admission
+from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
+
+
+class Calls:
+    def __init__(
+        self,
+        local: ModelBackend,
+        providers: Mapping[str, CloudBackend],
+        admission: Admission,
+        snapshot: Callable[[], ClusterSnapshot],
+        clock: Callable[[], float],
+        poll_s: float,
+    ) -> None:
+        self._local = local
+        self._providers = providers
+        self._admission = admission
+        self._snapshot = snapshot
+        self._clock = clock
+        self._poll_s = poll_s
+
+    async def call(
+        self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
+    ) -> BackendReply:
+        if target.kind == "local":
+            body = body if body.get("model") == target.alias else {**body, "model": target.alias}  # a route's name
+            return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
+        return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
+
+    async def continuation(self, target: Target, body: dict[str, Any], request_id: str) -> BackendReply:
+        """A stream continuation's call (serve_apps/continuation.py): chat, no stale watch."""
+        return await self.call(target, "chat", body, request_id, watch_stale=False)
+
+    async def _local_unless_stale(
+        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool
+    ) -> BackendReply:
+        """The local call; with `watch`, abandoned (TargetUnavailable) if every replica of the
+        model goes stale before the first byte arrives."""
+        call = asyncio.ensure_future(self._admission.counted(model, self._local.call(model, kind, body, request_id)))
+        if not watch:
+            return await call
+        try:
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=self._poll_s)
+                if done:
+                    return call.result()
+                snapshot, now = self._snapshot(), self._clock()
+                if all(snapshot.is_stale(r, now) for r in snapshot.for_model(model)):
+                    message = f"every replica of {model} went stale while waiting for the first byte"
+                    raise TargetUnavailable(message, code="replicas_stale")
+        finally:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await call  # let the local call unwind (in-flight count, Serve cancel)
