@@ -8,7 +8,6 @@ to a default.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cluster.cloud_config import CloudSection
 from cluster.config_base import FieldProblems, StrictModel, no_duplicates
+from cluster.gateway_config import GatewayAutoscaling, GatewaySection, Tenant
 from cluster.learning_config import LearningSection
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ResilienceSection, SpendSection
@@ -29,6 +29,8 @@ from router.capabilities import cloud_id
 from router.errors import ConfigError
 from router.policy import Policy
 from router.watermarks import Watermarks
+
+__all__ = ["GatewayAutoscaling", "GatewaySection", "SpilloverConfig", "Tenant", "load_config", "parse_config"]
 
 DEFAULT_CONFIG = "configs/local.yaml"  # the embedded default: `spillover serve` without --config
 
@@ -71,115 +73,6 @@ class AdmissionSection(StrictModel):
     )
     queue_max: int = Field(64, ge=0, description="requests per model that may wait for local room")
     queue_timeout_s: float = Field(30, gt=0, description="longest wait for local room without x-spillover-deadline-ms")
-
-
-class GatewayAutoscaling(StrictModel):
-    """Serve autoscaling of the gateway deployment (replaces `gateway.replicas` when set)."""
-
-    min_replicas: int = Field(1, ge=1, description="fewest gateway replicas")
-    max_replicas: int = Field(4, ge=1, description="most gateway replicas (at least min_replicas)")
-    target_ongoing_requests: float = Field(64, gt=0, description="per gateway replica")
-
-    @model_validator(mode="after")
-    def _bounds(self) -> GatewayAutoscaling:
-        if self.max_replicas < self.min_replicas:
-            raise ValueError("max_replicas must be >= min_replicas")
-        return self
-
-
-class GatewaySection(StrictModel):
-    host: str = Field(
-        "127.0.0.1",
-        description="Serve HTTP listener address; a host that is not a loopback address needs gateway.auth: true "
-        "(the config is refused otherwise)",
-    )
-    port: int = Field(8000, ge=1, le=65535, description="Serve HTTP listener port")
-    replicas: int = Field(1, ge=1, description="gateway replicas behind Serve's proxy (without autoscaling)")
-    num_cpus: float = Field(0.1, gt=0, description="Ray logical CPUs per gateway replica")
-    request_timeout_s: float = Field(
-        300,
-        gt=0,
-        description="longest wait for an answer (or a stream's first byte), waiting room and attempts included; "
-        "then 504 request_timeout",
-    )
-    readiness_timeout_s: float = Field(
-        600, gt=0, description="how long `spillover serve` and `spillover deploy` wait for /readyz"
-    )
-    decisions_kept: int = Field(1000, ge=1, description="decision records kept in memory per gateway replica")
-    decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
-    decisions_max_bytes: int = Field(
-        64 * 1024 * 1024, ge=1024, description="decision records kept in memory, at most this many bytes of JSON"
-    )
-    auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
-    autoscaling: GatewayAutoscaling | None = Field(
-        None, description="Serve autoscaling of the gateway instead of a fixed gateway.replicas; null: fixed"
-    )
-    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger: 413")
-
-    @model_validator(mode="after")
-    def _no_open_listener_without_auth(self) -> GatewaySection:
-        if not self.auth and not _is_loopback(self.host):
-            raise ValueError(
-                f"gateway.host {self.host!r} is not a loopback address and gateway.auth is off: anyone who "
-                "reaches the port could use the models and the operator endpoints. Fix: set gateway.auth: true "
-                "with tenants (keys from tenants[].api_key_env), or gateway.host: 127.0.0.1"
-            )
-        return self
-
-
-def _is_loopback(host: str) -> bool:
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name other than localhost: it may resolve anywhere
-        return False
-
-
-class Tenant(StrictModel):
-    """A client of the gateway: its key (from the environment) and what its data may do."""
-
-    name: str = Field(
-        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
-        description="decision records and idempotency keys are scoped by it",
-    )
-    api_key_env: str = Field(
-        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-        description="environment variable holding its key on the gateway's node (never in the file)",
-    )
-    residency: Literal["any", "local_only"] | list[str] = Field(
-        "any",
-        description="any, local_only or the regions its data may be processed in; narrows every request like "
-        "x-spillover-residency",
-    )
-    allowed_providers: list[str] | None = Field(
-        None, description="cloud providers its requests may use (like x-spillover-providers); null: any"
-    )
-    requests_per_minute: float | None = Field(
-        None,
-        ge=1,
-        description="per gateway replica, at least 1; over it: 429 tenant_rate_limited with Retry-After; "
-        "null: unlimited",
-    )
-    admin: bool = Field(
-        False,
-        description="may call the operator routes: /v1/spillover/resilience (and its reset), /v1/spillover/cluster",
-    )
-    max_concurrent: int | None = Field(
-        None,
-        ge=1,
-        strict=True,
-        description="generation requests of this tenant in flight at once per gateway replica (a stream counts "
-        "until it ends); over it: 429 tenant_concurrency_exceeded with Retry-After; null: unlimited",
-    )
-    monthly_budget_usd: float | None = Field(
-        None,
-        gt=0,
-        strict=True,
-        allow_inf_nan=False,
-        description="cloud spend of this tenant per UTC calendar month (from the spend ledger); once reached: "
-        "402 tenant_budget_exceeded until the month ends; null: unlimited",
-    )
 
 
 class SpilloverConfig(StrictModel):
