@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import re
+
 from router.settings_base import StrictModel
 
-__all__ = ["StrictModel", "no_duplicates"]
+__all__ = ["StrictModel", "compiled_or_none", "no_duplicates"]
 
 
 def no_duplicates(names: list[str], what: str) -> None:
@@ -22,3 +24,13 @@ class FieldProblems(ValueError):
     def __init__(self, problems: list[tuple[str, str]]) -> None:
         super().__init__("; ".join(f"{path}: {reason}" for path, reason in problems))
         self.problems = problems
+
+
+def compiled_or_none(value: str | None) -> str | None:
+    """A config field's regular expression, checked to compile (ValueError saying why); None passes."""
+    if value is not None:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+    return value

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import re
-
 from pydantic import Field, field_validator, model_validator
 
-from cluster.config_base import StrictModel
+from cluster.config_base import StrictModel, compiled_or_none
 from router.policy import Policy
 
 NAME = r"^[A-Za-z0-9_-]{1,64}$"
@@ -43,12 +41,7 @@ class TypingRule(StrictModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
-        return value
+        return compiled_or_none(value)
 
     @model_validator(mode="after")
     def _matches_something(self) -> TypingRule:

@@ -11,11 +11,12 @@ one fault, so the rates must add up to at most 1.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+from cluster.config_base import compiled_or_none
 
 FAULT_RATE_FIELDS = (
     "error_5xx_rate",
@@ -95,12 +96,7 @@ class SimSettings(BaseModel):
     @field_validator("content_filter")
     @classmethod
     def _filter_compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {exc}") from None
-        return value
+        return compiled_or_none(value)
 
     @field_validator("api_key")
     @classmethod
