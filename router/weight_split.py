@@ -7,6 +7,9 @@
 The weight follows the live health score by at most `max_step` points per `min_interval_s`
 (router/health_score.py), so the share a target loses or regains moves by at most that much per
 interval. Weight 100 (no live evidence yet, or a healthy target) changes nothing: today's order.
+A local model first in line is never weighed: its latency grows with its load and with the sizes of
+the requests it serves by design, and its routing already follows its saturation, watermarks and
+health (router/saturation.py, router/health.py); the weight moves traffic between cloud targets.
 Only the first candidate is weighed: the rest of the order is the pipeline's (and the breakers',
 health's and a graded switch's, which act on the order this returns). The split is deterministic,
 like a graded switch's (`router.migration.splitter`): exactly (100 - W) in every 100 requests move.
@@ -19,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from router.capabilities import is_local_id
 from router.migration import splitter
 
 T = TypeVar("T")
@@ -39,7 +43,7 @@ def kept_share(weight: float) -> float:
 
 def weigh(first: str, weight: float, score: float, count: int, *, alternative: str | None) -> Weighed:
     """Whether the `count`-th (0-based) request ranked first at `first` moves to `alternative`."""
-    if alternative is None or weight >= FULL:
+    if alternative is None or weight >= FULL or is_local_id(first):
         return Weighed(False, False, "")
     moved = splitter(1.0 - kept_share(weight), count)
     said = f"weight: {first} {weight:.0f} (score {score:.0f}) keeps {kept_share(weight):.0%}"

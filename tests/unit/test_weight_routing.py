@@ -36,6 +36,11 @@ def test_the_rule_keeps_exactly_the_weights_share() -> None:
     assert weigh("a", 85.0, 80.0, 6, alternative="b").note == "weight: a 85 (score 80) keeps 85%: moved to b"
     assert not any(weigh("a", 40.0, 40.0, n, alternative=None).moved for n in range(10))  # nowhere to go
     assert weigh("a", 100.0, 100.0, 0, alternative="b").note == ""
+
+
+def test_a_local_model_is_never_weighed() -> None:
+    # its latency follows its load and the request sizes by design; saturation and health route it
+    assert not any(weigh("local:m", 10.0, 10.0, n, alternative="cloud:a/m").weighed for n in range(100))
     assert kept_share(-5) == 0.0 and kept_share(150) == 1.0
     assert reordered([(1, "x"), (2, ""), (3, "")], "why") == [(2, "why"), (1, ""), (3, "")]
 
