@@ -105,7 +105,7 @@ def _plan_model(
         "block_size": block_size,
         "num_gpu_blocks": engine.get("num_gpu_blocks_override"),
     }
-    notes = [f"shape: {origin}"]
+    notes = [f"shape: {home_relative(origin)}"]  # reports are committed: no machine paths
     if spec.runs_vllm_cpu:
         notes.append(
             f"CPU: the KV budget is kv_cache_space_gib = {spec.kv_cache_space_gib} GiB (VLLM_CPU_KVCACHE_SPACE)"
@@ -129,3 +129,9 @@ def _plan_model(
     if isinstance(max_num_seqs, int) and max_num_seqs < report.predicted_max_concurrency:
         notes.append(f"engine_args.max_num_seqs = {max_num_seqs} caps running sequences below the KV prediction")
     return "ok", notes + list(report.notes), report
+
+
+def home_relative(origin: str) -> str:
+    """`origin` with the user's home folder written `~` (a model folder in the cache is a machine path)."""
+    home = str(Path.home())
+    return "~" + origin[len(home) :] if home not in ("", "/") and origin.startswith(home + "/") else origin

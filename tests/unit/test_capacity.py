@@ -16,6 +16,7 @@ from cluster.capacity import (
     parse_bytes,
     plan_capacity,
 )
+from cluster.capacity_plan import home_relative
 from cluster.model_shape import (
     LLAMA_3_1_8B,
     QWEN2_5_7B,
@@ -281,3 +282,12 @@ def test_load_model_shape_from_folder(tmp_path: Path) -> None:
         load_model_shape(tmp_path)
     with pytest.raises(ConfigError, match="No such file"):
         load_model_shape(tmp_path / "missing.json")
+
+
+def test_a_model_folder_in_the_home_is_noted_home_relative(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # reports quote the shape's origin and are committed: no machine paths
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert (
+        home_relative(f"{tmp_path}/.cache/spillover/models/m/config.json") == "~/.cache/spillover/models/m/config.json"
+    )
+    assert home_relative("Qwen/Qwen2.5-7B-Instruct") == "Qwen/Qwen2.5-7B-Instruct"
