@@ -6,7 +6,9 @@
 
 The weight follows the live health score by at most `max_step` points per `min_interval_s`
 (router/health_score.py), so the share a target loses or regains moves by at most that much per
-interval. Weight 100 (no live evidence yet, or a healthy target) changes nothing: today's order.
+interval. Weight 100 (no live evidence yet, or a healthy target) changes nothing: today's order, and
+so does any weight of 90 or more — the score's cost part is at most 10 points, and a healthy target that
+is merely dearer than another must not shed traffic (the ranking already prefers the cheaper one).
 A local model first in line is never weighed: its latency grows with its load and with the sizes of
 the requests it serves by design, and its routing already follows its saturation, watermarks and
 health (router/saturation.py, router/health.py); the weight moves traffic between cloud targets.
@@ -27,6 +29,7 @@ from router.migration import splitter
 
 T = TypeVar("T")
 FULL = 100.0
+HEALTHY = 90.0  # a weight at or above this keeps all its requests: cost alone (10 points) never sheds
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ def kept_share(weight: float) -> float:
 
 def weigh(first: str, weight: float, score: float, count: int, *, alternative: str | None) -> Weighed:
     """Whether the `count`-th (0-based) request ranked first at `first` moves to `alternative`."""
-    if alternative is None or weight >= FULL or is_local_id(first):
+    if alternative is None or weight >= HEALTHY or is_local_id(first):
         return Weighed(False, False, "")
     moved = splitter(1.0 - kept_share(weight), count)
     said = f"weight: {first} {weight:.0f} (score {score:.0f}) keeps {kept_share(weight):.0%}"

@@ -149,7 +149,6 @@ class Dispatcher:
                 **self._unavailable(contract),
                 **self._resilience.windows.unavailable(self._registry.for_alias(contract.model), contract.min_context),
             },
-            latency_ms=self._traffic.scores.latency_ms() if self._traffic is not None else {},
             quality=self._learned(contract),
         )
         began = time.perf_counter()

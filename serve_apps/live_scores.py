@@ -1,5 +1,5 @@
 """Live health scores per target and scenario (router/health_score.py), fed by every attempt the
-dispatcher makes, and the live latency the scorers read (`TargetState.latency_ms`).
+dispatcher makes, and each target's measured latency.
 
 Each target × scenario has a `TargetScore`; its weight steps at most `max_step` points per
 `min_interval_s`, when an attempt is seen and when routing reads it (`weight`, so a target that
@@ -8,8 +8,9 @@ cost component is 1 - how much dearer the target's configured price (prompt + ou
 tokens) is than the cheapest priced target scored in the same scenario, relative to the dearest
 (1 for the cheapest, and when unpriced or free). The weight routes: see
 serve_apps/weight_routing.py. `latency_ms()` gives each target id's median latency of successful
-attempts over the window, so the latency scorer ranks by what was measured instead of the
-configured expectation. Exported at `GET /v1/spillover/traffic` (`scores`) and in `/metrics`.
+attempts over the window; it is not fed to the ranking's latency scorer, whose configured expectation
+stays (docs/traffic.md: live latency moves traffic only through the bounded weight). Exported at
+`GET /v1/spillover/traffic` (`scores`) and in `/metrics`.
 """
 
 from __future__ import annotations
