@@ -175,7 +175,10 @@ class QualityBook:
         stats = self._stats.get((target, bucket))
         if stats is None or stats.samples < self.min_samples:
             return None
-        return beta_mean(self._prior.get(target, 0.5), self.prior_strength, stats.successes, stats.failures)
+        prior = self._prior.get(target, 0.5)
+        # evidence may only lower the configured quality: a run of accepted answers says the target is not
+        # worse than configured, not that it beats another target whose bucket saw less traffic
+        return min(prior, beta_mean(prior, self.prior_strength, stats.successes, stats.failures))
 
     def estimates(self, targets: list[str], bucket: str) -> dict[str, float]:
         found = {t: self.estimate(t, bucket) for t in targets}

@@ -55,8 +55,9 @@ def test_bucket_statistics_from_attempts_and_feedback() -> None:
     book.observe(record(Attempt("local:m", "error", 0.1), Attempt("cloud:sim/m", "ok", 0.4)))
     book.observe(record(Attempt("cloud:sim/m", "contract_violation", 0.2), Attempt("cloud:sim/m", "ok", 0.6)))
     book.observe(record(Attempt("cloud:sim/m", "skipped", 0.0), Attempt("cloud:sim/m", "ok", 1.0)))
-    # 3 answers + 1 contract violation = 4 samples >= 3: Beta(1, 1) prior + 3 successes, 1 failure
-    assert book.estimate("cloud:sim/m", BUCKET) == pytest.approx(4 / 6)
+    # 3 answers + 1 contract violation = 4 samples >= 3: Beta(1, 1) prior + 3 successes, 1 failure = 4/6,
+    # but evidence only ever lowers the configured quality (0.5)
+    assert book.estimate("cloud:sim/m", BUCKET) == pytest.approx(0.5)
     view = book.view()["targets"]
     cloud = view["cloud:sim/m"][BUCKET]
     assert (cloud["successes"], cloud["failures"], cloud["samples"]) == (3, 1, 4)
@@ -66,6 +67,15 @@ def test_bucket_statistics_from_attempts_and_feedback() -> None:
     assert book.feedback(record(Attempt("cloud:sim/m", "ok", 0.3)), success=False)
     assert not book.feedback(record(Attempt("cloud:sim/m", "error", 0.3), chosen=None), success=True)
     assert book.view()["targets"]["cloud:sim/m"][BUCKET]["feedback"] == 1
+
+
+def test_evidence_lowers_the_configured_quality_but_never_raises_it() -> None:
+    # a target that got the traffic must not outrank one whose bucket saw less, on accepted answers alone
+    book = QualityBook({"cloud:sim/m": 0.5}, min_samples=3, prior_strength=2)
+    book.observe(record(*(Attempt("cloud:sim/m", "ok", 0.2) for _ in range(10))))
+    assert book.estimate("cloud:sim/m", BUCKET) == pytest.approx(0.5)
+    book.observe(record(*(Attempt("cloud:sim/m", "contract_violation", 0.2) for _ in range(20))))
+    assert book.estimate("cloud:sim/m", BUCKET) == pytest.approx(11 / 32)  # Beta(1, 1) + 10 ok, 20 violations
 
 
 def test_estimate_only_after_min_samples() -> None:
