@@ -23,6 +23,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from router.percentile import percentile
+
 Clock = Callable[[], float]
 
 
@@ -70,10 +72,7 @@ class TargetScore:
             self._outcomes.popleft()
 
     def p95(self) -> float | None:
-        latencies = sorted(x[3] for x in self._outcomes if x[3] is not None)
-        if not latencies:
-            return None
-        return latencies[min(len(latencies) - 1, math.ceil(0.95 * len(latencies)) - 1)]
+        return percentile((x[3] for x in self._outcomes if x[3] is not None), 95)
 
     def p50(self) -> float | None:
         latencies = sorted(x[3] for x in self._outcomes if x[3] is not None)

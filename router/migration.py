@@ -30,6 +30,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from router.percentile import percentile
 from router.settings_base import StrictModel
 
 Clock = Callable[[], float]
@@ -93,10 +94,7 @@ class _Tally:
         return count / self.requests if self.requests else 0.0
 
     def p95(self) -> float | None:
-        if not self.latencies:
-            return None
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+        return percentile(self.latencies, 95)
 
 
 class Migration:

@@ -26,7 +26,6 @@ evicted) and so are the latency samples per bucket (`latency_window`). Pure: no 
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from typing import Any
 
 from router.contract import RequestContract
 from router.decision import DecisionRecord
+from router.percentile import percentile
 
 LENGTH_BANDS: tuple[tuple[int, str], ...] = ((256, "short"), (2048, "medium"), (16384, "long"))
 
@@ -64,14 +64,6 @@ def beta_mean(prior_mean: float, prior_strength: float, successes: int, failures
     alpha = prior_mean * prior_strength + successes
     beta = (1.0 - prior_mean) * prior_strength + failures
     return alpha / (alpha + beta) if alpha + beta > 0 else prior_mean
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile (q in 0..100); None without values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
 
 
 @dataclass

@@ -10,10 +10,11 @@ import pytest
 from router.capabilities import Registry
 from router.contract import derive_contract
 from router.decision import Attempt, DecisionRecord
+from router.percentile import percentile
 from router.pipeline import run_pipeline
 from router.plugins import TargetState
 from router.policy import Policy
-from router.quality import QualityBook, beta_mean, bucket_key, contract_bucket, length_band, percentile
+from router.quality import QualityBook, beta_mean, bucket_key, contract_bucket, length_band
 from tests.unit.replay_world import make_config
 
 CONTRACT = {"scenario": "default", "language": "latin", "est_prompt_tokens": 10, "needs_tools": False, "level": "L2"}
