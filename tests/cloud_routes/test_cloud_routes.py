@@ -16,18 +16,11 @@ import openai
 import psutil
 import pytest
 
+from bench.faults import TOOL  # the weather tool every tool request of the tests uses
 from tests.cloud_routes.conftest import ANTHROPIC_KEY, CloudOnly
 
 pytestmark = pytest.mark.integration
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
 
 

@@ -17,20 +17,13 @@ import httpx
 import openai
 import pytest
 
+from bench.faults import TOOL  # the weather tool every tool request of the tests uses
 from tests.integration.conftest import ANTHROPIC_KEY, Stack
 
 pytestmark = pytest.mark.integration
 
 SMOL = "smollm2-135m-instruct"
 ONLY_ANTHROPIC = {"x-spillover-residency": "sim-anthropic"}
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 @pytest.fixture

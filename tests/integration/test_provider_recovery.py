@@ -28,20 +28,13 @@ import httpx
 import openai
 import pytest
 
+from bench.faults import TOOL  # the weather tool every tool request of the tests uses
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
 PRIMARY = "cloud:cloud-sim"
 SPARE = "cloud:cloud-sim-b"
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
 
 
 @dataclass(frozen=True)
