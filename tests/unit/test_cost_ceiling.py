@@ -85,9 +85,6 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "require
 JSON_CHAT = {**PROMPT, "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": SCHEMA}}}
 
 
-Recording = FakeProvider  # keeps the bodies it was sent (what the upstream request carried)
-
-
 def two_clouds() -> SpilloverConfig:
     caps = {**SIM_M, "price_in_per_mtok": 1.0, "price_out_per_mtok": 10.0, "max_output_tokens": 1000}
     return parse_config(
@@ -146,7 +143,7 @@ async def test_a_fall_over_within_what_is_left_is_tried() -> None:
 
 
 async def test_without_max_tokens_the_upstream_request_carries_the_targets_limit() -> None:
-    a, b = Recording("a"), Recording("b")
+    a, b = FakeProvider("a"), FakeProvider("b")
     done, _ = await dispatch(two_clouds(), a, b, dict(PROMPT), **{"x-spillover-max-cost-usd": "0.05"})
     assert done.target == "cloud:a" and a.bodies[0]["max_tokens"] == 1000
     done, _ = await dispatch(two_clouds(), a, b, dict(PROMPT))

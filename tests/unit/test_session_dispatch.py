@@ -49,14 +49,11 @@ def make_config(window: int = 32768, local_len: int = 4096) -> SpilloverConfig:
     )
 
 
-Provider = FakeProvider  # keeps each body it received (what cloud-sim's request log shows of a request)
-
-
 class Parts:
     def __init__(self, world: World, config: SpilloverConfig | None = None, table: PinTable | None = None) -> None:
         self.config = config or make_config()
         self.local = FakeEngine(answer='{"intent": "book", "status": "found 3 flights", "noise": 1}')
-        self.cloud = Provider(answer="cloud answer")
+        self.cloud = FakeProvider(answer="cloud answer")
         self.metrics = GatewayMetrics()
         pins = PinClient(*local_pins(table), cache_s=0.0) if table is not None else None
         self.d = Dispatcher(
