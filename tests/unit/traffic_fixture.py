@@ -20,18 +20,9 @@ from serve_apps.resilience import Resilience
 from serve_apps.traffic_board import LocalBoard, TrafficBoard
 from serve_apps.traffic_wiring import TrafficParts, traffic_parts
 from tests.fakes import FakeClock, FakeEngine, FakeProvider
+from tests.unit.test_dispatch import SIM_M
 
-PROVIDER_MODEL = {
-    "name": "sim-m",
-    "snapshot": "sim-m-1",
-    "context_window": 32768,
-    "region": "us",
-    "tools": True,
-    "json_schema": True,
-    "price_in_per_mtok": 0.1,
-    "price_out_per_mtok": 0.4,
-    "data_policy": "no_retention",
-}
+PROVIDER_MODEL = SIM_M  # the dispatcher tests' simulated provider model
 ADMIN = {"authorization": "Bearer sk-ops"}
 APP = {"authorization": "Bearer sk-app"}
 
