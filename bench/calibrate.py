@@ -35,9 +35,10 @@ from typing import Any, TextIO
 import httpx
 import yaml
 
-from bench.fit import ComputeOutcome, fit_outcome, parse_shapes, perf_overlay, run_fit_design, run_holdouts
+from bench.fit import ComputeOutcome, fit_outcome, parse_shapes, perf_overlay, run_fit_design
 from bench.fit_report import compute_summary
 from bench.formula import FormulaPrediction, GpuReaderFactory, predict
+from bench.holdout import resolve_knee, run_holdouts
 from bench.knee import DEFAULT_MAX_ERROR_RATE
 from bench.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_client
 from bench.progress import LineProgress, NullProgress, ProgressSink
@@ -47,6 +48,7 @@ from bench.target import BenchError, api_key_from_env, preflight
 from bench.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec
 from cluster.compute_fit import FitError
 from cluster.config import load_config
+from cluster.engine_sim import EngineLimits, default_limits
 from cluster.nvml import PynvmlReader
 from cluster.perf_config import PerfSection
 from router.errors import ConfigError
@@ -90,7 +92,8 @@ class CalibrateOptions:
     fit_concurrency: tuple[int, ...] = (1, 2, 4)
     fit_requests_per_level: int = 4
     holdout_shapes: str | None = None  # "150x48,450x24": held out of the fit, knee predicted and measured
-    holdout_requests_per_level: int | None = None  # default: max(8, 2 × the highest level)
+    holdout_requests_per_level: int | None = None  # default 8 (and waves × N)
+    waves: int | None = None  # requests at N >= waves × N; default: 0 for the main and fit sweeps, 4 held out
 
 
 @dataclass(frozen=True)
@@ -125,12 +128,16 @@ async def calibrate_async(
     stages.append(("gateway", options.url, options.model))
     stages = [(name, _url(url), model) for name, url, model in stages if url]
     prediction = None
+    limits = EngineLimits()
     if options.config_path:
         try:
             config = load_config(options.config_path)
         except ConfigError as exc:
             raise CalibrationError(exc.message, 2) from None
-        prediction = predict(config, options.model, workload, gpu_mem=_gpu_mem(options.gpu_mem), gpu_reader=gpu_reader)
+        gpu_mem = _gpu_mem(options.gpu_mem)
+        prediction = predict(config, options.model, workload, gpu_mem=gpu_mem, gpu_reader=gpu_reader)
+        if (spec := config.model(options.model)) is not None:
+            limits = default_limits(spec.accelerator, spec.engine_args, gpu_mem / 2**30 if gpu_mem else None)
     api_key = api_key_from_env(options.api_key_env, CalibrationError)
     extra = {**({"ignore_eos": True} if options.ignore_eos else {}), **options.extra_body}
     progress: ProgressSink = LineProgress(stderr) if options.progress else NullProgress()
@@ -148,9 +155,10 @@ async def calibrate_async(
             )
             results.append(await run_stage(name, url, model, generator, factory, plan))
         if fit_plan is not None:  # against the last stage's URL: the layer whose admission limit is set
+            results[-1] = await resolve_knee(results[-1], generator, factory)
             designed = await run_fit_design(generator, url, model, fit_shapes, fit_plan, options.seed)
             try:
-                compute = fit_outcome(designed, (results[-1], workload), plan)
+                compute = fit_outcome(designed, (results[-1], workload), plan, limits)
             except FitError as exc:
                 compute_error = str(exc)
             if compute is not None and holdout_shapes:
@@ -162,6 +170,7 @@ async def calibrate_async(
                     plan,
                     compute,
                     requests_per_level=options.holdout_requests_per_level,
+                    waves=options.waves,
                     seed=options.seed,
                 )
                 compute = replace(compute, holdouts=held)
@@ -214,6 +223,7 @@ def _inputs(options: CalibrateOptions) -> tuple[WorkloadSpec, SweepPlan]:
             max_error_rate=options.max_error_rate,
             level_time_limit_s=options.level_time_limit_s,
             stop_after_breach=not options.keep_going,
+            waves=options.waves or 0,
         )
     except (WorkloadError, ValueError) as exc:
         raise CalibrationError(str(exc), 2) from None
@@ -239,6 +249,7 @@ def _fit_inputs(
             max_error_rate=plan.max_error_rate,
             level_time_limit_s=plan.level_time_limit_s,
             stop_after_breach=False,
+            waves=plan.waves,
         )
     except (WorkloadError, ValueError) as exc:
         raise CalibrationError(str(exc), 2) from None

@@ -9,7 +9,7 @@
               [--request-timeout-s 300] [--level-timeout-s 600] [--ignore-eos] [--api-key-env NAME]
               [--no-progress] [--seed 0]
               [--fit-shapes 600x8,50x32 [--fit-concurrency 1,2,4] [--fit-requests-per-level 4]
-               [--holdout-shapes 150x48,450x24 [--holdout-requests-per-level N]]]
+               [--holdout-shapes 150x48,450x24 [--holdout-requests-per-level N]] [--waves W]]
 
     overload  --url http://127.0.0.1:8000/v1 --model NAME --knee-rps MU [--multiples 0.5,1,1.5,2,3]
               [--duration-s 30] [--prompt fixed:200] [--output fixed:64] [--slo-p95-s 10]
@@ -107,7 +107,9 @@ def add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
     add("--holdout-shapes", type=_shapes, default=None, metavar="PxO[,...]",
         help="held out of the fit: predict each knee, then measure it (e.g. 150x48,450x24)")  # fmt: skip
     add("--holdout-requests-per-level", type=_number(int, 1), default=None,
-        help="per held-out level (default max(8, 2 x the highest level))")  # fmt: skip
+        help="per held-out level (default 8; with --waves, at least waves x N)")  # fmt: skip
+    add("--waves", type=_number(int, 0), default=None,
+        help="every level runs at least W x N requests (W rounds of N); default 0, held-out levels 4")  # fmt: skip
 
 
 def _shapes(text: str) -> str:
@@ -149,6 +151,7 @@ def options_from_args(args: argparse.Namespace) -> CalibrateOptions:
         fit_requests_per_level=args.fit_requests_per_level,
         holdout_shapes=args.holdout_shapes,
         holdout_requests_per_level=args.holdout_requests_per_level,
+        waves=args.waves,
     )
 
 

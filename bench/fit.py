@@ -5,11 +5,11 @@ held-out workloads.
        swept closed-loop over `--fit-concurrency` (every level runs; nothing stops at the SLO)
     2. points: every level of those sweeps and of the main sweep becomes a `FitPoint` (measured mean
        prompt tokens, cached share, output tokens; mean TTFT, TPOT, E2E and the p95s)
-    3. fit: cluster/compute_fit.py (non-negative least squares on relative errors, tails)
-    4. held out (`--holdout-shapes`, never in the fit): the fitted model predicts each shape's knee
-       for the run's SLO (prompt tokens estimated as words + the chat template's tokens measured in
-       the fit runs); a sweep over levels from half to 1.75 times the prediction measures the knee directly
-       (bench/knee.py); the report tables predicted vs measured with the error
+    3. fit: cluster/compute_fit.py (linear least squares, then the parameters whose engine simulations
+       of each level's own closed loop match the measured means; tails), with the engine's scheduler
+       limits (cluster/engine_sim.py) of the model in the config
+    4. held out (`--holdout-shapes`, never in the fit): bench/holdout.py predicts each shape's knee for
+       the run's SLO and measures it; the report tables predicted vs measured with the error
        (predicted − measured) / measured, and the knee the model gives for the tokens measured
 
 Everything here is measured on one URL (the gateway): the fitted request overhead includes it.
@@ -22,17 +22,18 @@ import random
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.loadgen import LoadGenerator
 from bench.sweep import LevelResult, StageResult, SweepPlan, run_stage
 from bench.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec
 from cluster.compute_fit import FitPoint, FitResult, fit
-from cluster.compute_model import PerfParams, Workload, compute_knee
+from cluster.compute_knee import compute_knee
+from cluster.compute_model import Workload
+from cluster.engine_sim import EngineLimits, Protocol
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
-HOLDOUT_FACTORS = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75)
 
 
 def parse_shapes(text: str) -> tuple[str, ...]:
@@ -74,6 +75,7 @@ def fit_point(level: LevelResult, label: str) -> FitPoint | None:
         ttft_p95_s=s.ttft_p95_s,
         e2e_p95_s=s.e2e_p95_s,
         label=label,
+        requests=len(good),
     )
 
 
@@ -126,38 +128,34 @@ class ComputeOutcome:
     slo_p95_s: float
     highest_level: int = 32  # the highest concurrency the fit measured; held-out sweeps stop at twice it
     holdouts: tuple[Holdout, ...] = ()
+    limits: EngineLimits = field(default_factory=EngineLimits)
 
-    def knee_for(self, prompt_tokens: float, output_tokens: float, prefix_share: float = 0.0) -> int | None:
-        return predicted_knee(
-            self.fit.params, prompt_tokens, output_tokens, prefix_share, self.slo_metric, self.slo_p95_s
+    def knee_for(
+        self, prompt_tokens: float, output_tokens: float, prefix_share: float = 0.0, protocol: Protocol | None = None
+    ) -> int | None:
+        """The model's knee for a workload, measured by `protocol` (None: cluster/engine_sim.py's default)."""
+        workload = Workload(max(0.0, prompt_tokens), max(1.0, output_tokens), min(prefix_share, 0.99))
+        e2e = self.slo_p95_s if self.slo_metric == "e2e" else None
+        ttft = self.slo_p95_s if self.slo_metric == "ttft" else None
+        knee = compute_knee(
+            self.fit.params, workload, slo_e2e_p95_s=e2e, slo_ttft_p95_s=ttft, limits=self.limits, protocol=protocol
         )
+        return knee.concurrency
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "fit": self.fit.to_dict(),
             "template_tokens": self.template_tokens,
             "slo": {"metric": self.slo_metric, "p95_s": self.slo_p95_s},
+            "engine_limits": {**self.limits.to_dict(), "source": self.limits.source},
             "fit_stages": [s.to_dict() for s in self.fit_stages],
             "holdouts": [h.to_dict() for h in self.holdouts],
         }
 
 
-def predicted_knee(
-    params: PerfParams, prompt: float, output: float, share: float, metric: str, slo: float
-) -> int | None:
-    workload = Workload(max(0.0, prompt), max(1.0, output), min(share, 0.99))
-    slos = {"slo_e2e_p95_s": slo} if metric == "e2e" else {"slo_ttft_p95_s": slo}
-    return compute_knee(params, workload, **slos).concurrency
-
-
-def holdout_levels(predicted: int | None, highest: int = 64) -> tuple[int, ...]:
-    """Levels around a predicted knee (0.5× to 1.75×, and ±1..3 near it); 1..8 without a prediction.
-    The sweep stops after the first level that breaks the SLO, so the upper levels cost little."""
-    if not predicted:
-        return (1, 2, 4, 8)
-    levels = {min(highest, max(1, round(predicted * f))) for f in HOLDOUT_FACTORS}
-    levels |= {min(highest, max(1, predicted + step)) for step in (-1, 1, 2, 3)}
-    return tuple(sorted(levels))
+def protocol_of(plan: SweepPlan) -> Protocol:
+    """The closed loop a sweep plan runs, as the engine simulation takes it."""
+    return Protocol(plan.requests_per_level, plan.waves)
 
 
 async def run_fit_design(
@@ -172,51 +170,16 @@ async def run_fit_design(
     return done
 
 
-async def run_holdouts(
-    generator: LoadGenerator,
-    url: str,
-    model: str,
-    shapes: Sequence[str],
-    base: SweepPlan,
-    outcome: ComputeOutcome,
-    *,
-    requests_per_level: int | None,
-    seed: int,
-) -> tuple[Holdout, ...]:
-    """Predict each held-out shape's knee, then measure it over levels around the prediction."""
-    held = []
-    for i, shape in enumerate(shapes):
-        workload = shape_workload(shape)
-        predicted = outcome.knee_for(workload.mean_prompt_words() + outcome.template_tokens, workload.output.mean)
-        levels = holdout_levels(predicted, highest=outcome.highest_level * 2)
-        per_level = requests_per_level or max(8, 2 * levels[-1])
-        plan = SweepPlan(
-            levels,
-            per_level,
-            base.warmup,
-            base.slo_p95_s,
-            base.slo_metric,
-            base.max_error_rate,
-            base.level_time_limit_s,
-            stop_after_breach=True,
-        )
-        factory = RequestFactory(workload, random.Random(seed + 101 + i))
-        stage = await run_stage(f"holdout {shape}", url, model, generator, factory, plan)
-        points = stage_points(stage)
-        prompt = statistics.fmean(p.prompt_tokens for p in points) if points else None
-        output = statistics.fmean(p.output_tokens for p in points) if points else None
-        share = statistics.fmean(p.cached_share for p in points) if points else 0.0
-        again = outcome.knee_for(prompt, output, share) if prompt is not None and output is not None else None
-        held.append(Holdout(shape, predicted, stage.knee.concurrency, again, prompt, output, stage))
-    return tuple(held)
-
-
 def fit_outcome(
-    stages: Sequence[tuple[StageResult, WorkloadSpec]], main: tuple[StageResult, WorkloadSpec], plan: SweepPlan
+    stages: Sequence[tuple[StageResult, WorkloadSpec]],
+    main: tuple[StageResult, WorkloadSpec],
+    plan: SweepPlan,
+    limits: EngineLimits | None = None,
 ) -> ComputeOutcome:
     """Fit the points of the fit sweeps and of the main sweep (cluster/compute_fit.py)."""
     every = [*stages, main]
-    result = fit([p for stage, _ in every for p in stage_points(stage)])
+    limits = limits or EngineLimits()
+    result = fit([p for stage, _ in every for p in stage_points(stage)], limits)
     return ComputeOutcome(
         fit=result,
         fit_stages=tuple(stage for stage, _ in stages),
@@ -224,6 +187,7 @@ def fit_outcome(
         slo_metric=plan.slo_metric,
         slo_p95_s=plan.slo_p95_s,
         highest_level=max(r.point.concurrency for r in result.residuals),
+        limits=limits,
     )
 
 
@@ -255,7 +219,7 @@ def perf_overlay(outcome: ComputeOutcome, main: StageResult, fitted: str) -> dic
                 "slo_metric": outcome.slo_metric,
                 "slo_p95_s": outcome.slo_p95_s,
                 "knee": stage.knee.concurrency,
-                "predicted": outcome.knee_for(prompt, output, share),
+                "predicted": outcome.knee_for(prompt, output, share, protocol_of(stage.plan)),
             }
         )
     return {**params, slo_key: outcome.slo_p95_s, "fitted": fitted, "knees": knees}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.fit import ComputeOutcome, relative, stage_points
+from bench.fit import ComputeOutcome, protocol_of, relative, stage_points
 from bench.sweep import StageResult
 
 GOAL = 0.15  # held-out knees within ±15% of the measured ones
@@ -18,13 +18,14 @@ def _knee(value: int | None) -> str:
 def compute_lines(outcome: ComputeOutcome | None, error: str | None, main: StageResult | None) -> list[str]:
     if outcome is None:
         return ["", "## Compute model", "", f"The fit failed: {error}."] if error else []
-    p = outcome.fit.params
+    p, limits = outcome.fit.params, outcome.limits
     lines = [
         "",
         "## Compute model",
         "",
-        "Step time t(n, p) = a + b·n + g·p; at concurrency N: TTFT = c + a + b·N + g·N·P_u, TPOT = a + b·N, "
-        "E2E = c + O·a + N·(O·b + P_u·g); p95 = tail × mean (docs/capacity.md).",
+        "Step time t(n, p) = a + b·n + g·p, run through vLLM's scheduler (token budget "
+        f"{limits.max_num_batched_tokens}, max_num_seqs {limits.max_num_seqs}: {limits.source}; "
+        "chunked prefill) for each level's own closed loop; p95 = tail × simulated p95 (docs/capacity.md).",
         "",
         "| parameter | fitted |",
         "|---|---|",
@@ -32,23 +33,25 @@ def compute_lines(outcome: ComputeOutcome | None, error: str | None, main: Stage
         f"| a step_s | {p.step_s:.4g} |",
         f"| b per_sequence_s | {p.per_sequence_s:.4g} |",
         f"| g per_prefill_token_s | {p.per_prefill_token_s:.4g} |",
-        f"| tail_e2e (p95 / mean) | {p.tail_e2e:.3g} |",
-        f"| tail_ttft (p95 / mean) | {p.tail_ttft:.3g} |",
+        f"| tail_e2e (measured / simulated p95) | {p.tail_e2e:.3g} |",
+        f"| tail_ttft (measured / simulated p95) | {p.tail_ttft:.3g} |",
         "",
         f"Fitted on {len(outcome.fit.residuals)} levels ({', '.join(s.name for s in outcome.fit_stages)} and the "
         f"main sweep); RMS relative error {outcome.fit.rms_relative_error:.1%}; the chat template adds "
         f"{outcome.template_tokens:.0f} prompt tokens to the words sent.",
         "",
-        "| run | N | prompt tok | cached | output tok | TTFT meas / pred | TPOT meas / pred | E2E meas / pred | "
-        "E2E error |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| run | N | requests | prompt tok | cached | output tok | TTFT meas / pred | TPOT meas / pred | "
+        "E2E meas / pred | E2E error | E2E p95 meas / pred |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in outcome.fit.residuals:
         q = r.point
         tpot = "–" if q.tpot_s is None else f"{q.tpot_s:.3g} / {r.tpot_s:.3g}"
+        p95 = "–" if q.e2e_p95_s is None else f"{q.e2e_p95_s:.3g} / {r.e2e_p95_s * p.tail_e2e:.3g}"
         lines.append(
-            f"| {q.label} | {q.concurrency} | {q.prompt_tokens:.0f} | {q.cached_share:.0%} | {q.output_tokens:.0f} | "
-            f"{q.ttft_s:.3g} / {r.ttft_s:.3g} | {tpot} | {q.e2e_s:.3g} / {r.e2e_s:.3g} | {relative(r.e2e_error)} |"
+            f"| {q.label} | {q.concurrency} | {q.requests} | {q.prompt_tokens:.0f} | {q.cached_share:.0%} | "
+            f"{q.output_tokens:.0f} | {q.ttft_s:.3g} / {r.ttft_s:.3g} | {tpot} | {q.e2e_s:.3g} / {r.e2e_s:.3g} | "
+            f"{relative(r.e2e_error)} | {p95} |"
         )
     slo = f"{outcome.slo_metric} p95 ≤ {outcome.slo_p95_s:g} s"
     if main is not None and (points := stage_points(main)):
@@ -58,7 +61,10 @@ def compute_lines(outcome: ComputeOutcome | None, error: str | None, main: Stage
         lines += [
             "",
             f"Main workload (in the fit): {prompt:.0f} prompt tokens, {output:.0f} output, for {slo}: the model's "
-            f"knee {_knee(outcome.knee_for(prompt, output, share))}, measured {_knee(main.knee.concurrency)}.",
+            f"knee {_knee(outcome.knee_for(prompt, output, share, protocol_of(main.plan)))}, measured "
+            f"{_knee(main.knee.concurrency)} (both for the sweep's own closed loop); for the default protocol "
+            f"(4 × N requests, as `spillover capacity` and the gateway use) the model's knee is "
+            f"{_knee(outcome.knee_for(prompt, output, share))}.",
         ]
     if outcome.holdouts:
         lines += [
@@ -82,7 +88,8 @@ def compute_lines(outcome: ComputeOutcome | None, error: str | None, main: Stage
         lines += [
             "",
             f"Error = (predicted − measured) / measured; the prediction was made before the measurement, from "
-            f"the shape's words + the template's tokens. {within} of {len(outcome.holdouts)} held-out knees within "
+            f"the shape's words + the template's tokens, for the closed loop that measured it. {within} of "
+            f"{len(outcome.holdouts)} held-out knees within "
             f"±{GOAL:.0%}" + (f"; largest |error| {max(errors):.0%}." if errors else "."),
         ]
     return lines

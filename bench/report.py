@@ -179,7 +179,7 @@ def render_markdown(run: CalibrationRun, plots: Iterable[str] = ()) -> str:
         f"Started {run.started_at}; seed {run.seed}; config `{run.config_path or '–'}`.",
         "",
         f"Workload: prompt `{w.prompt}` words, output `{w.output}` tokens (max_tokens); {prefix}. "
-        f"Closed loop: {plan.warmup} warm-up + {plan.requests_per_level} measured requests per level, "
+        f"Closed loop: {plan.warmup} warm-up + {_measured(plan)} measured requests per level, "
         f"levels {', '.join(map(str, plan.concurrency))}. "
         f"SLO: {plan.slo_metric} p95 ≤ {plan.slo_p95_s:g} s, error rate ≤ {plan.max_error_rate:.1%}.",
     ]
@@ -275,3 +275,9 @@ def _formula_lines(prediction: FormulaPrediction | None) -> list[str]:
     if prediction.configured_limit is not None:
         lines.append(f"The config sets `admission_limit: {prediction.configured_limit}` now.")
     return lines
+
+
+def _measured(plan: SweepPlan) -> str:
+    if not plan.waves:
+        return str(plan.requests_per_level)
+    return f"max({plan.requests_per_level}, {plan.waves} × N)"

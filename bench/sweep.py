@@ -1,8 +1,9 @@
 """One stage of a calibration: a closed-loop sweep over concurrency levels against one URL.
 
-For each level (in increasing order): `warmup` + `requests_per_level` requests from the stage's
-`RequestFactory` at that concurrency, summarized (`bench.stats`). The sweep watches latency and
-errors as it raises concurrency: after the first level that breaks the SLO or the
+For each level (in increasing order): `warmup` + `requests_at(N)` = max(`requests_per_level`,
+`waves` × N) requests from the stage's `RequestFactory` at that concurrency (all N clients start
+together, each sending its next request when its previous one ends), summarized (`bench.stats`).
+The sweep watches latency and errors as it raises concurrency: after the first level that breaks the SLO or the
 error limit it stops, unless `stop_after_breach` is off. The stage's knee is then found over the
 levels measured (`bench.knee.find_knee`).
 
@@ -34,14 +35,18 @@ class SweepPlan:
     max_error_rate: float = DEFAULT_MAX_ERROR_RATE
     level_time_limit_s: float | None = 600.0
     stop_after_breach: bool = True
+    waves: int = 0  # requests at N are at least waves × N, so every level runs that many rounds of N
+
+    def requests_at(self, concurrency: int) -> int:
+        return max(self.requests_per_level, self.waves * concurrency)
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ValueError("concurrency levels must be whole numbers >= 1")
         if list(self.concurrency) != sorted(set(self.concurrency)):
             raise ValueError("concurrency levels must be increasing, without repeats")
-        if self.requests_per_level < 1 or self.warmup < 0:
-            raise ValueError("requests per level must be >= 1 and warm-up >= 0")
+        if self.requests_per_level < 1 or self.warmup < 0 or self.waves < 0:
+            raise ValueError("requests per level must be >= 1, warm-up and waves >= 0")
         if self.slo_p95_s <= 0:
             raise ValueError("the SLO must be > 0 s")
         if not 0 <= self.max_error_rate < 1:
@@ -57,6 +62,7 @@ class SweepPlan:
             "max_error_rate": self.max_error_rate,
             "level_time_limit_s": self.level_time_limit_s,
             "stop_after_breach": self.stop_after_breach,
+            "waves": self.waves,
         }
 
 
@@ -127,7 +133,7 @@ async def run_stage(
     levels: list[LevelResult] = []
     stopped: str | None = None
     for i, concurrency in enumerate(plan.concurrency):
-        items = factory.take(plan.warmup + plan.requests_per_level)
+        items = factory.take(plan.warmup + plan.requests_at(concurrency))
         results = await generator.run_closed(
             items,
             concurrency,
@@ -147,7 +153,7 @@ async def run_stage(
         for lv in levels
         if lv.summary.cancelled
     ]
-    short = [lv.concurrency for lv in levels if lv.concurrency > plan.requests_per_level]
+    short = [lv.concurrency for lv in levels if lv.concurrency > plan.requests_at(lv.concurrency)]
     if short:
         notes.append(
             f"concurrency {', '.join(map(str, short))} above {plan.requests_per_level} requests per level: "

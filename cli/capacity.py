@@ -28,6 +28,7 @@ from cluster.capacity_bound import AdmissionPlan, plan_admission
 from cluster.capacity_plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
 from cluster.compute_model import Workload
 from cluster.config import default_config_path, load_config
+from cluster.engine_sim import default_limits
 from cluster.nvml import GpuInventory, GpuReader, PynvmlReader
 
 
@@ -137,12 +138,14 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
         admission = None
         if report is not None:
             mix = Workload(args.prompt_tokens, max(1, args.output_tokens), args.prefix_share)
+            gib = gpu_mem / 2**30 if gpu_mem and spec.accelerator != "cpu" else None
             admission = plan_admission(
                 spec.perf,
                 report.admission_limit,
                 mix,
                 slo_e2e_p95_s=args.slo_e2e_p95_s,
                 slo_ttft_p95_s=args.slo_ttft_p95_s,
+                limits=default_limits(spec.accelerator, spec.engine_args, gib),
             )
         rows.append((spec, status, notes, report, admission))
     if args.json:
@@ -203,7 +206,7 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
 def _compute_text(admission: AdmissionPlan) -> str:
     if admission.compute is None:
         return "no SLO given" if admission.status == "no_slo" else admission.status
-    return "unbounded" if admission.compute.concurrency is None else str(admission.compute.concurrency)
+    return "≥ the memory bound" if admission.compute.concurrency is None else str(admission.compute.concurrency)
 
 
 def _memory_rows(report: CapacityReport) -> list[tuple[str, int | float, str]]:

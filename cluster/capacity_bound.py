@@ -1,8 +1,10 @@
 """The admission limit of one replica: min(memory bound, compute bound), with the binding one named.
 
     memory bound    cluster/capacity.py: ⌊fraction × KV max concurrent sequences⌋
-    compute bound   cluster/compute_model.py: the largest concurrency whose predicted p95 meets the SLO,
-                    from the model's fitted `models[].perf` (no perf: uncalibrated, memory only)
+    compute bound   cluster/compute_knee.py: the largest concurrency whose predicted p95 meets the SLO,
+                    from the model's fitted `models[].perf` run through its engine's scheduler limits
+                    (cluster/engine_sim.py); searched up to the memory bound (no perf: uncalibrated,
+                    memory only)
     admission limit min(memory, compute); `bound` = "compute" | "memory" (ties name memory)
 
 The SLO is the one given (`spillover capacity --slo-e2e-p95-s / --slo-ttft-p95-s`), else the one
@@ -15,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cluster.compute_model import Bound, ComputeKnee, Workload, bounded_limit, compute_knee
+from cluster.compute_knee import compute_knee
+from cluster.compute_model import Bound, ComputeKnee, Workload, bounded_limit
+from cluster.engine_sim import EngineLimits
 from cluster.perf_config import PerfSection
 
 Status = Literal["calibrated", "uncalibrated", "no_slo"]
@@ -56,8 +60,10 @@ def plan_admission(
     *,
     slo_e2e_p95_s: float | None = None,
     slo_ttft_p95_s: float | None = None,
+    limits: EngineLimits | None = None,
 ) -> AdmissionPlan:
-    """min(memory, compute) for one replica; the SLO arguments override perf's own."""
+    """min(memory, compute) for one replica; the SLO arguments override perf's own. `limits`: the
+    engine's scheduler limits (cluster/engine_sim.py `default_limits`; None: vLLM's CPU defaults)."""
     if perf is None:
         note = "uncalibrated: no models[].perf, so only the memory bound is known (bench calibrate --fit-shapes)"
         return AdmissionPlan(memory_limit, "memory", "uncalibrated", memory_limit, None, (note,))
@@ -67,7 +73,9 @@ def plan_admission(
     if e2e is None and ttft is None:
         note = "no SLO (give --slo-e2e-p95-s or --slo-ttft-p95-s, or set perf.slo_e2e_p95_s): memory bound only"
         return AdmissionPlan(memory_limit, "memory", "no_slo", memory_limit, None, (note,))
-    knee = compute_knee(perf.params, workload, slo_e2e_p95_s=e2e, slo_ttft_p95_s=ttft)
+    knee = compute_knee(
+        perf.params, workload, slo_e2e_p95_s=e2e, slo_ttft_p95_s=ttft, limits=limits, ceiling=memory_limit
+    )
     limit = bounded_limit(memory_limit, knee.concurrency)
     notes = []
     if knee.concurrency == 0:

@@ -1,6 +1,6 @@
-"""Least-squares fit of the compute model's parameters (cluster/compute_model.py) from measured runs.
+"""The fit of the compute model's parameters (cluster/compute_model.py) from measured runs, in two stages.
 
-Each measured level (`FitPoint`: concurrency N, mean prompt tokens P, prefix-cache share s, mean
+Stage 1, linear. Each measured level (`FitPoint`: concurrency N, mean prompt tokens P, prefix-cache share s, mean
 output tokens O, and the mean TTFT, TPOT and E2E of its requests) gives equations that are linear
 in θ = (c, a, b, g), with P_u = P·(1 − s):
 
@@ -19,8 +19,12 @@ subset of the four parameters (the others held at 0) and keeping the best feasib
 the NNLS optimum is one of those 16. A design needs at least two concurrency levels, and two
 output lengths or prompt lengths, for the four parameters to be determined.
 
-The tails are the medians over the points of measured p95 / measured mean (at least 1).
-Pure: no I/O, no clock; floats with Gaussian elimination on a 4 × 4 system.
+Stage 2, simulated (cluster/compute_refine.py): from the linear θ, the parameters whose engine
+simulations (cluster/engine_sim.py: token budget, chunked prefill, the level's own closed loop with
+its burst start) best match the measured means. The residuals reported are the simulation's.
+
+The tails are the medians over the points of measured p95 / simulated p95 (at least 1).
+Pure: no I/O, no clock; floats with Gaussian elimination on a 4 × 4 system, then Nelder–Mead.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cluster.compute_model import PerfParams, Workload, latency
+from cluster.compute_model import PerfParams, Workload
+from cluster.compute_refine import Level, refine, simulate_level
+from cluster.engine_sim import EngineLimits
 
 NAMES = ("request_overhead_s", "step_s", "per_sequence_s", "per_prefill_token_s")
 
@@ -53,6 +59,7 @@ class FitPoint:
     ttft_p95_s: float | None = None
     e2e_p95_s: float | None = None
     label: str = ""
+    requests: int = 0  # measured requests of the level's closed loop; 0: one wave (= concurrency)
 
     @property
     def prefill_tokens(self) -> float:
@@ -68,6 +75,8 @@ class Residual:
     ttft_s: float
     tpot_s: float
     e2e_s: float
+    e2e_p95_s: float
+    ttft_p95_s: float
 
     @property
     def e2e_error(self) -> float:
@@ -76,7 +85,13 @@ class Residual:
     def to_dict(self) -> dict[str, Any]:
         return {
             "point": self.point.to_dict(),
-            "predicted": {"ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s},
+            "predicted": {
+                "ttft_s": self.ttft_s,
+                "tpot_s": self.tpot_s,
+                "e2e_s": self.e2e_s,
+                "e2e_p95_s": self.e2e_p95_s,
+                "ttft_p95_s": self.ttft_p95_s,
+            },
             "e2e_error": self.e2e_error,
         }
 
@@ -143,11 +158,29 @@ def _cost(weighted: list[tuple[list[float], float]], theta: list[float]) -> floa
     return sum((sum(c * t for c, t in zip(row, theta, strict=True)) - y) ** 2 for row, y in weighted)
 
 
-def fit(points: Sequence[FitPoint]) -> FitResult:
-    """The non-negative least-squares parameters, the tails, and each point's predicted vs measured."""
+def fit(points: Sequence[FitPoint], limits: EngineLimits | None = None) -> FitResult:
+    """Linear, then simulated (see the module docstring): the parameters, the tails, and each point's
+    simulated vs measured."""
+    limits = limits or EngineLimits()
     usable = [p for p in points if p.e2e_s > 0 and p.ttft_s > 0 and p.output_tokens >= 1]
     if len({p.concurrency for p in usable}) < 2:
         raise FitError("the fit needs measured levels at two or more concurrencies")
+    start = linear_fit(usable)
+    levels = [_level(p) for p in usable]
+    theta, _ = refine(start, levels, limits)
+    runs = [simulate_level(theta, level, limits) for level in levels]
+    residuals = []
+    for p, run in zip(usable, runs, strict=True):
+        tpot = (run.mean_e2e_s - run.mean_ttft_s) / (p.output_tokens - 1) if p.output_tokens > 1 else 0.0
+        residuals.append(Residual(p, run.mean_ttft_s, tpot, run.mean_e2e_s, run.p95_s("e2e"), run.p95_s("ttft")))
+    c, a, b, g = theta
+    params = PerfParams(c, a, b, g, tail_e2e=_tail(residuals, "e2e"), tail_ttft=_tail(residuals, "ttft"))
+    rms = math.sqrt(statistics.fmean(r.e2e_error**2 for r in residuals))
+    return FitResult(params, tuple(residuals), rms)
+
+
+def linear_fit(usable: Sequence[FitPoint]) -> list[float]:
+    """Stage 1: the non-negative least-squares θ of the steady-state equations."""
     weighted = [([c / y for c in row], 1.0) for p in usable for row, y in rows(p) if y > 0]
     best: tuple[float, list[float]] | None = None
     for size in range(len(NAMES), 0, -1):
@@ -160,19 +193,20 @@ def fit(points: Sequence[FitPoint]) -> FitResult:
                 best = (cost, theta)
     if best is None or best[1][2] + best[1][3] <= 0:
         raise FitError("the measured latencies do not grow with concurrency: no compute bound can be fitted")
-    params = PerfParams(*best[1], tail_e2e=_tail(usable, "e2e"), tail_ttft=_tail(usable, "ttft"))
-    residuals = []
-    for p in usable:
-        pred = latency(params, Workload(p.prompt_tokens, p.output_tokens, min(p.cached_share, 0.999)), p.concurrency)
-        residuals.append(Residual(p, pred.ttft_s, pred.tpot_s, pred.e2e_s))
-    rms = math.sqrt(best[0] / len(weighted))
-    return FitResult(params, tuple(residuals), rms)
+    return best[1]
 
 
-def _tail(points: Sequence[FitPoint], metric: str) -> float:
+def _level(p: FitPoint) -> Level:
+    workload = Workload(p.prompt_tokens, p.output_tokens, min(p.cached_share, 0.999))
+    return Level(p.concurrency, p.requests or p.concurrency, workload, p.e2e_s, p.ttft_s)
+
+
+def _tail(residuals: Sequence[Residual], metric: str) -> float:
     ratios = []
-    for p in points:
-        p95, mean = (p.e2e_p95_s, p.e2e_s) if metric == "e2e" else (p.ttft_p95_s, p.ttft_s)
-        if p95 is not None and mean > 0:
-            ratios.append(p95 / mean)
+    for r in residuals:
+        measured, predicted = (
+            (r.point.e2e_p95_s, r.e2e_p95_s) if metric == "e2e" else (r.point.ttft_p95_s, r.ttft_p95_s)
+        )
+        if measured is not None and predicted > 0:
+            ratios.append(measured / predicted)
     return max(1.0, statistics.median(ratios)) if ratios else 1.0

@@ -1,4 +1,4 @@
-"""The compute model: latency at concurrency N from a per-engine-step time, and the knee it predicts.
+"""The compute model: an engine step's time, fitted per model and machine, and what follows from it.
 
 Parameters (`PerfParams`, fitted per model and machine by `bench calibrate`, cluster/compute_fit.py):
 
@@ -6,7 +6,7 @@ Parameters (`PerfParams`, fitted per model and machine by `bench calibrate`, clu
     a   step_s                fixed time of one engine step
     b   per_sequence_s        added per sequence in the step
     g   per_prefill_token_s   added per prompt token prefilled in the step
-    tail_e2e, tail_ttft       p95 / mean of e2e and TTFT (1 = no spread)
+    tail_e2e, tail_ttft       measured p95 / predicted p95 (the spread the step model lacks; 1 = none)
 
 One engine step that carries n sequences and prefills p prompt tokens takes
 
@@ -14,23 +14,20 @@ One engine step that carries n sequences and prefills p prompt tokens takes
 
 A workload is a prompt of P tokens, O output tokens and a prefix share s (the part of the prompt
 the prefix cache already holds, not prefilled again): P_u = P·(1 − s) tokens are prefilled.
-At concurrency N (closed loop: N requests in flight, equal lengths, so they arrive, prefill and
-decode together), one request sees one step that prefills all N prompts, then O − 1 decode steps:
 
-    TTFT(N) = c + t(N, N·P_u)       = c + a + b·N + g·N·P_u
+Predictions come from running that step time through vLLM's scheduler (cluster/engine_sim.py:
+token budget, chunked prefill, a closed loop that starts with a burst) and the knee from those
+(cluster/compute_knee.py). In steady state, with every prompt prefilled in one step, the
+simulation reduces to closed forms (`latency` below) that start the fit and explain the shape:
+
+    TTFT(N) = c + t(N, N·P_u)       = c + a + b·N + g·N·P_u     (a cohort of N prefilled together)
     TPOT(N) = t(N, 0)               = a + b·N
     E2E(N)  = TTFT + (O − 1)·TPOT   = c + O·a + N·(O·b + P_u·g)
     X(N)    = N / E2E(N)            requests/s (Little's law; it tends to 1 / (O·b + P_u·g))
 
-E2E does not depend on the cohort assumption: with requests spread out, each step still carries
-N sequences and on average N·P_u / O prefill tokens, and Little's law gives the same E2E. TTFT
-does: spread-out requests wait for fewer prompts, so TTFT(N) is then an upper bound.
-
-p95 = tail × mean. The knee for an SLO S is the largest N ≥ 1 with p95 ≤ S, in closed form:
-
-    N_e2e  = ⌊(S / tail_e2e  − c − O·a) / (O·b + P_u·g)⌋
-    N_ttft = ⌊(S / tail_ttft − c − a)   / (b + g·P_u)⌋
-    compute bound = the smaller of the SLOs given (0: not even one request meets it)
+E2E holds however the N requests interleave (each step carries N sequences and on average N·P_u / O
+prefill tokens); TTFT and the tail do not: they depend on how many prompts arrive together and on
+the engine's token budget, which is what the simulation adds.
 
 The admission limit is min(memory bound, compute bound) and names the one that binds (ties name
 memory): the memory bound is cluster/capacity.py's ⌊fraction × KV max concurrency⌋.
@@ -98,14 +95,12 @@ def step_time(params: PerfParams, sequences: float, prefill_tokens: float) -> fl
 
 @dataclass(frozen=True)
 class Latency:
-    """Predicted means and p95s (seconds) and throughput at one concurrency."""
+    """Steady-state means (seconds) and throughput at one concurrency, in closed form."""
 
     concurrency: int
     ttft_s: float
     tpot_s: float
     e2e_s: float
-    ttft_p95_s: float
-    e2e_p95_s: float
     throughput_rps: float
 
     def to_dict(self) -> dict[str, float]:
@@ -113,7 +108,7 @@ class Latency:
 
 
 def latency(params: PerfParams, workload: Workload, concurrency: int) -> Latency:
-    """TTFT, TPOT, E2E (means and p95) and X at concurrency N (see the module docstring)."""
+    """TTFT, TPOT, E2E (means) and X at concurrency N in closed form (see the module docstring)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     c, a, b, g = _terms(params)
@@ -126,8 +121,6 @@ def latency(params: PerfParams, workload: Workload, concurrency: int) -> Latency
         ttft_s=float(ttft),
         tpot_s=float(tpot),
         e2e_s=float(e2e),
-        ttft_p95_s=float(ttft * _q(params.tail_ttft)),
-        e2e_p95_s=float(e2e * _q(params.tail_e2e)),
         throughput_rps=float(n / e2e) if e2e > 0 else math.inf,
     )
 
@@ -139,7 +132,8 @@ def _terms(params: PerfParams) -> tuple[Fraction, Fraction, Fraction, Fraction]:
 
 @dataclass(frozen=True)
 class ComputeKnee:
-    """The largest concurrency meeting the SLOs (None: unbounded, no per-N cost), with its arithmetic."""
+    """The largest concurrency meeting the SLOs (None: compute does not bind below the search's ceiling),
+    the SLO that binds, and the arithmetic (cluster/compute_knee.py)."""
 
     concurrency: int | None
     metric: str  # which SLO binds: "e2e" or "ttft"
@@ -147,79 +141,6 @@ class ComputeKnee:
 
     def to_dict(self) -> dict[str, Any]:
         return {"concurrency": self.concurrency, "metric": self.metric, "steps": [list(s) for s in self.steps]}
-
-
-def _floor_knee(budget: Fraction, slope: Fraction) -> int | None:
-    if slope <= 0:
-        return None if budget >= 0 else 0
-    return max(0, math.floor(budget / slope))
-
-
-def compute_knee(
-    params: PerfParams, workload: Workload, *, slo_e2e_p95_s: float | None = None, slo_ttft_p95_s: float | None = None
-) -> ComputeKnee:
-    """N_e2e and N_ttft for the SLOs given, and the smaller of them (at least one SLO is needed)."""
-    if slo_e2e_p95_s is None and slo_ttft_p95_s is None:
-        raise ValueError("the compute bound needs an SLO: slo_e2e_p95_s or slo_ttft_p95_s")
-    c, a, b, g = _terms(params)
-    out, pu = _q(workload.output_tokens), workload.prefill_tokens
-    steps: list[tuple[str, float, str]] = [
-        (
-            "prefill tokens per request",
-            _num(pu),
-            f"P_u = {_num(workload.prompt_tokens)} × (1 − {workload.prefix_share})",
-        )
-    ]
-    knees: list[tuple[int | None, str]] = []
-    p = params
-    if slo_e2e_p95_s is not None:
-        _check_slo(slo_e2e_p95_s)
-        base, slope = c + out * a, out * b + pu * g
-        n = _floor_knee(_q(slo_e2e_p95_s) / _q(p.tail_e2e) - base, slope)
-        o = _num(out)
-        per_n = f"O·b + P_u·g = {o} × {p.per_sequence_s} + {_num(pu)} × {p.per_prefill_token_s}"
-        knee = f"⌊({slo_e2e_p95_s:g} / {p.tail_e2e} − {_num(base)}) / {_num(slope)}⌋ (e2e p95 ≤ {slo_e2e_p95_s:g} s)"
-        steps += [
-            ("e2e at N=0 (s)", _num(base), f"c + O·a = {p.request_overhead_s} + {o} × {p.step_s}"),
-            ("e2e per concurrent request (s)", _num(slope), per_n),
-            ("compute bound, e2e", _knee_value(n), knee),
-        ]
-        knees.append((n, "e2e"))
-    if slo_ttft_p95_s is not None:
-        _check_slo(slo_ttft_p95_s)
-        base, slope = c + a, b + g * pu
-        n = _floor_knee(_q(slo_ttft_p95_s) / _q(p.tail_ttft) - base, slope)
-        per_n = f"b + g·P_u = {p.per_sequence_s} + {p.per_prefill_token_s} × {_num(pu)}"
-        knee = (
-            f"⌊({slo_ttft_p95_s:g} / {p.tail_ttft} − {_num(base)}) / {_num(slope)}⌋ (TTFT p95 ≤ {slo_ttft_p95_s:g} s)"
-        )
-        steps += [
-            ("ttft at N=0 (s)", _num(base), f"c + a = {p.request_overhead_s} + {p.step_s}"),
-            ("ttft per concurrent request (s)", _num(slope), per_n),
-            ("compute bound, ttft", _knee_value(n), knee),
-        ]
-        knees.append((n, "ttft"))
-    bounded = [(n, m) for n, m in knees if n is not None]
-    if not bounded:
-        return ComputeKnee(None, knees[0][1], tuple(steps))
-    n, metric = min(bounded, key=lambda nm: nm[0])
-    if len(knees) > 1:
-        steps.append(("compute bound", n, f"min of e2e and ttft bounds ({metric} binds)"))
-    return ComputeKnee(n, metric, tuple(steps))
-
-
-def _check_slo(value: float) -> None:
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"an SLO must be a finite number of seconds > 0, got {value}")
-
-
-def _knee_value(n: int | None) -> float:
-    return math.inf if n is None else n
-
-
-def _num(value: float | Fraction) -> int | float:
-    value = float(value)
-    return int(value) if value.is_integer() else round(value, 6)
 
 
 @dataclass(frozen=True)
@@ -233,7 +154,7 @@ class BoundedLimit:
 
     @property
     def line(self) -> str:
-        compute = "unbounded" if self.compute_limit is None else str(self.compute_limit)
+        compute = ">= memory" if self.compute_limit is None else str(self.compute_limit)
         return f"min(memory {self.memory_limit}, compute {compute}) = {self.admission_limit} ({self.bound} binds)"
 
     def to_dict(self) -> dict[str, Any]:

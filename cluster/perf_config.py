@@ -1,4 +1,6 @@
 """`models[].perf`: a model's fitted compute model (cluster/compute_model.py) and the SLO it is held to.
+The engine's scheduler limits the predictions also need come from the model's `engine_args`
+(cluster/engine_sim.py `default_limits`), not from here.
 
 `bench calibrate --fit-shapes ...` writes this section into its overlay; with it (and an SLO), the
 gateway's admission limit follows the live workload through min(memory, compute), and
@@ -32,8 +34,10 @@ class PerfSection(StrictModel):
     step_s: float = Field(ge=0, description="a: fixed seconds of one engine step")
     per_sequence_s: float = Field(ge=0, description="b: seconds added per sequence in an engine step")
     per_prefill_token_s: float = Field(ge=0, description="g: seconds added per prompt token prefilled in a step")
-    tail_e2e: float = Field(1.0, ge=1, description="p95 / mean of end-to-end latency (from the fit's runs)")
-    tail_ttft: float = Field(1.0, ge=1, description="p95 / mean of time to first token (from the fit's runs)")
+    tail_e2e: float = Field(1.0, ge=1, description="measured / simulated p95 of end-to-end latency over the fit's runs")
+    tail_ttft: float = Field(
+        1.0, ge=1, description="measured / simulated p95 of time to first token over the fit's runs"
+    )
     slo_e2e_p95_s: float | None = Field(
         None, gt=0, description="end-to-end p95 SLO (s) the compute bound keeps; null: none"
     )

@@ -24,9 +24,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from cluster.capacity import admission_limit, max_concurrent_sequences
-from cluster.capacity_bound import plan_admission
+from cluster.capacity_bound import AdmissionPlan, plan_admission
 from cluster.compute_model import Workload
 from cluster.config import SpilloverConfig
+from cluster.engine_sim import default_limits
 from cluster.model_spec import ModelSpec
 from router.errors import LocalCapacityExhausted
 from router.plan import Plan
@@ -71,6 +72,7 @@ class Admission:
         self._inflight: dict[str, int] = defaultdict(int)
         self._waiting: dict[str, int] = defaultdict(int)
         self.mix = WorkloadMix()
+        self._plans: dict[tuple[str, int, int, int, float], AdmissionPlan] = {}
 
     def inflight(self, model: str) -> int:
         return self._inflight[model]
@@ -120,7 +122,7 @@ class Admission:
             memory = admission_limit(
                 max_concurrent_sequences(tokens or 0, round(prompt), round(output), prefix_share), adm.fraction
             )
-            plan = plan_admission(perf, memory, workload)
+            plan = self._plan(spec, memory, workload)
             first = first or plan
             value = max(plan.admission_limit, perf.min_admission_limit)
             total += value if perf.max_admission_limit is None else min(value, perf.max_admission_limit)
@@ -130,12 +132,31 @@ class Admission:
         slos += [f"ttft p95 <= {perf.slo_ttft_p95_s:g} s"] if perf.slo_ttft_p95_s is not None else []
         detail = (
             f"{first.bound} bound: min(memory {first.memory_limit}, compute "
-            f"{compute if compute is not None else 'unbounded'}) x {len(kv_tokens)} replica(s) for "
+            f"{compute if compute is not None else '>= memory'}) x {len(kv_tokens)} replica(s) for "
             f"{' and '.join(slos)} at prompt {prompt:.0f}, output {output:.0f}, prefix {prefix_share:.2f} from {source}"
         )
         if total != first.admission_limit * len(kv_tokens):
             detail += f"; within perf bounds [{perf.min_admission_limit}, {perf.max_admission_limit or '-'}]"
         return Limit(total, detail)
+
+    def _plan(self, spec: ModelSpec, memory: int, workload: Workload) -> AdmissionPlan:
+        """plan_admission, memoised on the rounded mix: the compute bound simulates the engine (a few
+        milliseconds), and the mix moves slowly."""
+        key = (
+            spec.alias,
+            memory,
+            round(workload.prompt_tokens),
+            round(workload.output_tokens),
+            round(workload.prefix_share, 2),
+        )
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= 512:
+                self._plans.clear()
+            rounded = Workload(key[2], max(1, key[3]), key[4])
+            plan = plan_admission(spec.perf, memory, rounded, limits=default_limits(spec.accelerator, spec.engine_args))
+            self._plans[key] = plan
+        return plan
 
     async def wait_for_room(self, model: str, plan: Plan, replan: Callable[[], Plan], deadline: float) -> Waited:
         """Wait (bounded room, bounded time) until `replan()` no longer says "wait"."""

@@ -33,11 +33,14 @@ def test_compute_bound_binds_with_each_step_shown(tmp_path: Path, prepared_smoll
     path = config_with(tmp_path, PERF)
     data = run_json("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
     (model,) = data["models"]
-    # memory (bf16 KV): ⌊93,184 / 364⌋ = 256, ⌊0.8 × 256⌋ = 204; compute: ⌊(10 / 1.05 − 5.1) / 1.174⌋ = 3
+    # memory (bf16 KV): ⌊93,184 / 364⌋ = 256, ⌊0.8 × 256⌋ = 204; compute: the simulated e2e p95 is
+    # (5.1 + 1.174·N) × 1.05 while a burst fits the 2048-token budget: 9.05 s at 3, 10.29 s at 4
     assert (model["admission_limit"], model["bound"]) == (3, "compute")
     assert model["admission"]["memory_limit"] == 204 and model["admission"]["compute_limit"] == 3
-    labels = [step[0] for step in model["admission"]["steps"]]
-    assert labels[-1] == "admission limit" and "compute bound, e2e" in labels
+    steps = {step[0]: step for step in model["admission"]["steps"]}
+    assert list(steps)[-1] == "admission limit" and steps["compute bound"][1] == 3
+    assert steps["e2e p95 at N=3 (s)"][1] == pytest.approx(9.0531) and steps["e2e p95 at N=4 (s)"][1] > 10
+    assert steps["engine token budget"][1] == 2048
     assert data["inputs"]["slo_e2e_p95_s"] == 10
     code, text = run("--config", path, "--prompt-tokens", "300", "--output-tokens", "64", "--slo-e2e-p95-s", "10")
     assert code == 0
