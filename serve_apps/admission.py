@@ -140,21 +140,18 @@ class Admission:
         return Limit(total, detail)
 
     def _plan(self, spec: ModelSpec, memory: int, workload: Workload) -> AdmissionPlan:
-        """plan_admission, memoised on the rounded mix: the compute bound simulates the engine (a few
-        milliseconds), and the mix moves slowly."""
-        key = (
-            spec.alias,
-            memory,
-            round(workload.prompt_tokens),
-            round(workload.output_tokens),
-            round(workload.prefix_share, 2),
-        )
+        """plan_admission, memoised on the mix rounded to two significant digits (and the prefix share
+        to 0.05): the compute bound simulates the engine (milliseconds; ~0.1 s for a large GPU
+        replica), and the admission limit need not follow a mix that moved by a token."""
+        key = (spec.alias, memory, _sig2(workload.prompt_tokens), _sig2(workload.output_tokens),
+               round(workload.prefix_share * 20) / 20)  # fmt: skip
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= 512:
                 self._plans.clear()
-            rounded = Workload(key[2], max(1, key[3]), key[4])
-            plan = plan_admission(spec.perf, memory, rounded, limits=default_limits(spec.accelerator, spec.engine_args))
+            rounded = Workload(key[2], max(1, key[3]), min(key[4], 0.95))
+            limits = default_limits(spec.accelerator, spec.engine_args)
+            plan = plan_admission(spec.perf, memory, rounded, limits=limits)
             self._plans[key] = plan
         return plan
 
@@ -211,3 +208,11 @@ def _hit_rate(replicas: list[ReplicaStats]) -> float:
     """The replicas' prefix-cache hit rate (tokens found / queried), capped below 1."""
     queries = sum(r.prefix_cache_queries for r in replicas)
     return min(0.99, sum(r.prefix_cache_hits for r in replicas) / queries) if queries else 0.0
+
+
+def _sig2(value: float) -> int:
+    """A token count to two significant digits: 1234 → 1200, 64 → 64, 7 → 7."""
+    if value < 100:
+        return round(value)
+    scale = 10 ** (len(str(round(value))) - 2)
+    return round(value / scale) * scale

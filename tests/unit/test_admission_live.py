@@ -118,3 +118,22 @@ async def test_the_dispatcher_records_which_bound_set_the_limit() -> None:
     record = d.decisions.get("r-2")
     assert record is not None and "compute bound" in record.reason
     assert [c async for c in held.reply.chunks]  # type: ignore[union-attr]
+
+
+def test_the_compute_bound_is_memoised_on_the_rounded_mix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import serve_apps.admission as module
+
+    calls: list[tuple[float, float]] = []
+    real = module.plan_admission
+
+    def counting(perf: Any, memory: int, workload: Any, **kw: Any) -> Any:
+        calls.append((workload.prompt_tokens, workload.output_tokens))
+        return real(perf, memory, workload, **kw)
+
+    monkeypatch.setattr(module, "plan_admission", counting)
+    adm = admission(config(perf=PERF))
+    adm.observe("m", 1230, 64)
+    first = adm.limit("m", snapshot(), T0)
+    adm.observe("m", 1236, 64)  # the mean moves by 3 tokens: same two-digit mix, no new simulation
+    assert adm.limit("m", snapshot(), T0) == first
+    assert calls == [(1200, 64)]
