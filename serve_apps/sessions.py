@@ -15,7 +15,9 @@ One `Turn` per request that names a session (router/session_id.py), in this orde
    `sessions.compress.summariser` (a local model; the request's own by default) or, when it cannot
    answer within `summary_timeout_s`, by the start of each turn.
 4. `Turn.close` stores the pin (compare-and-set) with the anchor updated from a validated JSON
-   answer, and `Turn.view()` is the decision record's `session` field.
+   answer, and `Turn.view()` is the decision record's `session` field. A streamed answer is known
+   only when its stream ends: `Turn.stream_ended` (called from serve_apps/dispatch_streams.py) then
+   updates the anchor and the stored history with it, as `close` does for a complete answer.
 """
 
 from __future__ import annotations
@@ -46,10 +48,12 @@ from router.history import grown, supply
 from router.plan import Plan
 from router.session_id import pin_key
 from router.sessions import PinDecision, after_failover, decide_pin
+from router.tool_calls import StreamedMessage
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.session_history import HistoryClient, HistoryStore, local_history
 from serve_apps.session_pins import PinClient, PinTable, Record, local_pins
+from serve_apps.stream_account import StreamEnd
 
 log = logging.getLogger("spillover.sessions")
 
@@ -78,6 +82,7 @@ class Sessions:
             store = HistoryStore(ttl_s=self._settings.ttl_s, total_bytes=self._settings.history_total_bytes)
             history = HistoryClient(*local_history(store))
         self.history = history if self._settings.store else None
+        self.pending: set[asyncio.Task[None]] = set()  # streamed answers being stored (Turn.stream_ended)
 
     async def open(self, contract: RequestContract, body: Mapping[str, Any], request_id: str) -> Turn:
         if not self._settings.enabled or contract.session is None:
@@ -162,6 +167,7 @@ class Turn:
         self._sent: list[Any] | None = None  # with sessions.store: the client's own messages
         self._history: list[Any] | None = None  # with sessions.store: the stored ones (None: unavailable)
         self._history_view: dict[str, Any] | None = None
+        self._answered: tuple[str, list[Any] | None] | None = None  # after close: the target, the stored history
 
     def supply(self, stored: list[Any] | None, history_tokens: int) -> None:
         """Put the session's stored turns in front of the client's (sessions.store; router/history.py)."""
@@ -271,11 +277,37 @@ class Turn:
             validated = done.reply.body is not None and done.headers.get(CONTRACT) in (None, "repaired")
             text = _answer_text(done.reply.body) if validated else None
             anchor = update_anchor(self._anchor, self._messages, text, self._settings.anchor.rules())
+            self._anchor = anchor
         self._stored = await self._sessions.pins.record(self._key, self._pinned, answered, anchor)
+        kept = None
         if self._sessions.history is not None and self._history is not None and self._sent is not None:
             message = _answer_message(done.reply.body)
             kept = grown(self._history, self._sent, message, self._settings.history_max_bytes)
             await self._sessions.history.write(self._key, kept)
+        self._answered = (answered, kept)
+
+    def stream_ended(self, end: StreamEnd, message: StreamedMessage) -> None:
+        """A streamed turn's end: a whole answer that passed its output contract (nothing flagged)
+        updates the anchor and the stored history as `close` does for a complete one. Called in the
+        stream's `finally`, which must not await: the storing runs as a task."""
+        if self._answered is None or end.outcome != "ok" or end.contract is not None or message.overflowed:
+            return
+        task = asyncio.get_running_loop().create_task(self._streamed_answer(message.message()))
+        self._sessions.pending.add(task)
+        task.add_done_callback(self._sessions.pending.discard)
+
+    async def _streamed_answer(self, message: dict[str, Any]) -> None:
+        assert self._answered is not None and self._key is not None
+        target, kept = self._answered
+        answer = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls") and v is not None}
+        content = answer.get("content")
+        if self._messages is not None:
+            text = content.strip() if isinstance(content, str) else None
+            self._anchor = update_anchor(self._anchor, self._messages, text, self._settings.anchor.rules())
+            await self._sessions.pins.set_anchor(self._key, target, self._anchor)
+        if self._sessions.history is not None and kept is not None:
+            grown_by = grown(kept, [], answer, self._settings.history_max_bytes)
+            await self._sessions.history.write(self._key, grown_by)
 
     def view(self) -> dict[str, Any] | None:
         """The decision record's `session` field."""
