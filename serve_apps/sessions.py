@@ -176,6 +176,7 @@ class Turn:
             self._history_view = {"store": "unavailable"}
             return
         supplied = supply(stored, self._sent, history_tokens)
+        self._sent = supplied.new  # what the store gets after this turn (not what the client re-sent)
         self._messages = supplied.messages
         self.body = {**self.body, "messages": supplied.messages}
         tools = self.contract.needs_tools or any(isinstance(m, dict) and m.get("role") == "tool" for m in stored)
@@ -183,6 +184,8 @@ class Turn:
             self.contract, est_prompt_tokens=estimate_prompt_tokens(self.body)[0], needs_tools=tools
         )
         self._history_view = {"supplied": supplied.supplied, "dropped": supplied.dropped, "tokens": supplied.tokens}
+        if supplied.resent:
+            self._history_view["resent"] = supplied.resent
 
     @property
     def active(self) -> bool:

@@ -101,3 +101,23 @@ async def test_local_history_round_trip() -> None:
     client = HistoryClient(*local_history(store))
     assert await client.read("k") == [] and await client.write("k", [{"role": "user", "content": "a"}])
     assert await client.read("k") == [{"role": "user", "content": "a"}]
+
+
+async def test_a_client_sending_the_whole_conversation_gets_no_second_copy_and_the_store_no_duplicates() -> None:
+    config, engine = make_config(), FakeEngine(answer="Lisbon")
+    d = dispatcher(config, engine)
+    history: list[dict[str, Any]] = [SYSTEM]
+    for i, text in enumerate(["Where should I go?", "And in winter?", "Hotels?"]):
+        history.append({"role": "user", "content": text})
+        body = {"model": "m", "messages": list(history)}
+        contract = derive_contract(body, {"x-spillover-session": "s1"}, config.policy)
+        await d.dispatch("chat", body, f"r{i}", contract=contract, deadline_s=2)
+        assert engine.calls[-1][2]["messages"] == history  # exactly what the client sent
+        history.append({"role": "assistant", "content": "Lisbon"})
+    record = d.decisions.get("r2")
+    assert record is not None and record.session is not None
+    assert record.session["history"] == {"supplied": 0, "dropped": 0, "tokens": 0, "resent": 4}
+    body = {"model": "m", "messages": [SYSTEM, {"role": "user", "content": "Thanks"}]}  # now only the new turn
+    contract = derive_contract(body, {"x-spillover-session": "s1"}, config.policy)
+    await d.dispatch("chat", body, "r3", contract=contract, deadline_s=2)
+    assert engine.calls[-1][2]["messages"] == [*history, {"role": "user", "content": "Thanks"}]
