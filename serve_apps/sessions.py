@@ -70,8 +70,10 @@ class Sessions:
         local: ModelBackend,
         pins: PinClient | None = None,
         history: HistoryClient | None = None,
+        replica: str | None = None,
     ) -> None:
         self._config = config
+        self.replica = replica  # the gateway replica this runs in, named in each turn's record
         self._settings = config.sessions
         self._local = local
         if pins is None:  # no shared table (tests, a gateway without Ray): pins live in this process
@@ -317,6 +319,8 @@ class Turn:
         if not self.active:
             return None
         view: dict[str, Any] = {"id": self._contract.session, "pinned": self._pinned}
+        if self._sessions.replica is not None:
+            view["gateway_replica"] = self._sessions.replica
         if not self._table_answered:
             view["pin_table"] = "unavailable"
         if self.decision is not None:
