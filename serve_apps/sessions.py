@@ -13,7 +13,8 @@ One `Turn` per request that names a session (router/session_id.py), in this orde
    session's anchor is added as a system message (router/anchor.py), and a history that does not
    fit the target's window is compressed (router/compress.py): the older turns are summarised by
    `sessions.compress.summariser` (a local model; the request's own by default) or, when it cannot
-   answer within `summary_timeout_s`, by the start of each turn.
+   answer within `summary_timeout_s`, by the start of each turn. A summary a model wrote is kept per
+   session (router/summary_cache.py): a later turn reuses it for the turns it covers.
 4. `Turn.close` stores the pin (compare-and-set) with the anchor updated from a validated JSON
    answer, and `Turn.view()` is the decision record's `session` field. A streamed answer is known
    only when its stream ends: `Turn.stream_ended` (called from serve_apps/dispatch_streams.py) then
@@ -48,6 +49,7 @@ from router.history import grown, supply
 from router.plan import Plan
 from router.session_id import pin_key
 from router.sessions import PinDecision, after_failover, decide_pin
+from router.summary_cache import SummaryCache, incremental_transcript
 from router.tool_calls import StreamedMessage
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch_types import Dispatched
@@ -84,6 +86,7 @@ class Sessions:
             store = HistoryStore(ttl_s=self._settings.ttl_s, total_bytes=self._settings.history_total_bytes)
             history = HistoryClient(*local_history(store))
         self.history = history if self._settings.store else None
+        self.summaries = SummaryCache()  # this replica's summaries of sessions' older turns
         self.pending: set[asyncio.Task[None]] = set()  # streamed answers being stored (Turn.stream_ended)
 
     async def open(self, contract: RequestContract, body: Mapping[str, Any], request_id: str) -> Turn:
@@ -96,16 +99,24 @@ class Sessions:
             turn.supply(await self.history.read(key), self._settings.history_tokens)
         return turn
 
-    async def summary(self, messages: list[Any], plan: CompressionPlan, request_id: str, model: str) -> tuple[str, str]:
-        """(the summary of the planned turns, who wrote it: model:<alias> | extractive)."""
+    async def summary(
+        self, messages: list[Any], plan: CompressionPlan, request_id: str, model: str, key: str
+    ) -> tuple[str, str, int]:
+        """(the summary of the planned turns, who wrote it: model:<alias> | extractive, how many of the
+        turns a kept summary covered)."""
         settings = self._settings.compress
+        run = messages[plan.start : plan.end]
+        kept = self.summaries.find(key, run)
+        if kept is not None and kept.count == len(run):
+            return kept.text, kept.by, kept.count
         alias = settings.summariser or model
         words = settings.summary_tokens * 3 // 4
+        told = incremental_transcript(kept, messages, plan, 6000) if kept else transcript(messages, plan, 6000)
         body = {
             "model": alias,
             "messages": [
                 {"role": "system", "content": SUMMARISE.format(words=words)},
-                {"role": "user", "content": transcript(messages, plan, max_chars=6000)},
+                {"role": "user", "content": told},
             ],
             "max_tokens": settings.summary_tokens,
             "temperature": 0,
@@ -116,10 +127,11 @@ class Sessions:
             )
             text = _answer_text(reply.body)
             if text:
-                return text, f"model:{alias}"
+                self.summaries.keep(key, text, f"model:{alias}", run)
+                return text, f"model:{alias}", kept.count if kept else 0
         except Exception as exc:  # noqa: BLE001 -- a summariser that fails leaves the extractive summary
             log.warning("summariser %s did not answer: %s", alias, type(exc).__name__)
-        return extractive_summary(messages, plan, settings.summary_tokens), "extractive"
+        return extractive_summary(messages, plan, settings.summary_tokens), "extractive", 0
 
 
 def _answer_text(body: Mapping[str, Any] | None) -> str | None:
@@ -260,9 +272,12 @@ class Turn:
                 messages, budget, keep_last=compress.keep_last, summary_tokens=compress.summary_tokens
             )
             if plan.needed and plan.fits:
-                summary, by = await self._sessions.summary(messages, plan, self._request_id, self._contract.model)
+                model, rid = self._contract.model, self._request_id
+                summary, by, reused = await self._sessions.summary(messages, plan, rid, model, self._key or "")
                 messages = compressed(messages, plan, summary, compress.summary_tokens)
                 done["compression"] = {**plan.view(), "summary_by": by}
+                if reused:
+                    done["compression"]["summary_reused"] = reused
         self._prepared[target.id] = ({"messages": messages}, done)
         return {**body, "messages": messages}
 
