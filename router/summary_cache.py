@@ -8,7 +8,8 @@ turn whose summarised run starts with exactly those messages reuses it — for t
 asking the summariser at all; for a longer run, the summariser gets that summary and only the newer
 turns (`incremental_transcript`), not the whole transcript again. An extractive summary (the
 summariser did not answer) is never kept. At most `max_sessions` summaries are kept (least recently
-used dropped first), each a few hundred bytes; each gateway replica keeps its own.
+used dropped first), each a summary of at most `sessions.compress.summary_tokens` (a few hundred
+bytes by default) and a digest; each gateway replica keeps its own.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from router.compress import (
     plan_compression,
     transcript,
 )
-from router.contract import RequestContract, estimate_prompt_tokens
+from router.contract import CHARS_PER_TOKEN, RequestContract, estimate_prompt_tokens
 from router.decision import Attempt
 from router.errors import NoTargetFitsContext
 from router.headers import CONTRACT
@@ -127,6 +127,7 @@ class Sessions:
             )
             text = _answer_text(reply.body)
             if text:
+                text = text[: settings.summary_tokens * CHARS_PER_TOKEN]  # what compressed() keeps of it
                 self.summaries.keep(key, text, f"model:{alias}", run)
                 return text, f"model:{alias}", kept.count if kept else 0
         except Exception as exc:  # noqa: BLE001 -- a summariser that fails leaves the extractive summary
