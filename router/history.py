@@ -5,6 +5,10 @@ stored history in front of them (after the client's own system messages) — the
 that fit `history_tokens`, never splitting a tool result from the assistant turn that called it. What
 did not fit is counted (`dropped`) and shown in the decision record, never dropped silently.
 
+A client that sends the whole conversation anyway (most OpenAI clients do) is not given it twice: when
+the stored messages appear, in order, among what it sent, nothing is supplied and only what follows
+them is new (`resent`).
+
 After an answered turn the session's stored history grows by the client's new non-system messages and
 the answer (`grown`), and is cut to its newest `max_bytes` of JSON (a stored session is bounded; the
 table of sessions is bounded by `sessions.max_sessions`).
@@ -30,6 +34,28 @@ class Supplied:
     supplied: int  # stored messages put in front of the client's
     dropped: int  # stored messages that did not fit history_tokens
     tokens: int  # estimated tokens of the supplied messages
+    new: list[Any]  # the client's messages the store does not hold yet
+    resent: int = 0  # stored messages the client sent itself (then nothing is supplied)
+
+
+def _key(message: Any) -> str:
+    """What makes a sent message the stored one: its role, its content and the tool call it answers."""
+    if not isinstance(message, Mapping):
+        return "?"
+    content = message.get("content") or ""
+    return json.dumps([_role(message), content, message.get("tool_call_id")], sort_keys=True, default=str)
+
+
+def resent_at(stored: Sequence[Any], sent: Sequence[Any]) -> int | None:
+    """The index in `sent` just after the last place `stored` appears in it as one run; None when it does not."""
+    if not stored or len(stored) > len(sent) or len(stored) > 100_000:  # beyond: one character per message runs out
+        return None
+    codes: dict[str, str] = {}
+    # each distinct message is one character: a run of messages is a substring (found in linear time)
+    stored_text = "".join(codes.setdefault(_key(m), chr(0x100 + len(codes))) for m in stored)
+    sent_text = "".join(codes.get(_key(m), "\x00") for m in sent)
+    found = sent_text.rfind(stored_text)
+    return None if found < 0 else found + len(stored)
 
 
 def supply(stored: Sequence[Any], sent: Sequence[Any], history_tokens: int) -> Supplied:
@@ -38,6 +64,9 @@ def supply(stored: Sequence[Any], sent: Sequence[Any], history_tokens: int) -> S
     head = 0
     while head < len(sent) and _role(sent[head]) in ("system", "developer"):
         head += 1
+    after = resent_at(stored, sent[head:])
+    if after is not None:
+        return Supplied(list(sent), 0, 0, 0, list(sent[head + after :]), resent=len(stored))
     kept: list[Any] = []
     tokens = 0
     for message in reversed(stored):
@@ -49,7 +78,7 @@ def supply(stored: Sequence[Any], sent: Sequence[Any], history_tokens: int) -> S
     while kept and _role(kept[0]) == "tool":  # a tool result without its call would be refused
         tokens -= message_tokens(kept.pop(0))
     merged = [*sent[:head], *kept, *sent[head:]]
-    return Supplied(merged, len(kept), len(stored) - len(kept), tokens)
+    return Supplied(merged, len(kept), len(stored) - len(kept), tokens, list(sent[head:]))
 
 
 def grown(stored: Sequence[Any], sent: Sequence[Any], answer: Mapping[str, Any] | None, max_bytes: int) -> list[Any]:

@@ -352,8 +352,9 @@ class Dispatcher:
                 trail.append(Attempt(target.id, "streaming", self._clock() - began))
                 rest = [t for t, _ in candidates[index + 1 :]]
                 made = sum(a.outcome != "skipped" for a in trail)
+                ended = turn.stream_ended if turn.active else None  # the answer for the session's anchor, history
                 started_stream = Started(
-                    kind, contract, body, local_body, streamed, reply.chunks, rest, deadline, made, client_usage
+                    kind, contract, body, local_body, streamed, reply.chunks, rest, deadline, made, client_usage, ended
                 )
                 reply = self._streams.reply(started_stream)  # serve_apps/dispatch_streams.py
                 route: Route = "local" if target.kind == "local" else "cloud"

@@ -16,6 +16,7 @@ from router.capabilities import Target
 from router.contract import RequestContract
 from router.decision import DecisionRecord, DecisionStore
 from router.openai_request import Kind
+from router.tool_calls import StreamedMessage
 from serve_apps.backend import BackendReply
 from serve_apps.continuation import Splicer, StreamJob
 from serve_apps.dispatch_types import DispatchObserver
@@ -40,6 +41,7 @@ class Started:
     deadline: float
     attempts_made: int
     client_usage: bool  # the client asked for the usage chunk
+    ended: Callable[[StreamEnd, StreamedMessage], None] | None = None  # the session's turn (serve_apps/sessions.py)
 
 
 class ClientStreams:
@@ -99,12 +101,15 @@ class ClientStreams:
             clock=self._clock,
         )
         contract = s.contract
+        tally = Tally(drop_usage=not s.client_usage)
 
         def book(end: StreamEnd) -> DecisionRecord | None:
             final = booked(end)
             if self._traffic is not None and final is not None:
                 self._traffic.observed(contract, final.attempts)  # the switch's gates see how it ended
+            if s.ended is not None:
+                s.ended(end, tally.message)  # a session's anchor and stored history get the answer
             return final
 
         check = end_check(s.kind, contract, s.streamed.target)
-        return accounted(s.chunks, Tally(drop_usage=not s.client_usage), contract.est_prompt_tokens, book, check)
+        return accounted(s.chunks, tally, contract.est_prompt_tokens, book, check)

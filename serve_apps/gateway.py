@@ -92,15 +92,15 @@ class Gateway:
             recovery_probe_s=health.recovery_probe_s,
         )
 
-    def _sessions(self, backend: ServeHandleBackend) -> Sessions:
+    def _sessions(self, backend: ServeHandleBackend, replica: str) -> Sessions:
         """Pins shared by every gateway replica through the head node's actor (serve_apps/session_pins.py)."""
         settings = self._config.sessions
         actor = get_or_create_pins(settings.ttl_s, settings.max_sessions)
         pins = PinClient(*ray_pins(actor), cache_s=settings.cache_s)
         if not settings.store:
-            return Sessions(self._config, backend, pins)
+            return Sessions(self._config, backend, pins, replica=replica)
         store = get_or_create_history(settings.ttl_s, settings.history_total_bytes)
-        return Sessions(self._config, backend, pins, HistoryClient(*ray_history(store)))
+        return Sessions(self._config, backend, pins, HistoryClient(*ray_history(store)), replica=replica)
 
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()
@@ -173,7 +173,7 @@ class Gateway:
             observer=learning.observer(metrics),
             resilience=resilience,
             traffic=(parts := traffic_parts(self._config, backend, providers, metrics, replica_id)).traffic,
-            sessions=self._sessions(backend),
+            sessions=self._sessions(backend, replica_id),
             quality=learning.quality,
         )
         self._traffic_task = loop.create_task(parts.traffic.run(self._config.traffic.sync_period_s, asyncio.sleep))

@@ -11,7 +11,7 @@ import ray
 from ray.actor import ActorHandle
 
 from serve_apps.session_history import GetHistory, HistoryStore, Messages, PutHistory
-from serve_apps.session_pins import Get, PinTable, Put, Record
+from serve_apps.session_pins import Get, PinTable, Put, Record, SetAnchor
 from serve_apps.telemetry_board import HEAD_NODE
 
 PINS_NAME = "spillover-session-pins"
@@ -54,11 +54,14 @@ def ray_history(actor: ActorHandle) -> tuple[GetHistory, PutHistory]:
     return get, put
 
 
-def ray_pins(actor: ActorHandle) -> tuple[Get, Put]:
+def ray_pins(actor: ActorHandle) -> tuple[Get, Put, SetAnchor]:
     async def get(key: str) -> Record | None:
         return await actor.get.remote(key)
 
     async def put(key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
         return await actor.record.remote(key, expected, target, anchor)
 
-    return get, put
+    async def set_anchor(key: str, target: str, anchor: Mapping[str, Any]) -> bool:
+        return bool(await actor.set_anchor.remote(key, target, anchor))
+
+    return get, put, set_anchor

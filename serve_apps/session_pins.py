@@ -9,7 +9,9 @@ In a deployment the table lives in a named, detached Ray actor on the head node
 (serve_apps/session_actor.py, like the telemetry board and the breaker exchange), so pins survive a
 gateway replica's restart and every replica sees the same ones. `record` is a compare-and-set: it
 moves a pin only from the target the caller saw, so two replicas that pin a new session at once
-agree on the first one's target from the next turn on.
+agree on the first one's target from the next turn on. `set_anchor` replaces the anchor of a session
+still pinned to the target that answered, without counting a turn: a streamed answer's text is known
+only when the stream ends, after its turn was stored.
 
 `PinClient` is a gateway replica's side: it reuses a record it read for `sessions.cache_s` (a
 switch made by another replica is seen within that bound), and a table that does not answer within
@@ -78,6 +80,15 @@ class PinTable:
             self._records.popitem(last=False)
         return dict(current)
 
+    def set_anchor(self, key: str, target: str, anchor: Mapping[str, Any]) -> bool:
+        """The anchor of a turn whose answer came after its pin was stored (a stream's); only while the
+        session is still pinned to `target`. False when it is not (moved, or forgotten)."""
+        current = self._live(key)
+        if current is None or current["target"] != target:
+            return False
+        self._records[key] = {**current, "anchor": dict(anchor)}
+        return True
+
     def reset(self) -> int:
         dropped = len(self._records)
         self._records.clear()
@@ -86,9 +97,10 @@ class PinTable:
 
 Get = Callable[[str], Awaitable[Record | None]]
 Put = Callable[[str, str | None, str, Mapping[str, Any] | None], Awaitable[Record]]
+SetAnchor = Callable[[str, str, Mapping[str, Any]], Awaitable[bool]]
 
 
-def local_pins(table: PinTable) -> tuple[Get, Put]:
+def local_pins(table: PinTable) -> tuple[Get, Put, SetAnchor]:
     """The same calls over an in-process table (a gateway without Ray, and the unit tests)."""
 
     async def get(key: str) -> Record | None:
@@ -97,7 +109,10 @@ def local_pins(table: PinTable) -> tuple[Get, Put]:
     async def put(key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
         return table.record(key, expected, target, anchor)
 
-    return get, put
+    async def set_anchor(key: str, target: str, anchor: Mapping[str, Any]) -> bool:
+        return table.set_anchor(key, target, anchor)
+
+    return get, put, set_anchor
 
 
 class PinClient:
@@ -105,6 +120,7 @@ class PinClient:
         self,
         get: Get,
         put: Put,
+        set_anchor: SetAnchor | None = None,
         *,
         cache_s: float,
         clock: Callable[[], float] = time.monotonic,
@@ -113,6 +129,7 @@ class PinClient:
     ) -> None:
         self._get = get
         self._put = put
+        self._set_anchor = set_anchor
         self._cache_s = cache_s
         self._clock = clock
         self._timeout_s = timeout_s
@@ -152,3 +169,18 @@ class PinClient:
             return None
         self._keep(key, stored)
         return stored
+
+    async def set_anchor(self, key: str, target: str, anchor: Mapping[str, Any]) -> bool:
+        """Replace the anchor of a session still pinned to `target` (False: not stored)."""
+        if self._set_anchor is None:
+            return False
+        try:
+            stored = await asyncio.wait_for(self._set_anchor(key, target, anchor), self._timeout_s)
+        except Exception as exc:  # noqa: BLE001 -- see lookup
+            self.failures += 1
+            log.warning("session anchor not stored: %s", type(exc).__name__)
+            return False
+        cached = self._cache.get(key)
+        if stored and cached is not None and cached[1] is not None and cached[1].get("target") == target:
+            self._cache[key] = (cached[0], {**cached[1], "anchor": dict(anchor)})
+        return bool(stored)

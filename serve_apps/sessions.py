@@ -13,9 +13,12 @@ One `Turn` per request that names a session (router/session_id.py), in this orde
    session's anchor is added as a system message (router/anchor.py), and a history that does not
    fit the target's window is compressed (router/compress.py): the older turns are summarised by
    `sessions.compress.summariser` (a local model; the request's own by default) or, when it cannot
-   answer within `summary_timeout_s`, by the start of each turn.
+   answer within `summary_timeout_s`, by the start of each turn. A summary a model wrote is kept per
+   session (router/summary_cache.py): a later turn reuses it for the turns it covers.
 4. `Turn.close` stores the pin (compare-and-set) with the anchor updated from a validated JSON
-   answer, and `Turn.view()` is the decision record's `session` field.
+   answer, and `Turn.view()` is the decision record's `session` field. A streamed answer is known
+   only when its stream ends: `Turn.stream_ended` (called from serve_apps/dispatch_streams.py) then
+   updates the anchor and the stored history with it, as `close` does for a complete answer.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from router.compress import (
     plan_compression,
     transcript,
 )
-from router.contract import RequestContract, estimate_prompt_tokens
+from router.contract import CHARS_PER_TOKEN, RequestContract, estimate_prompt_tokens
 from router.decision import Attempt
 from router.errors import NoTargetFitsContext
 from router.headers import CONTRACT
@@ -46,10 +49,13 @@ from router.history import grown, supply
 from router.plan import Plan
 from router.session_id import pin_key
 from router.sessions import PinDecision, after_failover, decide_pin
+from router.summary_cache import SummaryCache, incremental_transcript
+from router.tool_calls import StreamedMessage
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.session_history import HistoryClient, HistoryStore, local_history
 from serve_apps.session_pins import PinClient, PinTable, Record, local_pins
+from serve_apps.stream_account import StreamEnd
 
 log = logging.getLogger("spillover.sessions")
 
@@ -66,8 +72,10 @@ class Sessions:
         local: ModelBackend,
         pins: PinClient | None = None,
         history: HistoryClient | None = None,
+        replica: str | None = None,
     ) -> None:
         self._config = config
+        self.replica = replica  # the gateway replica this runs in, named in each turn's record
         self._settings = config.sessions
         self._local = local
         if pins is None:  # no shared table (tests, a gateway without Ray): pins live in this process
@@ -78,6 +86,8 @@ class Sessions:
             store = HistoryStore(ttl_s=self._settings.ttl_s, total_bytes=self._settings.history_total_bytes)
             history = HistoryClient(*local_history(store))
         self.history = history if self._settings.store else None
+        self.summaries = SummaryCache()  # this replica's summaries of sessions' older turns
+        self.pending: set[asyncio.Task[None]] = set()  # streamed answers being stored (Turn.stream_ended)
 
     async def open(self, contract: RequestContract, body: Mapping[str, Any], request_id: str) -> Turn:
         if not self._settings.enabled or contract.session is None:
@@ -89,16 +99,24 @@ class Sessions:
             turn.supply(await self.history.read(key), self._settings.history_tokens)
         return turn
 
-    async def summary(self, messages: list[Any], plan: CompressionPlan, request_id: str, model: str) -> tuple[str, str]:
-        """(the summary of the planned turns, who wrote it: model:<alias> | extractive)."""
+    async def summary(
+        self, messages: list[Any], plan: CompressionPlan, request_id: str, model: str, key: str
+    ) -> tuple[str, str, int]:
+        """(the summary of the planned turns, who wrote it: model:<alias> | extractive, how many of the
+        turns a kept summary covered)."""
         settings = self._settings.compress
+        run = messages[plan.start : plan.end]
+        kept = self.summaries.find(key, run)
+        if kept is not None and kept.count == len(run):
+            return kept.text, kept.by, kept.count
         alias = settings.summariser or model
         words = settings.summary_tokens * 3 // 4
+        told = incremental_transcript(kept, messages, plan, 6000) if kept else transcript(messages, plan, 6000)
         body = {
             "model": alias,
             "messages": [
                 {"role": "system", "content": SUMMARISE.format(words=words)},
-                {"role": "user", "content": transcript(messages, plan, max_chars=6000)},
+                {"role": "user", "content": told},
             ],
             "max_tokens": settings.summary_tokens,
             "temperature": 0,
@@ -109,10 +127,12 @@ class Sessions:
             )
             text = _answer_text(reply.body)
             if text:
-                return text, f"model:{alias}"
+                text = text[: settings.summary_tokens * CHARS_PER_TOKEN]  # what compressed() keeps of it
+                self.summaries.keep(key, text, f"model:{alias}", run)
+                return text, f"model:{alias}", kept.count if kept else 0
         except Exception as exc:  # noqa: BLE001 -- a summariser that fails leaves the extractive summary
             log.warning("summariser %s did not answer: %s", alias, type(exc).__name__)
-        return extractive_summary(messages, plan, settings.summary_tokens), "extractive"
+        return extractive_summary(messages, plan, settings.summary_tokens), "extractive", 0
 
 
 def _answer_text(body: Mapping[str, Any] | None) -> str | None:
@@ -162,6 +182,7 @@ class Turn:
         self._sent: list[Any] | None = None  # with sessions.store: the client's own messages
         self._history: list[Any] | None = None  # with sessions.store: the stored ones (None: unavailable)
         self._history_view: dict[str, Any] | None = None
+        self._answered: tuple[str, list[Any] | None] | None = None  # after close: the target, the stored history
 
     def supply(self, stored: list[Any] | None, history_tokens: int) -> None:
         """Put the session's stored turns in front of the client's (sessions.store; router/history.py)."""
@@ -170,6 +191,7 @@ class Turn:
             self._history_view = {"store": "unavailable"}
             return
         supplied = supply(stored, self._sent, history_tokens)
+        self._sent = supplied.new  # what the store gets after this turn (not what the client re-sent)
         self._messages = supplied.messages
         self.body = {**self.body, "messages": supplied.messages}
         tools = self.contract.needs_tools or any(isinstance(m, dict) and m.get("role") == "tool" for m in stored)
@@ -177,6 +199,8 @@ class Turn:
             self.contract, est_prompt_tokens=estimate_prompt_tokens(self.body)[0], needs_tools=tools
         )
         self._history_view = {"supplied": supplied.supplied, "dropped": supplied.dropped, "tokens": supplied.tokens}
+        if supplied.resent:
+            self._history_view["resent"] = supplied.resent
 
     @property
     def active(self) -> bool:
@@ -249,9 +273,12 @@ class Turn:
                 messages, budget, keep_last=compress.keep_last, summary_tokens=compress.summary_tokens
             )
             if plan.needed and plan.fits:
-                summary, by = await self._sessions.summary(messages, plan, self._request_id, self._contract.model)
+                model, rid = self._contract.model, self._request_id
+                summary, by, reused = await self._sessions.summary(messages, plan, rid, model, self._key or "")
                 messages = compressed(messages, plan, summary, compress.summary_tokens)
                 done["compression"] = {**plan.view(), "summary_by": by}
+                if reused:
+                    done["compression"]["summary_reused"] = reused
         self._prepared[target.id] = ({"messages": messages}, done)
         return {**body, "messages": messages}
 
@@ -271,17 +298,45 @@ class Turn:
             validated = done.reply.body is not None and done.headers.get(CONTRACT) in (None, "repaired")
             text = _answer_text(done.reply.body) if validated else None
             anchor = update_anchor(self._anchor, self._messages, text, self._settings.anchor.rules())
+            self._anchor = anchor
         self._stored = await self._sessions.pins.record(self._key, self._pinned, answered, anchor)
+        kept = None
         if self._sessions.history is not None and self._history is not None and self._sent is not None:
             message = _answer_message(done.reply.body)
             kept = grown(self._history, self._sent, message, self._settings.history_max_bytes)
             await self._sessions.history.write(self._key, kept)
+        self._answered = (answered, kept)
+
+    def stream_ended(self, end: StreamEnd, message: StreamedMessage) -> None:
+        """A streamed turn's end: a whole answer that passed its output contract (nothing flagged)
+        updates the anchor and the stored history as `close` does for a complete one. Called in the
+        stream's `finally`, which must not await: the storing runs as a task."""
+        if self._answered is None or end.outcome != "ok" or end.contract is not None or message.overflowed:
+            return
+        task = asyncio.get_running_loop().create_task(self._streamed_answer(message.message()))
+        self._sessions.pending.add(task)
+        task.add_done_callback(self._sessions.pending.discard)
+
+    async def _streamed_answer(self, message: dict[str, Any]) -> None:
+        assert self._answered is not None and self._key is not None
+        target, kept = self._answered
+        answer = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls") and v is not None}
+        content = answer.get("content")
+        if self._messages is not None:
+            text = content.strip() if isinstance(content, str) else None
+            self._anchor = update_anchor(self._anchor, self._messages, text, self._settings.anchor.rules())
+            await self._sessions.pins.set_anchor(self._key, target, self._anchor)
+        if self._sessions.history is not None and kept is not None:
+            grown_by = grown(kept, [], answer, self._settings.history_max_bytes)
+            await self._sessions.history.write(self._key, grown_by)
 
     def view(self) -> dict[str, Any] | None:
         """The decision record's `session` field."""
         if not self.active:
             return None
         view: dict[str, Any] = {"id": self._contract.session, "pinned": self._pinned}
+        if self._sessions.replica is not None:
+            view["gateway_replica"] = self._sessions.replica
         if not self._table_answered:
             view["pin_table"] = "unavailable"
         if self.decision is not None:

@@ -81,9 +81,12 @@ RESILIENCE = {
 
 SIM_QWEN_WINDOW = 512
 # sessions' history compression: the real SmolLM2 writes the summaries (the default would be the request's
-# own model, and qwen2-tiny-random answers noise); a long timeout, as it shares 2 cores with the load
+# own model, and qwen2-tiny-random answers noise); a long timeout, as it shares 2 cores with the load.
+# The server-side history is on (tests/integration/test_session_replicas.py): a client that sends the
+# whole conversation, as test_sessions.py's does, is not given it twice.
 SESSIONS = {
-    "compress": {"keep_last": 2, "summary_tokens": 64, "summariser": "smollm2-135m-instruct", "summary_timeout_s": 90}
+    "store": True,
+    "compress": {"keep_last": 2, "summary_tokens": 64, "summariser": "smollm2-135m-instruct", "summary_timeout_s": 90},
 }
 
 

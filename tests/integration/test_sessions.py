@@ -11,7 +11,8 @@ One conversation with `qwen2-tiny-random`, named by `x-spillover-session` and na
   client sent; the decision record shows the switch, the compression and the tokens saved; `/metrics`
   counts the switch;
 * the eighth turn, after the load is gone, stays on cloud-sim (`switch: on_failure`: only health,
-  breaker or capacity move a session);
+  breaker or capacity move a session), compressed again with the kept summary of the turns the seventh
+  turn's summary covered (SmolLM2 is given only the turns that became older since);
 * a second dispatcher — another gateway replica's, in this process — reading the same head-node pin
   actor agrees: with local room on its side it routes the session to cloud-sim too.
 
@@ -161,7 +162,13 @@ def test_a_session_stays_put_then_switches_once_with_its_anchor_and_a_compressed
     after_id = f"{session}-t7"
     raw, _ = turn("Thanks, and the boat tour?", after_id)
     assert raw.headers["x-spillover-target"] == "cloud:cloud-sim", raw.headers["x-spillover-reason"]
-    assert _record(stack, after_id)["session"]["action"] == "keep"
+    after = _record(stack, after_id)["session"]
+    assert after["action"] == "keep"
+    # compressed again, reusing the summary of the turns the switched turn's summary covered
+    start, end = compression["summarised_messages"]
+    (again,) = after["prepared"]
+    print(f"sessions: compression after the switch {again['compression']}")
+    assert again["compression"]["summary_reused"] == end - start
     assert _switches(stack) == switches_before + 1  # moved once
 
     _second_replica_agrees(stack, session, history)

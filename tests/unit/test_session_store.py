@@ -10,6 +10,7 @@ from cluster.config import SpilloverConfig, parse_config
 from router.contract import derive_contract
 from serve_apps.dispatch import Dispatcher
 from serve_apps.session_history import HistoryClient, HistoryStore, Messages, local_history
+from serve_apps.session_pins import PinClient, PinTable, local_pins
 from serve_apps.sessions import Sessions
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import World
@@ -101,3 +102,54 @@ async def test_local_history_round_trip() -> None:
     client = HistoryClient(*local_history(store))
     assert await client.read("k") == [] and await client.write("k", [{"role": "user", "content": "a"}])
     assert await client.read("k") == [{"role": "user", "content": "a"}]
+
+
+async def test_a_client_sending_the_whole_conversation_gets_no_second_copy_and_the_store_no_duplicates() -> None:
+    config, engine = make_config(), FakeEngine(answer="Lisbon")
+    d = dispatcher(config, engine)
+    history: list[dict[str, Any]] = [SYSTEM]
+    for i, text in enumerate(["Where should I go?", "And in winter?", "Hotels?"]):
+        history.append({"role": "user", "content": text})
+        body = {"model": "m", "messages": list(history)}
+        contract = derive_contract(body, {"x-spillover-session": "s1"}, config.policy)
+        await d.dispatch("chat", body, f"r{i}", contract=contract, deadline_s=2)
+        assert engine.calls[-1][2]["messages"] == history  # exactly what the client sent
+        history.append({"role": "assistant", "content": "Lisbon"})
+    record = d.decisions.get("r2")
+    assert record is not None and record.session is not None
+    assert record.session["history"] == {"supplied": 0, "dropped": 0, "tokens": 0, "resent": 4}
+    body = {"model": "m", "messages": [SYSTEM, {"role": "user", "content": "Thanks"}]}  # now only the new turn
+    contract = derive_contract(body, {"x-spillover-session": "s1"}, config.policy)
+    await d.dispatch("chat", body, "r3", contract=contract, deadline_s=2)
+    assert engine.calls[-1][2]["messages"] == [*history, {"role": "user", "content": "Thanks"}]
+
+
+async def test_two_replicas_over_one_pin_table_and_store_name_themselves_and_agree() -> None:
+    """Each replica's Sessions over the same (here in-process) table and store, as the gateway wires the
+    head node's actors: the second replica reads the pin and the history the first one wrote."""
+    config, engine, table, store = make_config(), FakeEngine(answer="Lisbon"), PinTable(), HistoryStore()
+    world = World()
+    replicas = [
+        Dispatcher(
+            config,
+            engine,
+            {"sim": FakeProvider()},
+            world.snapshot,
+            clock=world.clock,
+            sessions=Sessions(
+                config,
+                engine,
+                PinClient(*local_pins(table), cache_s=0.0),
+                HistoryClient(*local_history(store)),
+                replica=name,
+            ),
+        )
+        for name in ("replica-a", "replica-b")
+    ]
+    await send(replicas[0], config, "Where should I go?", "r1")
+    await send(replicas[1], config, "And in winter?", "r2")
+    first, second = replicas[0].decisions.get("r1"), replicas[1].decisions.get("r2")
+    assert first is not None and first.session is not None and second is not None and second.session is not None
+    assert (first.session["gateway_replica"], second.session["gateway_replica"]) == ("replica-a", "replica-b")
+    assert second.session["pinned"] == first.session["target"] and second.session["stored"]["turns"] == 2
+    assert second.session["history"]["supplied"] == 2
