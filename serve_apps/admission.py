@@ -72,7 +72,7 @@ class Admission:
         self._inflight: dict[str, int] = defaultdict(int)
         self._waiting: dict[str, int] = defaultdict(int)
         self.mix = WorkloadMix()
-        self._plans: dict[tuple[str, int, int, int, float], AdmissionPlan] = {}
+        self._plans: dict[tuple[str, int, float, float, float], AdmissionPlan] = {}
 
     def inflight(self, model: str) -> int:
         return self._inflight[model]
@@ -116,12 +116,13 @@ class Admission:
                 adm.mean_output_tokens,
                 "admission.mean_* (no request yet)",
             )
+        # the inputs to two significant digits (prefix share to 0.05): the limit need not follow a mix
+        # that moved by a token, and the plan (an engine simulation) is memoised on them
+        prompt, output, prefix_share = _sig2(prompt), max(1, _sig2(output)), min(0.95, round(prefix_share * 20) / 20)
         workload = Workload(prompt, output, prefix_share)
         total, first = 0, None
         for tokens in kv_tokens:
-            memory = admission_limit(
-                max_concurrent_sequences(tokens or 0, round(prompt), round(output), prefix_share), adm.fraction
-            )
+            memory = admission_limit(max_concurrent_sequences(tokens or 0, prompt, output, prefix_share), adm.fraction)
             plan = self._plan(spec, memory, workload)
             first = first or plan
             value = max(plan.admission_limit, perf.min_admission_limit)
@@ -140,18 +141,15 @@ class Admission:
         return Limit(total, detail)
 
     def _plan(self, spec: ModelSpec, memory: int, workload: Workload) -> AdmissionPlan:
-        """plan_admission, memoised on the mix rounded to two significant digits (and the prefix share
-        to 0.05): the compute bound simulates the engine (milliseconds; ~0.1 s for a large GPU
-        replica), and the admission limit need not follow a mix that moved by a token."""
-        key = (spec.alias, memory, _sig2(workload.prompt_tokens), _sig2(workload.output_tokens),
-               round(workload.prefix_share * 20) / 20)  # fmt: skip
+        """plan_admission, memoised: the compute bound simulates the engine (milliseconds; ~0.1 s for a
+        large GPU replica), and `_live_limit` rounds the mix so that it repeats."""
+        key = (spec.alias, memory, workload.prompt_tokens, workload.output_tokens, workload.prefix_share)
         plan = self._plans.get(key)
         if plan is None:
             if len(self._plans) >= 512:
                 self._plans.clear()
-            rounded = Workload(key[2], max(1, key[3]), min(key[4], 0.95))
             limits = default_limits(spec.accelerator, spec.engine_args)
-            plan = plan_admission(spec.perf, memory, rounded, limits=limits)
+            plan = plan_admission(spec.perf, memory, workload, limits=limits)
             self._plans[key] = plan
         return plan
 
@@ -211,7 +209,7 @@ def _hit_rate(replicas: list[ReplicaStats]) -> float:
 
 
 def _sig2(value: float) -> int:
-    """A token count to two significant digits: 1234 → 1200, 64 → 64, 7 → 7."""
+    """A token count to two significant digits: 1234 → 1200, 64 → 64, 7 → 7 (0.4 → 0)."""
     if value < 100:
         return round(value)
     scale = 10 ** (len(str(round(value))) - 2)

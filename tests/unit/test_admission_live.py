@@ -68,7 +68,8 @@ def test_prefix_hits_lower_the_prefill_and_the_bounds_clamp() -> None:
 def test_before_any_request_the_configured_means_are_used() -> None:
     adm = admission(config(perf=PERF))
     limit = adm.limit_with_reason("m", snapshot(), T0)
-    assert "admission.mean_* (no request yet)" in limit.detail and "prompt 512, output 256" in limit.detail
+    # 512 and 256, to two significant digits (the inputs the limit is computed from)
+    assert "admission.mean_* (no request yet)" in limit.detail and "prompt 510, output 260" in limit.detail
 
 
 @pytest.mark.parametrize("model", [{}, {"perf": {k: v for k, v in PERF.items() if k != "slo_e2e_p95_s"}}])
