@@ -1,12 +1,7 @@
 """Percentiles and the summary of one load level (a list of `RequestResult`s).
 
-Percentiles interpolate linearly between the two nearest ranks (numpy's default "linear",
-Hyndman & Fan type 7): for sorted values x[0..n−1] and p in [0, 100],
-
-    rank = p / 100 × (n − 1),   i = ⌊rank⌋,   value = x[i] + (rank − i) × (x[i+1] − x[i])
-
-so p0 is the minimum, p100 the maximum, and p50 of an even count the mean of the middle two.
-An empty list has no percentile (None).
+Percentiles interpolate linearly between the two nearest ranks (`router.percentile.linear_percentile`,
+numpy's default "linear"); an empty list has no percentile (None).
 
 `summarize` counts over the measured requests (warm-up requests are dropped first):
 
@@ -21,26 +16,15 @@ An empty list has no percentile (None).
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from bench.request_result import RequestResult
+from router.percentile import linear_percentile as percentile
 
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The p-th percentile (0..100) with linear interpolation; None for no values."""
-    if not 0 <= p <= 100:
-        raise ValueError(f"percentile must be in [0, 100], got {p}")
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = p / 100 * (len(ordered) - 1)
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (rank - low) * (ordered[high] - ordered[low])
+__all__ = ["Summary", "percentile", "summarize"]
 
 
 @dataclass(frozen=True)

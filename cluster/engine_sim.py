@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from cluster.compute_model import PerfParams, Workload
+from router.percentile import linear_percentile
 
 # vLLM 0.32's scheduler defaults for the OpenAI server (what Ray Serve's LLMServer starts): CPU
 # 2048 tokens / 128 sequences; GPUs below 70 GiB 2048 / 256, H100/H200-class 8192 / 1024, 160 GiB+ 16384 / 1024.
@@ -114,11 +116,11 @@ class Simulated:
         return p95(self.e2e_s if metric == "e2e" else self.ttft_s)
 
 
-def p95(values: tuple[float, ...] | list[float]) -> float:
-    """Linear interpolation between the two nearest ranks, as the bench summarises (bench/stats.py)."""
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=20, method="inclusive")[18]
+def p95(values: Sequence[float]) -> float:
+    """The p95 as the bench summarises a level (linear interpolation); the runs are never empty."""
+    value = linear_percentile(values, 95)
+    assert value is not None
+    return value
 
 
 def simulate(
