@@ -30,7 +30,6 @@ from cluster.engine_sim import Protocol
 
 HOLDOUT_FACTORS = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75)
 MAX_BISECT = 4
-HOLDOUT_WAVES = 4  # held-out levels run at least 4 rounds of N requests: the burst and what follows
 
 
 def holdout_levels(predicted: int | None, highest: int = 64) -> tuple[int, ...]:
@@ -85,7 +84,8 @@ async def run_holdouts(
 ) -> tuple[Holdout, ...]:
     """Predict each held-out shape's knee, then measure it over levels around the prediction."""
     held = []
-    protocol = Protocol(requests_per_level or 8, HOLDOUT_WAVES if waves is None else waves)
+    # held out, by default the closed loop `spillover capacity` and the gateway predict for (Protocol's waves)
+    protocol = Protocol(requests_per_level or 8, Protocol().waves if waves is None else waves)
     for i, shape in enumerate(shapes):
         workload = shape_workload(shape)
         predicted = outcome.knee_for(
