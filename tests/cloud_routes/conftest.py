@@ -15,11 +15,6 @@ A pytest process of its own (one process holds one Ray; scripts/test runs it aft
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +24,8 @@ import yaml
 
 from bench.cloud_sim.process import running_cloud_sim
 from cluster.config import parse_config
+from tests.local_serve import free_port, serving
 
-REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 300
 KEY_ENV = "SPILLOVER_TEST_ROUTES_ANTHROPIC_KEY"
 ANTHROPIC_KEY = "sk-ant-routes-sim-key-never-printed-51c9"
@@ -55,12 +50,6 @@ class CloudOnly:
     @property
     def openai_base(self) -> str:
         return f"{self.base_url}/v1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def cloud_only_config(ports: dict[str, int], ledger: Path) -> dict:
@@ -133,35 +122,13 @@ def cloud_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudOnly]:
         running_cloud_sim(ports["openai"], ["sim-chat"], extra_args=["--ttft-s", "0.02"]) as openai_url,
         running_cloud_sim(ports["anthropic"], ["sim-claude"], extra_args=anthropic_args) as anthropic_url,
         running_cloud_sim(ports["spare"], ["sim-chat"], extra_args=["--ttft-s", "0.02"]) as spare_url,
-        log_path.open("w") as log,
+        serving(["--config", str(config)], env, log_path, timeout_s=START_TIMEOUT_S) as serve,
     ):
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        yield CloudOnly(
+            f"http://127.0.0.1:{ports['gateway']}",
+            openai_url.removesuffix("/v1"),
+            anthropic_url.removesuffix("/v1"),
+            spare_url.removesuffix("/v1"),
+            log_path,
+            serve.pid,
         )
-        try:
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while "spillover is serving" not in log_path.read_text():
-                if serve.poll() is not None or time.monotonic() > deadline:
-                    pytest.fail(f"spillover serve did not come up:\n{log_path.read_text()[-4000:]}")
-                time.sleep(1)
-            yield CloudOnly(
-                f"http://127.0.0.1:{ports['gateway']}",
-                openai_url.removesuffix("/v1"),
-                anthropic_url.removesuffix("/v1"),
-                spare_url.removesuffix("/v1"),
-                log_path,
-                serve.pid,
-            )
-        finally:
-            serve.send_signal(signal.SIGTERM)
-            try:
-                serve.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                os.killpg(serve.pid, signal.SIGKILL)
-                serve.wait()
-            print(f"\n--- spillover serve log (tail) ---\n{log_path.read_text()[-2500:]}")

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,18 +34,13 @@ from cluster.config import dump_config, load_config
 from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_fake import GIB
 from cluster.nvml_sim import DRIVER_GIB
+from tests.local_serve import free_port, serving
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m-instruct"
 START_TIMEOUT_S = 900
 DRIVER = int(DRIVER_GIB * GIB)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -62,32 +55,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path,
     config.write_text(yaml.safe_dump(raw, sort_keys=False))
     gpus = folder / "gpus.json"
     env = {**os.environ, FAKE_NVML_ENV: str(gpus), "PYTHONUNBUFFERED": "1"}
-    log = (folder / "serve.log").open("w")
-    serve = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--config", str(config), "--cloud-sim"],
-        cwd=REPO,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     base = f"http://127.0.0.1:{raw['gateway']['port']}"
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while "spillover is serving" not in (folder / "serve.log").read_text():
-            if serve.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"spillover serve did not come up:\n{(folder / 'serve.log').read_text()[-4000:]}")
-            time.sleep(2)
+    args = ["--config", str(config), "--cloud-sim"]
+    with serving(args, env, folder / "serve.log", timeout_s=START_TIMEOUT_S, poll_s=2):
         yield base, gpus, config
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(serve.pid, signal.SIGKILL)
-            serve.wait()
-        log.close()
-        print(f"\n--- spillover serve log (tail) ---\n{(folder / 'serve.log').read_text()[-2500:]}")
 
 
 def set_cotenant(file: Path, index: int, gib: float) -> None:

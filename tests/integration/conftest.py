@@ -25,7 +25,6 @@ breakers and detection are shortened so the fault tests fit.
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -37,6 +36,7 @@ import pytest
 
 from bench.cloud_sim.process import running_cloud_sim
 from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
+from tests.local_serve import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 QWEN_TINY = {
@@ -104,19 +104,13 @@ class Stack:
         return f"{self.base_url}/v1"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 COMPUTE_SLO_S = 120.0
 
 
 def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic_port: int) -> SpilloverConfig:
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["models"].append(QWEN_TINY)
-    raw["gateway"]["port"] = _free_port()
+    raw["gateway"]["port"] = free_port()
     (provider,) = raw["cloud"]["providers"]
     provider.update(enabled=True, base_url=f"http://127.0.0.1:{cloud_port}/v1", api_key_env=None, timeout_s=2)
     provider["models"]["qwen2-tiny-random"] = {**provider["models"]["smollm2-135m-instruct"], "name": "sim-qwen"}
@@ -174,7 +168,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     from serve_apps.runner import deploy
 
-    cloud_port, spare_port, anthropic_port = _free_port(), _free_port(), _free_port()
+    cloud_port, spare_port, anthropic_port = free_port(), free_port(), free_port()
     cloud_log = tmp_path_factory.mktemp("cloud-sim") / "requests.jsonl"
     ledger = tmp_path_factory.mktemp("spend") / "spend.sqlite"
     config = integration_config(cloud_port, spare_port, ledger, anthropic_port)
