@@ -84,6 +84,20 @@ def _run(events: list[str], fail: Exception | None = None, **kw: object) -> tupl
     return asyncio.run(_drain(stream)), ends
 
 
+def _run_until_error(events: list[str], fail: Exception | None) -> tuple[list[str], list[StreamEnd]]:
+    """What the client got before the stream raised UpstreamError (it must), and how it was booked."""
+    ends: list[StreamEnd] = []
+
+    async def main() -> list[str]:
+        sent: list[str] = []
+        with pytest.raises(UpstreamError):
+            async for text in accounted(_events(events, fail), Tally(), 20, ends.append):
+                sent.append(text)
+        return sent
+
+    return asyncio.run(main()), ends
+
+
 def test_a_complete_stream_ends_ok_with_its_reported_tokens() -> None:
     sent, ends = _run([chunk_event("m", "Hi"), usage_event("m", USAGE), DONE], tally=Tally(drop_usage=True))
     assert sent == [chunk_event("m", "Hi"), DONE]
@@ -92,16 +106,8 @@ def test_a_complete_stream_ends_ok_with_its_reported_tokens() -> None:
 
 def test_a_stream_cut_after_its_first_byte_is_cut_with_what_it_consumed() -> None:
     cut = UpstreamError("connection lost", code="provider_cut")
-    ends: list[StreamEnd] = []
-
-    async def main() -> list[str]:
-        sent: list[str] = []
-        with pytest.raises(UpstreamError):
-            async for text in accounted(_events([chunk_event("m", "Hi")], cut), Tally(), 20, ends.append):
-                sent.append(text)
-        return sent
-
-    assert asyncio.run(main()) == [chunk_event("m", "Hi")]
+    sent, ends = _run_until_error([chunk_event("m", "Hi")], cut)
+    assert sent == [chunk_event("m", "Hi")]
     assert [(e.outcome, e.prompt_tokens, e.completion_tokens, e.usage) for e in ends] == [("cut", 20, 1, "counted")]
     assert ends[0].error is cut
 
@@ -115,16 +121,8 @@ def test_an_error_event_then_done_is_a_cut_and_a_stream_without_done_too() -> No
 
 
 def test_a_stream_without_done_is_booked_as_cut() -> None:
-    ends: list[StreamEnd] = []
-
-    async def main() -> list[str]:
-        sent: list[str] = []
-        with pytest.raises(UpstreamError):
-            async for chunk in accounted(_events([chunk_event("m", "Hi")], None), Tally(), 20, ends.append):
-                sent.append(chunk)
-        return sent
-
-    assert asyncio.run(main()) == [chunk_event("m", "Hi")]
+    sent, ends = _run_until_error([chunk_event("m", "Hi")], None)
+    assert sent == [chunk_event("m", "Hi")]
     assert ends[0].outcome == "cut" and ends[0].error is not None and ends[0].error.code == "stream_cut"
 
 
