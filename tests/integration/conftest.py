@@ -195,6 +195,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             running.stop()
 
 
+def reset_sims_and_resilience(stack: Stack, *sim_urls: str) -> None:
+    """Faults off on the given cloud-sims (default: cloud-sim and cloud-sim-b) and the gateway's resilience
+    state (breakers, health) reset: how a test that injected faults leaves the shared stack."""
+    for url in sim_urls or (stack.sim_url, stack.spare_url):
+        httpx.post(f"{url.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
+    httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
+
+
+@pytest.fixture
+def resets_after(stack: Stack) -> Iterator[None]:
+    """reset_sims_and_resilience after the test."""
+    yield
+    reset_sims_and_resilience(stack)
+
+
 def wait_until_local_models_green(stack: Stack, timeout_s: float = 90) -> None:
     """Wait until every local model's health is green and not ramping: a test that loaded the
     models may have slowed their probes (yellow sheds a share of new requests to the cloud) and

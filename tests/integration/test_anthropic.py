@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from bench.faults import TOOL  # the weather tool every tool request of the tests uses
-from tests.integration.conftest import ANTHROPIC_KEY, Stack
+from tests.integration.conftest import ANTHROPIC_KEY, Stack, reset_sims_and_resilience
 
 pytestmark = pytest.mark.integration
 
@@ -35,8 +35,7 @@ def client(stack: Stack) -> openai.OpenAI:
 def clean(stack: Stack) -> Iterator[None]:
     """Faults off and resilience state reset after the test (later tests share the stack)."""
     yield
-    httpx.post(f"{stack.anthropic_url.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
-    httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
+    reset_sims_and_resilience(stack, stack.anthropic_url)
 
 
 def anthropic_log(stack: Stack, request_id: str) -> list[dict]:

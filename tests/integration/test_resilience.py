@@ -9,7 +9,6 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -64,15 +63,6 @@ def test_idempotency_key_replays_the_first_answer(stack: Stack) -> None:
     assert first.status_code == again.status_code == 200
     assert again.json()["id"] == first.json()["id"]  # the same completion, not a second one
     assert again.headers["x-spillover-idempotent-replay"] == "true"
-
-
-@pytest.fixture
-def resets_after(stack: Stack) -> Iterator[None]:
-    """The sims without faults and the breakers and health the faults moved reset, after the test."""
-    yield
-    for sim in (stack.sim_url, stack.spare_url):
-        httpx.post(f"{sim.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
-    httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
 
 @pytest.mark.usefixtures("resets_after")

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, reset_sims_and_resilience
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -37,9 +37,7 @@ WITH_ANTHROPIC = {
 def sims(stack: Stack) -> Iterator[dict[str, str]]:
     urls = {"faulty": stack.sim_url, "spare": stack.spare_url, "anthropic": stack.anthropic_url}
     yield {name: url.removesuffix("/v1") for name, url in urls.items()}
-    for url in urls.values():
-        httpx.post(f"{url.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
-    httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
+    reset_sims_and_resilience(stack, *urls.values())
 
 
 def fault(sim: str, **settings: Any) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -35,15 +34,6 @@ WEATHER_CHAT = [{"role": "user", "content": "Weather in Paris?"}]
 @pytest.fixture
 def client(stack: Stack) -> openai.OpenAI:
     return openai.OpenAI(base_url=stack.openai_base, api_key="unused", max_retries=0, timeout=120)
-
-
-@pytest.fixture
-def resets_after(stack: Stack) -> Iterator[None]:
-    """The sims without faults and the resilience state (breakers, health) reset after the test."""
-    yield
-    for sim in (stack.sim_url, stack.spare_url):
-        httpx.post(f"{sim.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
-    httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
 
 def fault(stack: Stack, **faults: Any) -> None:
