@@ -153,11 +153,6 @@ class ComputeOutcome:
         }
 
 
-def protocol_of(plan: SweepPlan) -> Protocol:
-    """The closed loop a sweep plan runs, as the engine simulation takes it."""
-    return Protocol(plan.requests_per_level, plan.waves)
-
-
 async def run_fit_design(
     generator: LoadGenerator, url: str, model: str, shapes: Sequence[str], plan: SweepPlan, seed: int
 ) -> list[tuple[StageResult, WorkloadSpec]]:
@@ -219,7 +214,7 @@ def perf_overlay(outcome: ComputeOutcome, main: StageResult, fitted: str) -> dic
                 "slo_metric": outcome.slo_metric,
                 "slo_p95_s": outcome.slo_p95_s,
                 "knee": stage.knee.concurrency,
-                "predicted": outcome.knee_for(prompt, output, share, protocol_of(stage.plan)),
+                "predicted": outcome.knee_for(prompt, output, share, stage.plan.protocol),
             }
         )
     return {**params, slo_key: outcome.slo_p95_s, "fitted": fitted, "knees": knees}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from bench.fit import ComputeOutcome, protocol_of, relative, stage_points
+from bench.fit import ComputeOutcome, relative, stage_points
 from bench.sweep import StageResult
 from cluster.engine_sim import Protocol
 
@@ -62,7 +62,7 @@ def compute_lines(outcome: ComputeOutcome | None, error: str | None, main: Stage
         lines += [
             "",
             f"Main workload (in the fit): {prompt:.0f} prompt tokens, {output:.0f} output, for {slo}: the model's "
-            f"knee {_knee(outcome.knee_for(prompt, output, share, protocol_of(main.plan)))}, measured "
+            f"knee {_knee(outcome.knee_for(prompt, output, share, main.plan.protocol))}, measured "
             f"{_knee(main.knee.concurrency)} (both for the sweep's own closed loop); for the default protocol "
             f"({Protocol().waves} × N requests, as `spillover capacity` and the gateway use) the model's knee is "
             f"{_knee(outcome.knee_for(prompt, output, share))}.",

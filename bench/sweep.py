@@ -21,6 +21,7 @@ from bench.loadgen import LoadGenerator
 from bench.request_result import RequestResult
 from bench.stats import Summary, summarize
 from bench.workload import RequestFactory
+from cluster.engine_sim import Protocol
 
 LatencyMetric = Literal["e2e", "ttft"]
 
@@ -37,8 +38,13 @@ class SweepPlan:
     stop_after_breach: bool = True
     waves: int = 0  # requests at N are at least waves × N, so every level runs that many rounds of N
 
+    @property
+    def protocol(self) -> Protocol:
+        """The closed loop this plan runs, as the engine simulation (cluster/engine_sim.py) takes it."""
+        return Protocol(self.requests_per_level, self.waves)
+
     def requests_at(self, concurrency: int) -> int:
-        return max(self.requests_per_level, self.waves * concurrency)
+        return self.protocol.requests(concurrency)
 
     def __post_init__(self) -> None:
         if not self.concurrency or any(c < 1 for c in self.concurrency):
