@@ -135,22 +135,27 @@ class Sessions:
         return extractive_summary(messages, plan, settings.summary_tokens), "extractive", 0
 
 
-def _answer_text(body: Mapping[str, Any] | None) -> str | None:
-    try:
-        content = body["choices"][0]["message"]["content"] if body is not None else None
-    except (KeyError, IndexError, TypeError):
-        return None
-    return content.strip() if isinstance(content, str) else None
-
-
 def _answer_message(body: Mapping[str, Any] | None) -> dict[str, Any] | None:
     try:
         message = body["choices"][0]["message"] if body is not None else None
     except (KeyError, IndexError, TypeError):
         return None
-    if not isinstance(message, Mapping):
-        return None
+    return _kept(message) if isinstance(message, Mapping) else None
+
+
+def _answer_text(body: Mapping[str, Any] | None) -> str | None:
+    message = _answer_message(body)
+    return _text(message) if message is not None else None
+
+
+def _kept(message: Mapping[str, Any]) -> dict[str, Any]:
+    """An answer as a session keeps it: its role, content and tool calls."""
     return {k: message[k] for k in ("role", "content", "tool_calls") if message.get(k) is not None}
+
+
+def _text(message: Mapping[str, Any]) -> str | None:
+    content = message.get("content")
+    return content.strip() if isinstance(content, str) else None
 
 
 class Turn:
@@ -320,11 +325,9 @@ class Turn:
     async def _streamed_answer(self, message: dict[str, Any]) -> None:
         assert self._answered is not None and self._key is not None
         target, kept = self._answered
-        answer = {k: v for k, v in message.items() if k in ("role", "content", "tool_calls") and v is not None}
-        content = answer.get("content")
+        answer = _kept(message)
         if self._messages is not None:
-            text = content.strip() if isinstance(content, str) else None
-            self._anchor = update_anchor(self._anchor, self._messages, text, self._settings.anchor.rules())
+            self._anchor = update_anchor(self._anchor, self._messages, _text(answer), self._settings.anchor.rules())
             await self._sessions.pins.set_anchor(self._key, target, self._anchor)
         if self._sessions.history is not None and kept is not None:
             grown_by = grown(kept, [], answer, self._settings.history_max_bytes)
