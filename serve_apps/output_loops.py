@@ -1,0 +1,41 @@
+"""The live-answer loop check (router/degenerate.py) where the dispatcher meets a complete answer.
+
+Greedy answers (temperature 0) of a local model with `models[].degenerate_check` that ran into their
+token limit and end in a repeated phrase are flagged: the attempt's record names the loop among its
+`contract_errors` (`degenerate_output: ...`), the response carries `x-spillover-degraded:
+degenerate_output`, and the model's health hears an output failure instead of a success (enough of
+them in a row turn it red, and traffic goes elsewhere until it recovers). The answer itself is still
+returned: a client may have asked for repetition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from cluster.config import SpilloverConfig
+from router.capabilities import Target
+from router.degenerate import degenerate
+
+FLAG = "degenerate_output"
+
+
+class LoopCheck:
+    def __init__(self, config: SpilloverConfig) -> None:
+        self._checked = {m.alias for m in config.models if m.degenerate_check}
+
+    def loop(self, target: Target, sent: Mapping[str, Any], body: Mapping[str, Any] | None) -> str | None:
+        """Why the complete answer `body` to `sent` is a loop (None: not checked, or no loop)."""
+        if target.kind != "local" or target.alias not in self._checked or not body:
+            return None
+        choices = body.get("choices")
+        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+            return None
+        choice = choices[0]
+        message = choice.get("message")
+        text = message.get("content") if isinstance(message, Mapping) else choice.get("text")
+        if not isinstance(text, str):
+            return None
+        value = sent.get("temperature")
+        temperature = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        return degenerate(text, temperature=temperature, finish_reason=choice.get("finish_reason"))
