@@ -23,6 +23,7 @@ class TapReading:
     prefix_cache_queries: int
     prefix_cache_hits: int
     last_step_at: float | None
+    steps: int = 0  # scheduler steps recorded so far (a wedged engine's count stops)
 
 
 class StatsTap:
@@ -36,6 +37,7 @@ class StatsTap:
         self._queries = 0
         self._hits = 0
         self._last_step_at: float | None = None
+        self._steps = 0
 
     def record(self, scheduler_stats: Any, iteration_stats: Any = None, **_: Any) -> None:
         if scheduler_stats is None:
@@ -48,13 +50,16 @@ class StatsTap:
             self._queries += int(getattr(prefix, "queries", 0))
             self._hits += int(getattr(prefix, "hits", 0))
         self._last_step_at = self._clock()
+        self._steps += 1
 
     def reading(self, engine_idle: bool) -> TapReading:
         """The latest values. An idle engine (no unfinished requests) takes no steps, so its
         last step may still count the request that just finished: report it as empty."""
         if engine_idle:
-            return TapReading(0.0, 0, 0, self._queries, self._hits, self._last_step_at)
-        return TapReading(self._kv_usage, self._running, self._waiting, self._queries, self._hits, self._last_step_at)
+            return TapReading(0.0, 0, 0, self._queries, self._hits, self._last_step_at, self._steps)
+        return TapReading(
+            self._kv_usage, self._running, self._waiting, self._queries, self._hits, self._last_step_at, self._steps
+        )
 
     # The rest of vLLM's stat-logger interface: nothing to do.
     def log(self) -> None:
