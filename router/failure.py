@@ -9,7 +9,9 @@ scattered over call sites.
     TRANSPORT       provider_unreachable, target_unavailable   yes   yes   yes      -      -
     TIMEOUT         provider_timeout, RequestTimeout,          -     yes   yes      -      -
                     replicas_stale (every local replica went
-                    silent while we waited for the first byte)
+                    silent while we waited for the first byte),
+                    replica_fault (every local replica left
+                    routing meanwhile: numerics, stalled engine)
     RATE_LIMITED    ProviderRateLimited (429)                  -     yes   -        yes    -
     OVERLOADED      ProviderOverloaded (Anthropic's 529)       -     yes   -        yes    -
     SERVER          provider_error, upstream_error, unknown    yes   yes   yes      -      -
@@ -145,6 +147,7 @@ _UPSTREAM_CODES: Mapping[str, FailureClass] = MappingProxyType(
         "provider_timeout": FailureClass.TIMEOUT,
         "request_timeout": FailureClass.TIMEOUT,
         "replicas_stale": FailureClass.TIMEOUT,
+        "replica_fault": FailureClass.TIMEOUT,
         "provider_rate_limited": FailureClass.RATE_LIMITED,
         "provider_overloaded": FailureClass.OVERLOADED,
         "provider_error": FailureClass.SERVER,

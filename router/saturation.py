@@ -47,7 +47,7 @@ GIB = 1024**3
 @dataclass(frozen=True)
 class Saturation:
     value: float
-    term: str  # which term binds: kv_cache | gpu_memory | queue | inflight | stale
+    term: str  # which term binds: kv_cache | gpu_memory | queue | inflight | stale | fault
     detail: str  # e.g. "kv_usage 0.91 >= 0.85"
     gpu_detail: str = ""  # the GPU memory term's line, also when another term binds ("" without GPUs)
     gpu_pressures: tuple[float, ...] = ()  # each GPU's pressure, in the order of the replica's `gpus`
@@ -85,6 +85,8 @@ def load(
 ) -> Saturation:
     """The saturation of a reading regardless of its age (a failed GPU reading counts as stale)."""
     pressures = tuple(gpu_memory_pressure(g, watermarks.gpu_memory) for g in stats.gpus)
+    if stats.fault:  # the replica says it must not take traffic: numerics failed, engine stalled
+        return Saturation(math.inf, "fault", stats.fault, gpu_pressures=pressures)
     if stats.gpu_error:
         return Saturation(math.inf, "stale", f"GPU reading failed: {stats.gpu_error}", gpu_pressures=pressures)
     terms = [

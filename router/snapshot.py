@@ -84,6 +84,14 @@ class ReplicaStats:
     last_step_at: float | None = None  # when the engine last reported a scheduler step
     gpus: tuple[GpuMemory, ...] = ()
     gpu_error: str | None = None  # the replica has GPUs but NVML failed: the reading counts as stale
+    # what the replica says of its own engine (serve_apps/llm_server.py): the precision it runs in, the
+    # CPU class under a vLLM-CPU engine, the numerics check's state, and a fault that keeps it out of
+    # routing however fresh the reading (numerics failed, engine stalled); notes are for people
+    precision: str | None = None
+    cpu_class: str | None = None
+    numerics: str | None = None
+    fault: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -106,7 +114,7 @@ class ReplicaStats:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ReplicaStats:
         gpus = tuple(GpuMemory.from_dict(g) for g in data.get("gpus", ()))
-        return cls(**{**data, "gpus": gpus})
+        return cls(**{**data, "gpus": gpus, "notes": tuple(data.get("notes", ()))})
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,12 @@ class ClusterSnapshot:
 
     def is_stale(self, replica: ReplicaStats, now: float) -> bool:
         return replica.age(now) > self.max_age_s
+
+    def unusable(self, replica: ReplicaStats, now: float) -> str | None:
+        """Why the replica must not take traffic at `now` (stale stats, or a fault it reports), or None."""
+        if self.is_stale(replica, now):
+            return f"stats {replica.age(now):.1f}s old > {self.max_age_s:g}s"
+        return replica.fault
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {

@@ -84,13 +84,18 @@ class Admission:
         """Per model, summed over the replicas with fresh stats (None: no fresh replica, or no KV
         budget): see the module docstring."""
         spec = self._config.model(model)
-        fresh = [r for r in snapshot.for_model(model) if not snapshot.is_stale(r, now)]
+        fresh = [r for r in snapshot.for_model(model) if snapshot.unusable(r, now) is None]
         if spec is None or not fresh:
             return Limit(None)
+        unfitted = ""
         if spec.perf is not None and spec.perf.has_slo:
-            return self._live_limit(spec, [r.kv_budget_tokens for r in fresh], _hit_rate(fresh))
+            mismatch = next((m for r in fresh if (m := spec.perf.mismatch(r.cpu_class, r.precision))), None)
+            if mismatch is None:
+                return self._live_limit(spec, [r.kv_budget_tokens for r in fresh], _hit_rate(fresh))
+            # never a fit from another CPU or precision silently applied: the uncalibrated limit, and why
+            unfitted = f"compute bound off: {mismatch} (run bench calibrate on this machine); "
         if spec.admission_limit is not None:
-            return Limit(spec.admission_limit * len(fresh))
+            return Limit(spec.admission_limit * len(fresh), unfitted + "models[].admission_limit" if unfitted else "")
         adm = self._config.admission
         total = 0
         for replica in fresh:
@@ -100,7 +105,7 @@ class Admission:
                 replica.kv_budget_tokens, adm.mean_prompt_tokens, adm.mean_output_tokens
             )
             total += admission_limit(predicted, adm.fraction)
-        return Limit(total)
+        return Limit(total, unfitted + "admission.fraction of the KV bound" if unfitted else "")
 
     def _live_limit(self, spec: ModelSpec, kv_tokens: list[int | None], prefix_share: float) -> Limit:
         perf, adm = spec.perf, self._config.admission

@@ -53,7 +53,7 @@ from router.errors import (
     RequestError,
     TargetUnavailable,
 )
-from router.headers import TRAFFIC
+from router.headers import DEGRADED, TRAFFIC
 from router.openai_request import Kind
 from router.output_contract import CONTRACT_HEADER
 from router.plan import Plan, PlanInputs, plan_request
@@ -67,6 +67,8 @@ from serve_apps.dispatch_record import Outcome, executed_record
 from serve_apps.dispatch_streams import ClientStreams, Started
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
+from serve_apps.output_loops import FLAG as LOOP_FLAG
+from serve_apps.output_loops import LoopCheck
 from serve_apps.resilience import Gate, Resilience
 from serve_apps.sessions import Sessions, Turn
 from serve_apps.stream_account import asking_usage, wants_usage
@@ -107,6 +109,7 @@ class Dispatcher:
         self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
         self._calls = Calls(local, self._providers, self._admission, snapshot, clock, poll_s)
+        self._loops = LoopCheck(config)
         self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
         self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
         self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
@@ -362,10 +365,14 @@ class Dispatcher:
                     headers = {**headers, TRAFFIC: notes[-1]}
                 return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
             attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
+            loop = self._loops.loop(target, sent, reply.body)
+            if loop is not None:
+                flagged.append(f"{LOOP_FLAG}: {loop}")
+                headers = {**headers, DEGRADED: LOOP_FLAG}
             trail.append(replace(attempt, contract=headers.get(CONTRACT_HEADER), contract_errors=tuple(flagged)))
             res.charge(request_id, target, "ok", attempt.cost_usd, contract.tenant)
             res.settle(gate.reservation, sum(usage(reply)) or tokens)
-            res.succeeded(target)
+            res.output_failed(target) if loop is not None else res.succeeded(target)
             route = "local" if target.kind == "local" else "cloud"
             if notes and notes[-1]:
                 headers = {**headers, TRAFFIC: notes[-1]}

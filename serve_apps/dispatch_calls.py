@@ -60,7 +60,14 @@ class Calls:
                 if done:
                     return call.result()
                 snapshot, now = self._snapshot(), self._clock()
-                if all(snapshot.is_stale(r, now) for r in snapshot.for_model(model)):
+                replicas = snapshot.for_model(model)
+                if replicas and all(snapshot.unusable(r, now) for r in replicas):
+                    faults = {r.fault for r in replicas if r.fault and not snapshot.is_stale(r, now)}
+                    if faults:
+                        message = (
+                            f"every replica of {model} left routing while waiting for the first byte: {min(faults)}"
+                        )
+                        raise TargetUnavailable(message, code="replica_fault")
                     message = f"every replica of {model} went stale while waiting for the first byte"
                     raise TargetUnavailable(message, code="replicas_stale")
         finally:

@@ -93,7 +93,7 @@ def local_checks(
         replicas = snap.for_model(alias)
         if not replicas:
             return None  # not started yet (or every replica forgotten): readiness, not health
-        return any(not snap.is_stale(r, now) for r in replicas)
+        return any(snap.unusable(r, now) is None for r in replicas)
 
     async def answers(prompt: str, max_tokens: int, expect: str | None) -> bool | None:
         if not await alive():

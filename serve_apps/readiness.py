@@ -59,8 +59,10 @@ class Readiness:
 def unread(snapshot: ClusterSnapshot, model: str, now: float) -> str | None:
     """Why `model` has no fresh stats reading on `snapshot` (None when it has one)."""
     replicas = snapshot.for_model(model)
-    if any(not snapshot.is_stale(r, now) for r in replicas):
+    if any(snapshot.unusable(r, now) is None for r in replicas):
         return None
     if not replicas:
         return "no engine stats reading yet"
+    if faults := sorted({r.fault for r in replicas if r.fault and not snapshot.is_stale(r, now)}):
+        return faults[0]
     return f"no fresh engine stats reading (newest {min(r.age(now) for r in replicas):.1f}s old)"

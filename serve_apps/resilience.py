@@ -121,8 +121,13 @@ class Resilience:
         a redeploy) diverts traffic but starts the red clock at that first look."""
         first_look = self._watched.setdefault(alias, now)
         replicas = snapshot.for_model(alias)
-        if not replicas or not all(snapshot.is_stale(r, now) for r in replicas):
+        if not replicas or not all(snapshot.unusable(r, now) for r in replicas):
             self._stale_local.pop(alias, None)
+            return
+        if faults := sorted({r.fault for r in replicas if r.fault and not snapshot.is_stale(r, now)}):
+            # a replica that says it must not serve (numerics failed, engine stalled) leaves routing at
+            # once and comes back with its first clean reading: no red cool-down and ramp on top
+            self._stale_local[alias] = f"every replica of {alias} out of routing: {faults[0]}"
             return
         newest = min(r.age(now) for r in replicas)
         stale_for = newest - snapshot.max_age_s
@@ -210,6 +215,11 @@ class Resilience:
         """A provider's Retry-After, at most `max_retry_after_s` (a hostile or broken provider must
         not close a failure domain for days); not a number → the cap."""
         return min(seconds, self.max_retry_after_s) if math.isfinite(seconds) else self.max_retry_after_s
+
+    def output_failed(self, target: Target) -> None:
+        """An answer that arrived but is unfit (a greedy loop: serve_apps/output_loops.py): a health
+        failure of the target, not a breaker one (the target answers; its answers are wrong)."""
+        self.health.get(target.endpoint).outcome(False)
 
     def succeeded(self, target: Target) -> None:
         self.breakers.record(target.id, self.domain(target), ok=True)

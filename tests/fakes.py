@@ -29,10 +29,15 @@ Call = tuple[str, str, dict[str, Any], str]  # alias, kind, body, request id
 DONE = "data: [DONE]\n\n"
 
 
-def completion(model: str, content: str, usage: dict[str, int] | None = None) -> dict[str, Any]:
+def completion(
+    model: str, content: str, usage: dict[str, int] | None = None, finish_reason: str | None = None
+) -> dict[str, Any]:
     """An OpenAI chat completion answering `content`, as vLLM's server and cloud providers send it."""
     message = {"role": "assistant", "content": content}
-    body: dict[str, Any] = {"object": "chat.completion", "model": model, "choices": [{"index": 0, "message": message}]}
+    choice: dict[str, Any] = {"index": 0, "message": message}
+    if finish_reason is not None:
+        choice["finish_reason"] = finish_reason
+    body: dict[str, Any] = {"object": "chat.completion", "model": model, "choices": [choice]}
     if usage is not None:
         body["usage"] = usage
     return body
@@ -70,11 +75,14 @@ class FakeEngine:
     or, for `"stream": true`, the answer in two chunk events (then, when the request asked for
     `stream_options.include_usage` and `usage` is given, the usage chunk) and `data: [DONE]`. `fail` is raised
     before the first byte (a replica that is gone), `fail_mid_stream` after the first event (one
-    that dies while streaming); `unhealthy[alias]` is the reason its health check reports."""
+    that dies while streaming); `unhealthy[alias]` is the reason its health check reports;
+    `finish_reason` is set on complete answers when given (vLLM always sends one: "length" when the
+    answer ran into max_tokens)."""
 
     def __init__(self, answer: str = "Paris", usage: dict[str, int] | None = None) -> None:
         self.answer = answer
         self.usage = usage
+        self.finish_reason: str | None = None
         self.calls: list[Call] = []
         self.fail: Exception | None = None
         self.fail_mid_stream: Exception | None = None
@@ -86,7 +94,7 @@ class FakeEngine:
             raise self.fail
         if body.get("stream"):
             return BackendReply(chunks=self._chunks(alias, wants_usage(body)))
-        return BackendReply(body=completion(alias, self.answer, self.usage))
+        return BackendReply(body=completion(alias, self.answer, self.usage, self.finish_reason))
 
     async def _chunks(self, model: str, with_usage: bool = False) -> AsyncIterator[str]:
         half = len(self.answer) // 2
