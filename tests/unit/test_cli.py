@@ -49,6 +49,7 @@ def test_prepare_is_instant_when_marker_present(tmp_path: Path, monkeypatch: pyt
     folder = models.model_dir("smollm2-135m-instruct")
     folder.mkdir(parents=True)
     (folder / models.MARKER).write_text("{}")
+    (folder / "numerics-reference.json").write_text('{"version": 1, "prompts": [{"token_ids": [1]}]}')
     said: list[str] = []
     assert models.prepare("smollm2-135m-instruct", progress=lambda s, t, text: said.append(text)) == folder
     assert said == [f"smollm2-135m-instruct: already prepared at {folder}"]
