@@ -118,3 +118,9 @@ class Tenant(StrictModel):
         description="cloud spend of this tenant per UTC calendar month (from the spend ledger); once reached: "
         "402 tenant_budget_exceeded until the month ends; null: unlimited",
     )
+    global_feedback: bool = Field(
+        False,
+        description="its POST /v1/spillover/feedback verdicts and labels move every tenant's routing and typing "
+        "(each tenant's weighted down to learning.quality.max_feedback_per_tenant), as an admin tenant's do; "
+        "false: they move only its own requests",
+    )

@@ -168,7 +168,7 @@ class Dispatcher:
         if self._quality is None:
             return {}
         ids = [t.id for t in self._registry.for_alias(contract.model)]
-        return self._quality.estimates(ids, contract_bucket(contract))
+        return self._quality.estimates(ids, contract_bucket(contract), contract.tenant or "")  # its own feedback
 
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
