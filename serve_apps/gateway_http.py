@@ -237,9 +237,8 @@ class GatewayHTTP:
         try:
             if key is None or self._idempotent is None:
                 return await self._answer(kind, request, request_id, raw, tenant)
-            response, replayed = await self._idempotent.answer(
-                key, tenant.name if tenant else "", raw, lambda: self._answer(kind, request, request_id, raw, tenant)
-            )
+            produce = partial(self._answer, kind, request, request_id, raw, tenant)
+            response, replayed = await self._idempotent.answer(key, owner_of(tenant), raw, produce, request.headers)
         except RequestError as exc:
             return self._rejected(exc, request_id, raw)
         if replayed:
