@@ -134,6 +134,10 @@ class Dispatcher:
     def resilience(self) -> Resilience:
         return self._resilience
 
+    def behind(self, model: str, endpoint: str) -> tuple[Target, ...]:
+        """The targets of `model` an answer marked `x-spillover-target: <endpoint>` may come from."""
+        return tuple(t for t in self._registry.for_alias(model) if t.endpoint == endpoint)
+
     def plan(self, contract: RequestContract, kind: Kind) -> Plan:
         # a route's local model (router/capabilities.py): its replicas, admission and latches decide
         snapshot, now, model = self._snapshot(), self._clock(), self._registry.local_model(contract.model)
