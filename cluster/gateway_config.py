@@ -25,6 +25,24 @@ class GatewayAutoscaling(StrictModel):
         return self
 
 
+class CheckSection(StrictModel):
+    workers: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="threads per gateway replica that check client JSON Schemas (deriving the contract of a "
+        "request with tools or a response_format, validating answers); as many again derive the other requests' "
+        "contracts, so those never queue behind schema work",
+    )
+    per_tenant: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="checks of one tenant running at once in each pool (with gateway.auth; without it the whole "
+        "pool): the tenant's others wait in its own queue, and a freed thread goes round-robin to the waiting tenants",
+    )
+
+
 class GatewaySection(StrictModel):
     host: str = Field(
         "127.0.0.1",
@@ -37,8 +55,8 @@ class GatewaySection(StrictModel):
     request_timeout_s: float = Field(
         300,
         gt=0,
-        description="longest wait for an answer (or a stream's first byte), waiting room and attempts included; "
-        "then 504 request_timeout",
+        description="longest wait for an answer (or a stream's first byte), the contract's schema checks, waiting "
+        "room and attempts included; then 504 request_timeout",
     )
     readiness_timeout_s: float = Field(
         600, gt=0, description="how long `spillover serve` and `spillover deploy` wait for /readyz"
@@ -53,6 +71,9 @@ class GatewaySection(StrictModel):
         None, description="Serve autoscaling of the gateway instead of a fixed gateway.replicas; null: fixed"
     )
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger: 413")
+    checks: CheckSection = Field(
+        CheckSection(), description="threads for the CPU-bound request checks, shared fairly by tenants"
+    )
 
     @model_validator(mode="after")
     def _no_open_listener_without_auth(self) -> GatewaySection:
@@ -117,4 +138,10 @@ class Tenant(StrictModel):
         allow_inf_nan=False,
         description="cloud spend of this tenant per UTC calendar month (from the spend ledger); once reached: "
         "402 tenant_budget_exceeded until the month ends; null: unlimited",
+    )
+    global_feedback: bool = Field(
+        False,
+        description="its POST /v1/spillover/feedback verdicts and labels move every tenant's routing and typing "
+        "(each tenant's weighted down to learning.quality.max_feedback_per_tenant), as an admin tenant's do; "
+        "false: they move only its own requests",
     )

@@ -22,10 +22,23 @@ class QualitySection(StrictModel):
     )
     max_buckets: int = Field(2000, ge=1, description="(target, bucket) pairs kept per gateway replica, oldest dropped")
     latency_window: int = Field(200, ge=1, description="latency samples kept per (target, bucket) for its percentiles")
+    max_feedback_per_tenant: float = Field(
+        10,
+        gt=0,
+        description="most samples one tenant's feedback counts for in a (target, bucket), however many reports it "
+        "sent: more are scaled down to this weight, so no tenant's volume dominates",
+    )
 
 
 class FeedbackSection(StrictModel):
     max_entries: int = Field(10000, ge=1, description="feedback reports kept per gateway replica, oldest dropped")
+    per_tenant_per_minute: float = Field(
+        60,
+        ge=1,
+        allow_inf_nan=False,
+        description="feedback reports one tenant may post per minute per gateway replica (a token bucket); over "
+        "it: 429 feedback_rate_limited with Retry-After",
+    )
 
 
 class TypingRule(StrictModel):

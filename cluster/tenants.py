@@ -22,6 +22,7 @@ def tenant_policies(config: SpilloverConfig) -> list[TenantPolicy]:
             admin=t.admin,
             max_concurrent=t.max_concurrent,
             monthly_budget_usd=t.monthly_budget_usd,
+            global_feedback=t.global_feedback,
         )
         for t in config.tenants
     ]

@@ -28,6 +28,14 @@ class TicketSection(StrictModel):
     ttl_s: float = Field(600.0, gt=0, description="a finished ticket's answer is kept this long")
     max_wait_s: float = Field(300.0, gt=0, description="a deferred request is retried this long, then fails")
     retry_s: float = Field(2.0, gt=0, le=60, description="pause between the background attempts of a deferred request")
+    tenant_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="most of max_entries and of max_bytes one tenant's tickets may hold (with gateway.auth; "
+        "without it every request is one tenant's): past it that tenant's next deferred request is shed, "
+        "never another tenant's",
+    )
 
 
 class CacheSection(StrictModel):

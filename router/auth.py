@@ -30,6 +30,12 @@ class TenantPolicy:
     admin: bool = False  # may call the operator endpoints (POST /v1/spillover/resilience/reset)
     max_concurrent: int | None = None  # generation requests in flight at once (serve_apps/tenant_limits.py)
     monthly_budget_usd: float | None = None  # cloud spend per UTC month (serve_apps/tenant_limits.py)
+    global_feedback: bool = False  # its feedback moves every tenant's routing, not only its own (as an admin's)
+
+    @property
+    def shares_feedback(self) -> bool:
+        """Whether its feedback moves every tenant's routing (router/quality.py, router/typing_rules.py)."""
+        return self.admin or self.global_feedback
 
 
 def _digest(text: str) -> bytes:

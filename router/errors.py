@@ -129,6 +129,10 @@ class TenantRateLimited(RequestError):
         self.retry_after_s = retry_after_s
 
 
+class FeedbackRateLimited(TenantRateLimited):
+    code = "feedback_rate_limited"
+
+
 class TenantConcurrencyExceeded(RequestError):
     status_code = 429
     error_type = "rate_limit_error"

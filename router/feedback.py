@@ -6,10 +6,14 @@
 printable ASCII characters (as `x-request-id`); `outcome` success or failure (a client's business
 failure report is `failure`); `source` (who judged: "user-thumbs", "qa-batch", ...) and the optional
 `label` (a scenario name, or any tag) 1-64 of letters, digits and `_ . : -`. Anything else is a 400
-`invalid_feedback` naming the field. One report per (request, source): a second is 409
-`feedback_exists` (a client cannot outvote others by repeating itself).
+`invalid_feedback` naming the field.
 
-`FeedbackStore` keeps the last `max_entries` reports with their owner (tenant), source and the
+One verdict per request and source KIND: the kind is the source's first word (up to the first
+`- _ . :`) when that word is one of `SOURCE_KINDS` (`user-thumbs` is `user`, `qa-batch-7` is `qa`),
+else `other`. A second report of the same kind on the same request is 409 `feedback_exists`,
+whatever its free text: a client cannot outvote others by repeating itself under new names.
+
+`FeedbackStore` keeps the last `max_entries` reports with their owner (tenant), source, kind and the
 wall time they arrived (the clock is injected). Pure: no I/O.
 """
 
@@ -28,6 +32,15 @@ FIELDS = frozenset({"request_id", "outcome", "label", "source"})
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
 _TAG = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 MAX_FEEDBACK_BYTES = 4096
+SOURCE_KINDS = ("user", "qa", "business")  # a source's kind: its first word when it is one of these, else other
+_FIRST_WORD = re.compile(r"[^_.:-]*")
+
+
+def source_kind(source: str) -> str:
+    """`user`, `qa`, `business` or `other`: what one request may get one verdict from."""
+    match = _FIRST_WORD.match(source)
+    word = match.group(0).lower() if match is not None else ""
+    return word if word in SOURCE_KINDS else "other"
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,7 @@ class Feedback:
             "request_id": self.request_id,
             "outcome": self.outcome,
             "source": self.source,
+            "kind": source_kind(self.source),
             "label": self.label,
             "received_at": self.received_at,
         }
@@ -90,14 +104,16 @@ class FeedbackStore:
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
         self._max = max_entries
-        self._entries: OrderedDict[tuple[str, str, str], Feedback] = OrderedDict()  # (owner, request, source)
+        self._entries: OrderedDict[tuple[str, str, str], Feedback] = OrderedDict()  # (owner, request, kind)
 
     def add(self, feedback: Feedback) -> None:
-        """Raises FeedbackExists for a second report of the same source on the same request."""
-        key = (feedback.owner, feedback.request_id, feedback.source)
+        """Raises FeedbackExists for a second report of the same source kind on the same request."""
+        kind = source_kind(feedback.source)
+        key = (feedback.owner, feedback.request_id, kind)
         if key in self._entries:
             raise FeedbackExists(
-                f"feedback from source {feedback.source!r} on request {feedback.request_id!r} is already recorded"
+                f"feedback of source kind {kind!r} on request {feedback.request_id!r} is already recorded "
+                f"(one verdict per request and kind: {', '.join((*SOURCE_KINDS, 'other'))})"
             )
         self._entries[key] = feedback
         while len(self._entries) > self._max:

@@ -5,7 +5,11 @@ A client that lost the connection cannot tell whether its request ran. With the 
 again: a completed answer within the TTL is replayed instead of run again; a copy arriving
 while the first is still running waits for it rather than running in parallel (the point is to
 not pay twice). Failures are not stored, so a failed request may be retried with the same key.
-The same key with a different body is a client bug and is refused, as Stripe and OpenAI do.
+The same key with a different body is a client bug and is refused, as Stripe and OpenAI do; so is
+the same key with other contract headers (`x-business-scenario`, `x-spillover-level`, `-residency`,
+`-providers`, `-max-cost-usd`, `-deadline-ms`, `-session`): the fingerprint holds them, so an answer
+made under a looser contract (an L3 cloud answer) is never replayed to a stricter repeat (L1,
+`local_only`).
 
 Per gateway replica and in memory: replays are best effort across replicas and restarts. Memory
 is bounded by count (`max_entries`) and by bytes (`max_bytes`, the stored answers' JSON): past
@@ -29,6 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from router import headers as hdr
+from router.contract_headers import CONTRACT_HEADERS
 from router.errors import IdempotencyConflict, InvalidRequest
 
 MAX_KEY_LENGTH = 255
@@ -56,9 +62,15 @@ class Replay:
 Begin = Fresh | Replay
 
 
-def fingerprint(body: Mapping[str, Any]) -> str:
-    """sha256 of the canonical JSON of a request body: key order and spacing do not matter."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+FINGERPRINT_HEADERS = CONTRACT_HEADERS | {hdr.SESSION}
+
+
+def fingerprint(body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> str:
+    """sha256 of the canonical JSON of a request body (key order and spacing do not matter) together
+    with the contract headers given (`FINGERPRINT_HEADERS`, names case-insensitive)."""
+    given = {k.lower(): v.strip() for k, v in (headers or {}).items() if k.lower() in FINGERPRINT_HEADERS}
+    value = [body, given] if given else body  # without contract headers: the body's own fingerprint
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -156,8 +168,8 @@ class IdempotencyStore:
                 return Fresh()
             if entry.fingerprint != fingerprint:
                 raise InvalidRequest(
-                    "this Idempotency-Key was already used with a different request body; "
-                    "send a new key for a new request",
+                    "this Idempotency-Key was already used with a different request body or other contract "
+                    "headers (x-business-scenario, x-spillover-*); send a new key for a new request",
                     code="idempotency_key_reused",
                 )
             if entry.stored is not None:

@@ -14,7 +14,11 @@ A bucket is the part of a request's contract that changes how well a model does 
 Evidence per (target, bucket): an answered attempt is a success and adds its latency; an attempt
 whose answer broke its output contract is a failure and a contract violation; failed calls (errors,
 timeouts) are availability, not quality (health and breakers see them) and are only counted.
-Feedback (`POST /v1/spillover/feedback`) adds a success or a failure for the target that answered.
+Feedback (`POST /v1/spillover/feedback`) adds a success or a failure for the target that answered,
+kept per tenant: a tenant's verdicts move the estimate of ITS requests only, unless they are shared
+(an admin tenant's, or a tenant with `global_feedback`; everyone's without auth): shared verdicts
+move every tenant's estimate, each tenant's weighted down to at most `max_feedback_per_tenant`
+samples, so one tenant's volume cannot outweigh the others' or the observed answers.
 
 Estimate: the posterior mean of a Beta prior centred on the target's configured quality q0 with
 `prior_strength` pseudo-samples, Beta(q0·n0, (1 − q0)·n0), updated with the successes and
@@ -59,7 +63,7 @@ def contract_bucket(contract: RequestContract) -> str:
     return _key(c.scenario, c.language, c.est_prompt_tokens, c.needs_tools, c.level)
 
 
-def beta_mean(prior_mean: float, prior_strength: float, successes: int, failures: int) -> float:
+def beta_mean(prior_mean: float, prior_strength: float, successes: float, failures: float) -> float:
     """Posterior mean of Beta(prior_mean·n0, (1 − prior_mean)·n0) after the samples."""
     alpha = prior_mean * prior_strength + successes
     beta = (1.0 - prior_mean) * prior_strength + failures
@@ -67,40 +71,78 @@ def beta_mean(prior_mean: float, prior_strength: float, successes: int, failures
 
 
 @dataclass
+class Tally:
+    successes: int = 0
+    failures: int = 0
+
+    @property
+    def samples(self) -> int:
+        return self.successes + self.failures
+
+    def weighted(self, cap: float) -> tuple[float, float]:
+        """(successes, failures) scaled so that together they count for at most `cap` samples."""
+        scale = min(1.0, cap / self.samples) if self.samples else 0.0
+        return self.successes * scale, self.failures * scale
+
+
+@dataclass
 class BucketStats:
     latency_window: int = 200
-    successes: int = 0
+    successes: int = 0  # observed answers, every tenant's
     failures: int = 0
     violations: int = 0
     errors: int = 0
-    feedback: int = 0
+    feedback: int = 0  # reports of every tenant
+    own: dict[str, Tally] = field(default_factory=dict)  # tenant -> feedback moving its own requests only
+    shared: dict[str, Tally] = field(default_factory=dict)  # tenant -> feedback moving every tenant's
     latencies: deque[float] = field(default_factory=deque)
 
     @property
     def samples(self) -> int:
         return self.successes + self.failures
 
+    def evidence(self, tenant: str | None, cap: float) -> tuple[float, float]:
+        """(successes, failures) a request of `tenant` is routed by (None: the shared evidence only)."""
+        successes, failures = float(self.successes), float(self.failures)
+        for tally in self.shared.values():
+            s, f = tally.weighted(cap)
+            successes, failures = successes + s, failures + f
+        own = self.own.get(tenant) if tenant is not None else None
+        if own is not None:
+            s, f = own.weighted(cap)
+            successes, failures = successes + s, failures + f
+        return successes, failures
+
     def latency(self, seconds: float) -> None:
         self.latencies.append(seconds)
         while len(self.latencies) > self.latency_window:
             self.latencies.popleft()
 
-    def view(self, prior_mean: float, prior_strength: float, min_samples: int) -> dict[str, Any]:
+    def view(self, prior_mean: float, prior_strength: float, min_samples: int, cap: float) -> dict[str, Any]:
+        """What every tenant is routed by (observed answers and shared feedback), and each tenant's own."""
         lat = list(self.latencies)
         p50, p95 = percentile(lat, 50), percentile(lat, 95)
+        successes, failures = self.evidence(None, cap)
+        samples = successes + failures
+        by_tenant = {
+            name: {"successes": tally.successes, "failures": tally.failures, "moves": moves}
+            for moves, tallies in (("own", self.own), ("everyone", self.shared))
+            for name, tally in sorted(tallies.items())
+        }
         return {
-            "samples": self.samples,
-            "successes": self.successes,
-            "failures": self.failures,
-            "success_rate": round(self.successes / self.samples, 4) if self.samples else None,
+            "samples": round(samples, 2),
+            "successes": round(successes, 2),
+            "failures": round(failures, 2),
+            "success_rate": round(successes / samples, 4) if samples else None,
             "contract_violation_rate": round(self.violations / self.samples, 4) if self.samples else None,
             "errors": self.errors,
             "feedback": self.feedback,
+            "feedback_by_tenant": by_tenant,
             "latency_p50_s": None if p50 is None else round(p50, 4),
             "latency_p95_s": None if p95 is None else round(p95, 4),
             "prior": round(prior_mean, 4),
-            "estimate": round(beta_mean(prior_mean, prior_strength, self.successes, self.failures), 4),
-            "used": self.samples >= min_samples,
+            "estimate": round(beta_mean(prior_mean, prior_strength, successes, failures), 4),
+            "used": samples >= min_samples,
         }
 
 
@@ -115,10 +157,12 @@ class QualityBook:
         prior_strength: float = 10.0,
         max_buckets: int = 2000,
         latency_window: int = 200,
+        max_feedback_per_tenant: float = 10.0,
     ) -> None:
         self._prior = dict(prior)
         self.min_samples = min_samples
         self.prior_strength = prior_strength
+        self.max_feedback_per_tenant = max_feedback_per_tenant
         self._max = max_buckets
         self._window = latency_window
         self._stats: OrderedDict[tuple[str, str], BucketStats] = OrderedDict()
@@ -147,8 +191,9 @@ class QualityBook:
             else:
                 stats.errors += 1
 
-    def feedback(self, record: DecisionRecord, success: bool) -> bool:
-        """A client's verdict on the answer `record.chosen` gave; False when no target answered."""
+    def feedback(self, record: DecisionRecord, success: bool, owner: str = "", *, shared: bool = True) -> bool:
+        """`owner`'s verdict on the answer `record.chosen` gave; False when no target answered. Not
+        `shared`: it moves only `owner`'s requests."""
         if record.chosen is None:
             return False
         target = next((a.target for a in reversed(record.attempts) if a.outcome == "ok"), None)
@@ -156,34 +201,41 @@ class QualityBook:
             return False
         stats = self._get(target, bucket_key(record.contract))
         stats.feedback += 1
+        tally = (stats.shared if shared else stats.own).setdefault(owner, Tally())
         if success:
-            stats.successes += 1
+            tally.successes += 1
         else:
-            stats.failures += 1
+            tally.failures += 1
         return True
 
-    def estimate(self, target: str, bucket: str) -> float | None:
-        """The learned quality once the bucket has `min_samples` samples, else None."""
+    def estimate(self, target: str, bucket: str, tenant: str | None = None) -> float | None:
+        """The learned quality for a request of `tenant` once its evidence holds `min_samples`
+        samples, else None (`tenant` None: the evidence every tenant shares)."""
         stats = self._stats.get((target, bucket))
-        if stats is None or stats.samples < self.min_samples:
+        if stats is None:
+            return None
+        successes, failures = stats.evidence(tenant, self.max_feedback_per_tenant)
+        if successes + failures < self.min_samples:
             return None
         prior = self._prior.get(target, 0.5)
         # evidence may only lower the configured quality: a run of accepted answers says the target is not
         # worse than configured, not that it beats another target whose bucket saw less traffic
-        return min(prior, beta_mean(prior, self.prior_strength, stats.successes, stats.failures))
+        return min(prior, beta_mean(prior, self.prior_strength, successes, failures))
 
-    def estimates(self, targets: list[str], bucket: str) -> dict[str, float]:
-        found = {t: self.estimate(t, bucket) for t in targets}
+    def estimates(self, targets: list[str], bucket: str, tenant: str | None = None) -> dict[str, float]:
+        found = {t: self.estimate(t, bucket, tenant) for t in targets}
         return {t: q for t, q in found.items() if q is not None}
 
     def view(self) -> dict[str, Any]:
         buckets: dict[str, dict[str, Any]] = {}
+        cap = self.max_feedback_per_tenant
         for (target, bucket), stats in self._stats.items():
             prior = self._prior.get(target, 0.5)
-            buckets.setdefault(target, {})[bucket] = stats.view(prior, self.prior_strength, self.min_samples)
+            buckets.setdefault(target, {})[bucket] = stats.view(prior, self.prior_strength, self.min_samples, cap)
         return {
             "min_samples": self.min_samples,
             "prior_strength": self.prior_strength,
+            "max_feedback_per_tenant": cap,
             "bucket_key": "task|lang|len|tools|risk",
             "targets": buckets,
         }

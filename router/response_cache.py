@@ -1,10 +1,14 @@
 """Read-only answers for when every target is down: a bounded cache of recent answers by request.
 
 With `traffic.cache.enabled`, the gateway keeps the answer of every successful non-streamed chat request,
-keyed by the tenant and the request's canonical JSON body (the same model, messages and parameters: an
-identical request). While targets answer, the cache is only written; when a request finds no target at
-all (the shortage of router/tiers.py), an identical earlier request's answer is served instead of the
-error, marked `x-spillover-degraded: cached`. Bounded by `max_entries`, `max_bytes` and `ttl_s` (least
+keyed by the request's canonical JSON body (the same model, messages, parameters and schemas: an identical
+request) together with its tenant, its session and its contract's terms (level, residency, providers,
+target patterns, cost ceiling, quality floor: `contract_terms`; the scenario counts through the terms it
+fixes). While targets answer, the cache is only written; when a request finds no target at all (the
+shortage of router/tiers.py), an identical earlier request's answer is served instead of the error, marked
+`x-spillover-degraded: cached` — and only when the target that made it passes the request's own hard
+filters (`could_have_answered`: a cloud answer is never served to a `local_only` request, nor to an L1
+request that cloud target could not take). Bounded by `max_entries`, `max_bytes` and `ttl_s` (least
 recently used first out). Pure: the clock is injected.
 """
 
@@ -13,16 +17,45 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from router.capabilities import Target
+from router.contract import RequestContract
+from router.filters import DEFAULT_FILTERS
+from router.plugins import UNKNOWN_STATE
 
-def cache_key(tenant: str | None, body: Mapping[str, Any]) -> str | None:
+
+def contract_terms(contract: RequestContract) -> dict[str, Any]:
+    """What of the contract, besides the body, decides who may answer and with what context."""
+    residency = contract.residency if isinstance(contract.residency, str) else sorted(contract.residency)
+    providers = None if contract.allowed_providers is None else sorted(contract.allowed_providers)
+    return {
+        "tenant": contract.tenant or "",
+        "session": contract.session,
+        "level": contract.level,
+        "residency": residency,
+        "providers": providers,
+        "targets": list(contract.allowed_target_patterns),
+        "max_cost_usd": contract.max_cost_usd,
+        "quality_floor": contract.quality_floor,
+    }
+
+
+def cache_key(contract: RequestContract, body: Mapping[str, Any]) -> str | None:
     """None for what is never cached: streams."""
     if body.get("stream"):
         return None
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(f"{tenant or ''}\n{canonical}".encode()).hexdigest()
+    canonical = json.dumps([contract_terms(contract), body], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def could_have_answered(contract: RequestContract, makers: Sequence[Target]) -> bool:
+    """Whether every target that may have made a cached answer (those behind its `x-spillover-target`)
+    passes `contract`'s hard filters (router/filters.py): residency, data policy, providers, ..."""
+    return bool(makers) and all(
+        f.apply(contract, target, UNKNOWN_STATE) is None for target in makers for f in DEFAULT_FILTERS
+    )
 
 
 class ResponseCache:

@@ -5,13 +5,20 @@ gateway keeps trying it in the background and stores the outcome here. Bounds: `
 tickets and `max_bytes` of stored answers (the oldest finished tickets are evicted first; with every
 slot pending, a new ticket is refused: the request is shed instead), and a finished ticket is kept
 `ttl_s`. A ticket belongs to its tenant: another tenant asking gets the same answer as for an
-unknown id. Pure: the clock is injected.
+unknown id.
+
+Each tenant has a share of the store (`tenant_share` of `max_entries` and of `max_bytes`): a tenant
+whose tickets fill its share makes room only among its own finished ones (else its new ticket is
+refused), a full store evicts the finished tickets of the tenant holding the most first, and an
+answer that would take its tenant past its byte share evicts that tenant's own older answers, never
+another tenant's. So one tenant's flood of deferred requests cannot shed the others'. Pure: the clock
+is injected.
 """
 
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -34,25 +41,43 @@ class Ticket:
 
 
 class TicketStore:
-    def __init__(self, *, max_entries: int, max_bytes: int, ttl_s: float, clock: Callable[[], float]) -> None:
-        if max_entries < 1 or max_bytes < 1 or ttl_s <= 0:
-            raise ValueError("max_entries, max_bytes and ttl_s must be > 0")
+    def __init__(
+        self,
+        *,
+        max_entries: int,
+        max_bytes: int,
+        ttl_s: float,
+        clock: Callable[[], float],
+        tenant_share: float = 1.0,
+    ) -> None:
+        if max_entries < 1 or max_bytes < 1 or ttl_s <= 0 or not 0 < tenant_share <= 1:
+            raise ValueError("max_entries, max_bytes and ttl_s must be > 0, tenant_share in (0, 1]")
         self._max_entries, self._max_bytes, self._ttl_s = max_entries, max_bytes, ttl_s
+        self._share_entries = max(1, int(max_entries * tenant_share))
+        self._share_bytes = max(1, int(max_bytes * tenant_share))
         self._clock = clock
         self._tickets: OrderedDict[str, Ticket] = OrderedDict()
         self.bytes_kept = 0
         self.refused_total = 0
 
     def open(self, ticket_id: str, owner: str, model: str) -> Ticket | None:
-        """A new pending ticket; None when every slot holds a pending one (the caller sheds)."""
+        """A new pending ticket; None when every slot holds a pending one, or every slot of the
+        owner's share does (the caller sheds)."""
         self._expire()
+        while self.held_by(owner) >= self._share_entries:
+            if not self._evict_finished(owner=owner):
+                self.refused_total += 1
+                return None
         while len(self._tickets) >= self._max_entries:
-            if not self._evict_finished():
+            if not self._evict_finished(owner=self._heaviest()) and not self._evict_finished():
                 self.refused_total += 1
                 return None
         ticket = Ticket(ticket_id, owner, model, self._clock())
         self._tickets[ticket_id] = ticket
         return ticket
+
+    def held_by(self, owner: str) -> int:
+        return sum(t.owner == owner for t in self._tickets.values())
 
     def finish(self, ticket_id: str, status: int, body: Any, headers: dict[str, str] | None = None) -> Ticket | None:
         ticket = self._tickets.get(ticket_id)
@@ -71,9 +96,14 @@ class TicketStore:
         )
         self._tickets[ticket_id] = done
         self.bytes_kept += size
-        while self.bytes_kept > self._max_bytes and self._evict_finished(keep=ticket_id):
+        owner = ticket.owner
+        while self._bytes_of(owner) > self._share_bytes and self._evict_finished(keep=ticket_id, owner=owner):
             pass
-        if self.bytes_kept > self._max_bytes:  # this answer alone is too big to keep
+        while self.bytes_kept > self._max_bytes and (
+            self._evict_finished(keep=ticket_id, owner=owner) or self._evict_finished(keep=ticket_id)
+        ):
+            pass
+        if self.bytes_kept > self._max_bytes or self._bytes_of(owner) > self._share_bytes:  # too big to keep
             self._tickets[ticket_id] = replace(done, state="failed", status=507, body=None, size=0, headers=())
             self.bytes_kept -= size
         return self._tickets[ticket_id]
@@ -94,9 +124,18 @@ class TicketStore:
         for key in [k for k, t in self._tickets.items() if t.finished_at is not None and t.finished_at < cutoff]:
             self.bytes_kept -= self._tickets.pop(key).size
 
-    def _evict_finished(self, keep: str | None = None) -> bool:
+    def _bytes_of(self, owner: str) -> int:
+        return sum(t.size for t in self._tickets.values() if t.owner == owner)
+
+    def _heaviest(self) -> str | None:
+        """The owner holding the most tickets."""
+        counts = Counter(t.owner for t in self._tickets.values())
+        return counts.most_common(1)[0][0] if counts else None
+
+    def _evict_finished(self, keep: str | None = None, owner: str | None = None) -> bool:
+        """Evict the oldest finished ticket (of `owner` only, when given); False when there is none."""
         for key, ticket in self._tickets.items():
-            if ticket.state != "pending" and key != keep:
+            if ticket.state != "pending" and key != keep and (owner is None or ticket.owner == owner):
                 self.bytes_kept -= self._tickets.pop(key).size
                 return True
         return False

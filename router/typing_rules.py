@@ -16,8 +16,11 @@
 
 The text is the last user message's text, cut to `MAX_TEXT` characters before any rule or embedding
 sees it (bounded time for hostile prompts; operators' patterns should still avoid nested repeats).
-Feedback labels add examples: `learn(request_id, scenario)` adds the embedding remembered for that
-request (the last `remember` requests; never their text) and recomputes that scenario's centroid.
+Feedback labels add examples: `learn(request_id, scenario, owner)` adds the embedding remembered for
+that request of that owner (the last `remember` requests; never their text) to that scenario's examples.
+Learned examples never replace the configured ones, and they are kept per owner: a tenant's labels
+move the centroids ITS requests are typed by, and only `shared` ones (an admin's; everyone's without
+auth) move every tenant's. Each owner keeps at most `max_examples` learned examples per scenario.
 """
 
 from __future__ import annotations
@@ -107,29 +110,59 @@ def looser_than(candidate: Scenario, default: Scenario) -> str | None:
     return None
 
 
+SHARED: None = None  # the owner of examples that type every tenant's requests (configured, an admin's)
+
+
+def _sum(vectors: Sequence[Vector]) -> Vector:
+    return [sum(column) for column in zip(*vectors, strict=True)] if vectors else []
+
+
 class CentroidClassifier:
+    """Examples per (owner, scenario): the configured ones (fixed, owner SHARED), and the learned ones
+    of each owner (the newest `max_examples`). A request of tenant T is scored against each scenario's
+    centroid over the configured, the shared learned and T's own learned examples."""
+
     def __init__(self, embedder: Embedder, examples: Mapping[str, Sequence[str]], *, max_examples: int = 200) -> None:
         self.embedder = embedder
         self._max = max_examples
-        self._examples: dict[str, list[Vector]] = {}
-        self._centroids: dict[str, Vector] = {}
+        self._configured: dict[str, list[Vector]] = {}
+        self._learned: dict[tuple[str | None, str], list[Vector]] = {}
+        self._sums: dict[tuple[str | None, str], tuple[Vector, int]] = {}  # (owner, scenario) -> (sum, count)
         for scenario, texts in examples.items():
-            self.add(scenario, self.embedder.embed([t[:MAX_TEXT] for t in texts]))
+            vectors = self.embedder.embed([t[:MAX_TEXT] for t in texts])[-max_examples:]
+            if vectors:
+                self._configured[scenario] = vectors
+                self._sums[(SHARED, scenario)] = (_sum(vectors), len(vectors))
 
-    def add(self, scenario: str, vectors: Iterable[Vector]) -> None:
-        """Add examples (their embeddings; the newest `max_examples` kept) and recompute the centroid."""
-        kept = (self._examples.get(scenario, []) + list(vectors))[-self._max :]
-        if not kept:
+    def add(self, scenario: str, vectors: Iterable[Vector], owner: str | None = SHARED) -> None:
+        """Learned examples of `owner` (SHARED: every tenant's); its newest `max_examples` kept."""
+        key = (owner, scenario)
+        learned = (self._learned.get(key, []) + list(vectors))[-self._max :]
+        if not learned:
             return
-        self._examples[scenario] = kept
-        dim = len(kept[0])
-        self._centroids[scenario] = normalised([sum(v[i] for v in kept) / len(kept) for i in range(dim)])
+        self._learned[key] = learned
+        kept = self._configured.get(scenario, []) + learned if owner is SHARED else learned
+        self._sums[key] = (_sum(kept), len(kept))
 
-    def examples(self, scenario: str) -> int:
-        return len(self._examples.get(scenario, []))
+    def examples(self, scenario: str, owner: str | None = SHARED) -> int:
+        """Examples a request of `owner` is typed by for `scenario` (SHARED: those of every tenant)."""
+        shared = len(self._configured.get(scenario, [])) + len(self._learned.get((SHARED, scenario), []))
+        return shared + (len(self._learned.get((owner, scenario), [])) if owner is not SHARED else 0)
 
-    def scores(self, vector: Vector) -> dict[str, float]:
-        return {s: round(cosine(vector, c), 4) for s, c in sorted(self._centroids.items())}
+    def centroid(self, scenario: str, owner: str | None = SHARED) -> Vector | None:
+        parts = [self._sums.get((SHARED, scenario))]
+        if owner is not SHARED:
+            parts.append(self._sums.get((owner, scenario)))
+        found = [p for p in parts if p is not None and p[1]]
+        if not found:
+            return None
+        count = sum(n for _, n in found)
+        return normalised([sum(column) / count for column in zip(*(v for v, _ in found), strict=True)])
+
+    def scores(self, vector: Vector, owner: str | None = SHARED) -> dict[str, float]:
+        scenarios = sorted({scenario for _, scenario in self._sums})
+        centroids = {s: self.centroid(s, owner) for s in scenarios}
+        return {s: round(cosine(vector, c), 4) for s, c in centroids.items() if c is not None}
 
 
 class RequestTyper:
@@ -147,7 +180,7 @@ class RequestTyper:
         self.classifier = classifier
         self._min = min_similarity
         self._remember = remember
-        self._vectors: OrderedDict[str, Vector] = OrderedDict()  # request id -> embedding, for learn()
+        self._vectors: OrderedDict[tuple[str, str], Vector] = OrderedDict()  # (owner, request id) -> embedding
 
     def _narrowed(self, typed: Typed) -> Typed:
         default_name = self._policy.default_name
@@ -168,10 +201,10 @@ class RequestTyper:
             return Typed(None, "fallback", why="no rule matched")
         (vector,) = self.classifier.embedder.embed([text])
         if request_id is not None:
-            self._vectors[request_id] = vector
+            self._vectors[(tenant or "", request_id)] = vector
             while len(self._vectors) > self._remember:
                 self._vectors.popitem(last=False)
-        scores = self.classifier.scores(vector)
+        scores = self.classifier.scores(vector, tenant or "")
         if not scores:
             return Typed(None, "fallback", why="no examples")
         best = max(scores, key=lambda s: (scores[s], s))
@@ -180,10 +213,11 @@ class RequestTyper:
             return Typed(None, "fallback", scores[best], scores, why=why)
         return self._narrowed(Typed(best, "classifier", scores[best], scores))
 
-    def learn(self, request_id: str, scenario: str) -> bool:
-        """Add the remembered embedding of `request_id` as an example of `scenario` (a policy scenario)."""
-        vector = self._vectors.get(request_id)
+    def learn(self, request_id: str, scenario: str, owner: str = "", *, shared: bool = True) -> bool:
+        """Add the remembered embedding of `owner`'s `request_id` as an example of `scenario` (a policy
+        scenario): for every tenant's requests when `shared`, else for `owner`'s only."""
+        vector = self._vectors.get((owner, request_id))
         if vector is None or self.classifier is None or scenario not in self._policy.scenarios:
             return False
-        self.classifier.add(scenario, [vector])
+        self.classifier.add(scenario, [vector], SHARED if shared else owner)
         return True

@@ -6,11 +6,13 @@ saturated with nowhere to burst (the plan says `wait`), it does not take a seat 
 when it is dispatched and every attempt fails for want of a target (503 / 502 / 504 / 429 wait
 timeout), the same happens. Then:
 
-* deferred (non-streamed, `traffic.tickets.enabled`, a free ticket slot): `202` with a ticket
-  (`x-spillover-degraded: deferred`, `x-spillover-ticket`, `location`); the gateway retries it in the
-  background every `traffic.tickets.retry_s` for up to `traffic.tickets.max_wait_s` and stores the
-  answer, or the last error, in the bounded `TicketStore` (router/tickets.py):
-  `GET /v1/spillover/tickets/{id}` returns it;
+* deferred (non-streamed, `traffic.tickets.enabled`, a free ticket slot in the tenant's share): `202`
+  with a ticket (`x-spillover-degraded: deferred`, `x-spillover-ticket`, `location`); the gateway
+  retries it in the background every `traffic.tickets.retry_s` for up to `traffic.tickets.max_wait_s`
+  and stores the answer, or the last error, in the bounded `TicketStore` (router/tickets.py):
+  `GET /v1/spillover/tickets/{id}` returns it. While it is pending the ticket is one of its tenant's
+  requests in flight (`tenants[].max_concurrent`, serve_apps/tenant_limits.py), and it holds the
+  request id for that tenant, so the background attempts' decision record is stored under it only;
 * shed otherwise: `503 non_core_shed` with Retry-After.
 
 Core requests fail exactly as without tiers (e.g. `503 target_unavailable` when every target is
@@ -39,12 +41,13 @@ from router.errors import (
 )
 from router.openai_request import Kind
 from router.policy import Policy
-from router.response_cache import ResponseCache, cache_key
+from router.response_cache import ResponseCache, cache_key, could_have_answered
 from router.tickets import TicketStore
 from router.tiers import priority_of, under_shortage
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import Dispatched
+from serve_apps.tenant_limits import Slot, TenantLimits
 from serve_apps.traffic_metrics import TrafficMetrics
 
 log = logging.getLogger("spillover.deferral")
@@ -74,6 +77,8 @@ class TieredDispatch:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         cache: CacheSection | None = None,
+        limits: TenantLimits | None = None,
+        tenant_share: float = 1.0,
     ) -> None:
         self._inner = inner
         self._policy = policy
@@ -82,8 +87,13 @@ class TieredDispatch:
         self._clock = clock
         self._sleep = sleep
         self._new_id = new_id
+        self._limits = limits  # the HTTP edge's: a pending ticket is one of its tenant's requests in flight
         self.tickets = TicketStore(
-            max_entries=settings.max_entries, max_bytes=settings.max_bytes, ttl_s=settings.ttl_s, clock=clock
+            max_entries=settings.max_entries,
+            max_bytes=settings.max_bytes,
+            ttl_s=settings.ttl_s,
+            clock=clock,
+            tenant_share=tenant_share,
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self.cache = (
@@ -96,14 +106,14 @@ class TieredDispatch:
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
         priority = priority_of(self._policy, contract)
-        key = cache_key(contract.tenant, {**body, "kind": kind}) if self.cache is not None else None
+        key = cache_key(contract, {**body, "kind": kind}) if self.cache is not None else None
         if priority == "core":
             try:
                 return self._remember(
                     key, await self._inner.dispatch(kind, body, request_id, **kw(contract, deadline_s))
                 )
             except RequestError as exc:
-                if _short(exc) and (cached := self._cached(key, exc.message)) is not None:
+                if _short(exc) and (cached := self._cached(key, exc.message, contract)) is not None:
                     return cached
                 raise
         try:
@@ -120,19 +130,21 @@ class TieredDispatch:
                 if not _short(exc):
                     raise
                 why = exc.message
-        if (cached := self._cached(key, why)) is not None:
+        if (cached := self._cached(key, why, contract)) is not None:
             return cached
         outcome = under_shortage(priority, streamed=bool(body.get("stream")), can_defer=self._settings.enabled)
-        ticket = (
-            self.tickets.open(self._new_id(), contract.tenant or "", contract.model) if outcome == "defer" else None
-        )
+        owner = contract.tenant or ""
+        ticket = self.tickets.open(self._new_id(), owner, contract.model) if outcome == "defer" else None
         self._count(contract.model, "deferred" if ticket is not None else "shed")
         if ticket is None:
             raise NonCoreShed(
                 f"non-core request shed under shortage (scenario {contract.scenario!r}): {why}"[:400],
                 retry_after_s=self._settings.retry_s,
             )
-        task = asyncio.get_running_loop().create_task(self._complete(ticket.id, kind, body, request_id, contract))
+        # held until the ticket finishes: the gateway's claim on the id (still held now) ends with the 202
+        self._inner.decisions.claim(request_id, owner)
+        slot = self._limits.keep(owner) if self._limits is not None else Slot()
+        task = asyncio.get_running_loop().create_task(self._complete(ticket.id, kind, body, request_id, contract, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         url = TICKETS_PATH + ticket.id
@@ -148,16 +160,32 @@ class TieredDispatch:
         return Dispatched(BackendReply(body=reply), "wait", "", reason, 0.0, headers, status=202)
 
     async def _complete(
+        self,
+        ticket_id: str,
+        kind: Kind,
+        body: dict[str, Any],
+        request_id: str,
+        contract: RequestContract,
+        slot: Slot,
+    ) -> None:
+        """Retry until an answer or `max_wait_s`; the outcome goes into the ticket. The request id's
+        claim (taken when the ticket opened) and the tenant's slot are held until then."""
+        owner = contract.tenant or ""
+        try:
+            await self._retry(ticket_id, kind, body, request_id, contract)
+        finally:
+            self._inner.decisions.release(request_id, owner)
+            slot.release()
+            self._update_gauge()
+
+    async def _retry(
         self, ticket_id: str, kind: Kind, body: dict[str, Any], request_id: str, contract: RequestContract
     ) -> None:
-        """Retry until an answer or `max_wait_s`; the outcome goes into the ticket."""
         deadline = self._clock() + self._settings.max_wait_s
         store = self.tickets
         while True:
             await self._sleep(self._settings.retry_s)
             remaining = deadline - self._clock()
-            owner = contract.tenant or ""
-            self._inner.decisions.claim(request_id, owner)  # the decision record stays the tenant's
             try:
                 done = await self._inner.dispatch(
                     kind, body, request_id, contract=contract, deadline_s=max(0.1, min(remaining, 30.0))
@@ -166,27 +194,25 @@ class TieredDispatch:
                 if _short(exc) and self._clock() + self._settings.retry_s < deadline:
                     continue
                 store.finish(ticket_id, exc.status_code, exc)  # scrubbed when the client reads it
-                break
+                return
             except Exception:  # never lost silently: the ticket says it failed
                 log.exception("deferred request %s failed", request_id)
                 store.finish(ticket_id, 502, UpstreamError("the deferred request failed inside the gateway"))
-                break
-            finally:
-                self._inner.decisions.release(request_id, owner)
+                return
             headers = {hdr.ROUTE: done.route, hdr.TARGET: done.target, hdr.DEGRADED: "deferred", **done.headers}
             store.finish(ticket_id, 200, done.reply.body, headers)
-            break
-        self._update_gauge()
+            return
 
     def _remember(self, key: str | None, done: Dispatched) -> Dispatched:
         if key is not None and self.cache is not None and done.status == 200 and done.reply.body is not None:
             self.cache.put(key, {"body": done.reply.body, "route": done.route, "target": done.target})
         return done
 
-    def _cached(self, key: str | None, why: str) -> Dispatched | None:
-        """An identical earlier request's answer, while no target can answer (read-only mode)."""
+    def _cached(self, key: str | None, why: str, contract: RequestContract) -> Dispatched | None:
+        """An identical earlier request's answer, while no target can answer (read-only mode), when
+        the target that made it could have answered this request."""
         hit = self.cache.get(key) if key is not None and self.cache is not None else None
-        if hit is None:
+        if hit is None or not could_have_answered(contract, self._inner.behind(contract.model, hit["target"])):
             return None
         reason = f"served from the response cache (every target is down): {why}"[:300]
         return Dispatched(

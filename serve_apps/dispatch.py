@@ -62,6 +62,7 @@ from router.retry import AttemptBudget, RetryAfterChoice, after_failure, before_
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
 from serve_apps.backend import CloudBackend, ModelBackend
+from serve_apps.check_pool import CheckPool
 from serve_apps.dispatch_calls import Calls
 from serve_apps.dispatch_record import Outcome, executed_record
 from serve_apps.dispatch_streams import ClientStreams, Started
@@ -94,6 +95,7 @@ class Dispatcher:
         traffic: Traffic | None = None,
         sessions: Sessions | None = None,
         quality: QualityBook | None = None,
+        checks: CheckPool | None = None,
     ) -> None:
         self._config = config
         self._providers = dict(providers)
@@ -113,6 +115,7 @@ class Dispatcher:
         self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
         self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
         self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
+        self.checks = checks or CheckPool(name="schema-checks")  # output checks (serve_apps/check_pool.py)
         self._streams = ClientStreams(
             config,
             continuation=self._calls.continuation,
@@ -121,6 +124,7 @@ class Dispatcher:
             observer=self._observer,
             clock=clock,
             traffic=traffic,
+            checks=self.checks,
         )
 
     def inflight(self, model: str) -> int:
@@ -132,6 +136,10 @@ class Dispatcher:
     @property
     def resilience(self) -> Resilience:
         return self._resilience
+
+    def behind(self, model: str, endpoint: str) -> tuple[Target, ...]:
+        """The targets of `model` an answer marked `x-spillover-target: <endpoint>` may come from."""
+        return tuple(t for t in self._registry.for_alias(model) if t.endpoint == endpoint)
 
     def plan(self, contract: RequestContract, kind: Kind) -> Plan:
         # a route's local model (router/capabilities.py): its replicas, admission and latches decide
@@ -171,7 +179,7 @@ class Dispatcher:
         if self._quality is None:
             return {}
         ids = [t.id for t in self._registry.for_alias(contract.model)]
-        return self._quality.estimates(ids, contract_bucket(contract))
+        return self._quality.estimates(ids, contract_bucket(contract), contract.tenant or "")  # its own feedback
 
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
@@ -320,8 +328,8 @@ class Dispatcher:
                 reply = await self._calls.call(target, kind, sent, request_id, watch_stale=has_next)
                 flagged: list[str] = []
                 if reply.chunks is not None and holds_back(kind, contract):
-                    reply = await held_until_checked(reply, contract, target)
-                reply, headers = await checked(kind, reply, contract, target, flagged)
+                    reply = await held_until_checked(reply, contract, target, self.checks)
+                reply, headers = await checked(kind, reply, contract, target, flagged, self.checks)
             except RequestError as exc:
                 rule = res.failed(target, exc)
                 res.settle(gate.reservation, 0)

@@ -18,6 +18,7 @@ from router.decision import DecisionRecord, DecisionStore
 from router.openai_request import Kind
 from router.tool_calls import StreamedMessage
 from serve_apps.backend import BackendReply
+from serve_apps.check_pool import CheckRunner
 from serve_apps.continuation import Splicer, StreamJob
 from serve_apps.dispatch_types import DispatchObserver
 from serve_apps.resilience import Resilience
@@ -55,8 +56,10 @@ class ClientStreams:
         observer: DispatchObserver,
         clock: Callable[[], float],
         traffic: Traffic | None,
+        checks: CheckRunner,
     ) -> None:
         self._config = config
+        self._checks = checks  # the schema-check pool (serve_apps/check_pool.py)
         self._resilience = resilience
         self._decisions = decisions
         self._observer = observer
@@ -111,5 +114,5 @@ class ClientStreams:
                 s.ended(end, tally.message)  # a session's anchor and stored history get the answer
             return final
 
-        check = end_check(s.kind, contract, s.streamed.target)
+        check = end_check(s.kind, contract, s.streamed.target, self._checks)
         return accounted(s.chunks, tally, contract.est_prompt_tokens, book, check)

@@ -27,6 +27,7 @@ from router.snapshot import ClusterSnapshot
 from serve_apps.background_writer import BackgroundWriter
 from serve_apps.board_poller import BoardPoller
 from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap
+from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_log import JsonlFile
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
@@ -162,6 +163,8 @@ class Gateway:
         gateway = self._config.gateway
         decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
         learning = Learning.from_config(self._config)  # quality per bucket, feedback, typing
+        # schema checks and contract derives: per-tenant admission, fair hand-over (serve_apps/check_pool.py)
+        checks = RequestChecks.from_settings(gateway.checks.workers, gateway.checks.per_tenant, auth=gateway.auth)
         if learning.quality is not None:
             metrics.registry.register(QualityCollector(learning.quality))
         dispatcher = Dispatcher(
@@ -175,12 +178,14 @@ class Gateway:
             traffic=(parts := traffic_parts(self._config, backend, providers, metrics, replica_id)).traffic,
             sessions=self._sessions(backend, replica_id),
             quality=learning.quality,
+            checks=checks.schemas,
         )
         self._traffic_task = loop.create_task(parts.traffic.run(self._config.traffic.sync_period_s, asyncio.sleep))
         idem = self._config.resilience.idempotency
         store = IdempotencyStore(
             ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
         )
+        limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None)
         # The Serve proxy sets x-request-id on every response and hands us the same id.
         http = GatewayHTTP(
             backend,
@@ -188,7 +193,7 @@ class Gateway:
             created=self._created,
             set_request_id=False,
             snapshot=self._poller.latest,
-            dispatcher=parts.tiered(dispatcher),
+            dispatcher=parts.tiered(dispatcher, limits),  # a pending ticket counts against its tenant's limits
             default_deadline_s=self._config.admission.queue_timeout_s,
             policy=self._config.policy,
             decisions=dispatcher.decisions,
@@ -200,9 +205,10 @@ class Gateway:
             max_body_bytes=gateway.max_body_bytes,
             redact=client_redactions(self._config),
             golden=golden,
-            tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
+            tenant_limits=limits,
             traffic=parts.routes,
             learning=LearningRoutes(learning, dispatcher.decisions),
             routes=[ServedRoute(r.alias, tuple(r.targets)) for r in self._config.routes],
+            checks=checks,
         )
         return http.app

@@ -45,8 +45,9 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from functools import partial
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -64,6 +65,7 @@ from router.policy import Policy
 from router.saturation import cluster_view
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
+from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
@@ -86,6 +88,7 @@ ROUTE = hdr.ROUTE
 TARGET = hdr.TARGET
 REASON = hdr.REASON
 USED_ID = hdr.USED_REQUEST_ID
+T = TypeVar("T")
 
 
 def _header_text(text: str) -> str:
@@ -123,7 +126,9 @@ class GatewayHTTP:
         traffic: TrafficRoutes | None = None,  # /v1/spillover/traffic and /v1/spillover/tickets/{id}
         learning: LearningRoutes | None = None,
         routes: Iterable[ServedRoute] = (),
+        checks: RequestChecks | None = None,  # where contracts are derived (serve_apps/check_pool.py)
     ) -> None:
+        self._checks = checks or RequestChecks()
         self._golden = golden
         self._derive = learning.derive if learning is not None else plain_derive  # typing: serve_apps/learning.py
         self._ops = ops
@@ -232,9 +237,8 @@ class GatewayHTTP:
         try:
             if key is None or self._idempotent is None:
                 return await self._answer(kind, request, request_id, raw, tenant)
-            response, replayed = await self._idempotent.answer(
-                key, tenant.name if tenant else "", raw, lambda: self._answer(kind, request, request_id, raw, tenant)
-            )
+            produce = partial(self._answer, kind, request, request_id, raw, tenant)
+            response, replayed = await self._idempotent.answer(key, owner_of(tenant), raw, produce, request.headers)
         except RequestError as exc:
             return self._rejected(exc, request_id, raw)
         if replayed:
@@ -248,9 +252,9 @@ class GatewayHTTP:
         try:
             parsed = parse_body(raw, kind)
             resolve_model(parsed, self._limits)
-            # off the event loop: a client's JSON Schema is checked here (router/json_schema.py), up to ~2 s
-            args = (parsed.body, request.headers, self._policy, tenant, request_id)
-            contract = await asyncio.to_thread(self._derive, *args)
+            # off the event loop, in the tenant's turn: a client's JSON Schema is checked here, up to ~2 s
+            derive = partial(self._derive, parsed.body, request.headers, self._policy, tenant, request_id)
+            contract = await self._timed(self._checks.derive(owner_of(tenant), parsed.body, derive))
             if tenant is not None:
                 contract = narrow_for_tenant(contract, tenant)
             if parsed.stream and contract.level == "L1" and (contract.needs_json_schema or contract.needs_json_mode):
@@ -260,15 +264,9 @@ class GatewayHTTP:
                     param="stream",
                 )
             deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms else self._default_deadline_s
-            try:
-                done = await asyncio.wait_for(
-                    self._dispatcher.dispatch(kind, parsed.body, request_id, contract=contract, deadline_s=deadline_s),
-                    self._request_timeout_s,
-                )
-            except TimeoutError:
-                raise RequestTimeout(
-                    f"no answer within gateway.request_timeout_s = {self._request_timeout_s:g}s"
-                ) from None
+            done = await self._timed(
+                self._dispatcher.dispatch(kind, parsed.body, request_id, contract=contract, deadline_s=deadline_s)
+            )
         except RequestError as exc:
             return self._rejected(exc, request_id, raw)
         fields = {"request_id": request_id, "model": contract.model, "route": done.route, "target": done.target}
@@ -286,6 +284,13 @@ class GatewayHTTP:
                 self._guard_stream(reply.chunks, request_id), media_type="text/event-stream", headers=headers
             )
         return JSONResponse(reply.body, status_code=done.status, headers=headers)
+
+    async def _timed(self, step: Awaitable[T]) -> T:
+        """`step` within gateway.request_timeout_s, else RequestTimeout (504)."""
+        try:
+            return await asyncio.wait_for(step, self._request_timeout_s)
+        except TimeoutError:
+            raise RequestTimeout(f"no answer within gateway.request_timeout_s = {self._request_timeout_s:g}s") from None
 
     def _rejected(self, exc: RequestError, request_id: str, raw: bytes) -> Response:
         fields = {"request_id": request_id, "status": exc.status_code, "code": exc.code}

@@ -5,7 +5,8 @@ the same key within `resilience.idempotency.ttl_s` and get the first answer back
 `x-spillover-idempotent-replay: true` — instead of running (and paying for) it again. A repeat
 that arrives while the first is still running waits for it. Only successful answers are kept, so
 a failed request may be retried with its key. Keys are scoped by tenant; the same key with a
-different body is 400 `idempotency_key_reused`. Streams cannot be replayed from a store of
+different body, or with other contract headers (an L3 answer is never replayed to an L1 or
+`local_only` repeat), is 400 `idempotency_key_reused`. Streams cannot be replayed from a store of
 complete answers, so a streamed request with a key is 400 `idempotency_not_supported`.
 
 Keys live in the gateway replica that saw them (see README: several gateway replicas).
@@ -14,7 +15,7 @@ Keys live in the gateway replica that saw them (see README: several gateway repl
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.responses import JSONResponse, Response
 
@@ -33,7 +34,12 @@ class IdempotentReplies:
         self._wait_s = wait_s
 
     async def answer(
-        self, key: str, tenant: str, raw: bytes, produce: Callable[[], Awaitable[Response]]
+        self,
+        key: str,
+        tenant: str,
+        raw: bytes,
+        produce: Callable[[], Awaitable[Response]],
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[Response, bool]:
         """The response for a request carrying `key`, and whether it was replayed. Raises
         `InvalidRequest` for a bad key, a reused key or a stream."""
@@ -50,7 +56,7 @@ class IdempotentReplies:
                 param=KEY_HEADER,
                 code="idempotency_not_supported",
             )
-        begun = await self._store.begin(tenant, key, fingerprint(body), wait_s=self._wait_s)
+        begun = await self._store.begin(tenant, key, fingerprint(body, headers), wait_s=self._wait_s)
         if not isinstance(begun, Fresh):
             stored = begun.stored
             return JSONResponse(stored.body, stored.status, headers={**stored.headers, REPLAY_HEADER: "true"}), True

@@ -3,7 +3,10 @@
 * `QualityBook` (router/quality.py): fed every finished request's decision record through the
   dispatcher's observer (`observer()` wraps the metrics observer), read by the dispatcher's plan for
   the quality scorer, and by feedback.
-* `FeedbackStore` (router/feedback.py): reports from `POST /v1/spillover/feedback`.
+* `FeedbackStore` (router/feedback.py): reports from `POST /v1/spillover/feedback`, at most
+  `learning.feedback.per_tenant_per_minute` per tenant (a token bucket per tenant on the monotonic
+  clock; 429 feedback_rate_limited). A tenant's report moves its own routing and typing only, unless
+  it shares feedback (`admin`, or `tenants[].global_feedback`; everyone's without auth).
 * `RequestTyper` (router/typing_rules.py), when `learning.typing.enabled`: `derive()` types a request
   that declares no scenario before its contract is derived; the contract (and so the decision record)
   carries the typing result and its scores.
@@ -28,9 +31,11 @@ from router.capabilities import Registry
 from router.contract import RequestContract, derive_contract
 from router.decision import DecisionRecord
 from router.embedding import HashingEmbedder
+from router.errors import FeedbackRateLimited
 from router.feedback import Feedback, FeedbackInput, FeedbackStore
 from router.policy import Policy
 from router.quality import QualityBook
+from router.rate_limit import TokenBucket
 from router.typing_rules import CentroidClassifier, RequestTyper, Rule, last_user_text
 from serve_apps.dispatch_types import DispatchObserver
 
@@ -72,6 +77,7 @@ def quality_book_for(config: SpilloverConfig) -> QualityBook | None:
         prior_strength=section.prior_strength,
         max_buckets=section.max_buckets,
         latency_window=section.latency_window,
+        max_feedback_per_tenant=section.max_feedback_per_tenant,
     )
 
 
@@ -126,16 +132,46 @@ class Learning:
         typer: RequestTyper | None = None,
         *,
         clock: Callable[[], float] = time.time,
+        per_tenant_per_minute: float = 60.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.quality = quality
         self.feedback = feedback
         self.typer = typer
         self._clock = clock
+        self._rate = per_tenant_per_minute
+        self._monotonic = monotonic
+        self._buckets: dict[str, TokenBucket] = {}  # one per tenant that posted (tenants are configured)
 
     @classmethod
-    def from_config(cls, config: SpilloverConfig, clock: Callable[[], float] = time.time) -> Learning:
-        store = FeedbackStore(config.learning.feedback.max_entries)
-        return cls(quality_book_for(config), store, typer_for(config), clock=clock)
+    def from_config(
+        cls,
+        config: SpilloverConfig,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> Learning:
+        section = config.learning.feedback
+        store = FeedbackStore(section.max_entries)
+        return cls(
+            quality_book_for(config),
+            store,
+            typer_for(config),
+            clock=clock,
+            per_tenant_per_minute=section.per_tenant_per_minute,
+            monotonic=monotonic,
+        )
+
+    def admit_feedback(self, owner: str) -> None:
+        """Take one of `owner`'s feedback tokens; raises FeedbackRateLimited when it has none left."""
+        bucket = self._buckets.get(owner)
+        if bucket is None:
+            bucket = self._buckets[owner] = TokenBucket(self._rate, clock=self._monotonic)
+        wait = bucket.take()
+        if wait is not None:
+            raise FeedbackRateLimited(
+                f"over {self._rate:g} feedback reports per minute (learning.feedback.per_tenant_per_minute)",
+                retry_after_s=wait,
+            )
 
     def observer(self, inner: DispatchObserver) -> DispatchObserver:
         return inner if self.quality is None else LearningObserver(inner, self.quality)
@@ -158,9 +194,15 @@ class Learning:
         contract = derive_contract(body, given, policy)
         return replace(contract, typing=typed.to_dict())
 
-    def report(self, given: FeedbackInput, record: DecisionRecord, owner: str) -> dict[str, Any]:
-        """Store a feedback report on `record` (the caller checked it is `owner`'s) and apply it."""
+    def report(self, given: FeedbackInput, record: DecisionRecord, owner: str, *, shared: bool) -> dict[str, Any]:
+        """Store a feedback report on `record` (the caller checked it is `owner`'s) and apply it: to
+        `owner`'s requests only, or to every tenant's when `shared`."""
         self.feedback.add(Feedback(given.request_id, owner, given.outcome, given.source, given.label, self._clock()))
-        quality = self.quality.feedback(record, given.outcome == "success") if self.quality is not None else False
-        typing = given.label is not None and self.typer is not None and self.typer.learn(given.request_id, given.label)
+        success = given.outcome == "success"
+        quality = self.quality is not None and self.quality.feedback(record, success, owner, shared=shared)
+        typing = (
+            given.label is not None
+            and self.typer is not None
+            and self.typer.learn(given.request_id, given.label, owner, shared=shared)
+        )
         return {"quality": quality, "typing": typing}

@@ -4,7 +4,9 @@
                                  a late verdict on an answered request (router/feedback.py): any
                                  tenant, on its own requests only — another tenant's request id gets
                                  the same 404 as an unknown one; 200 says what it changed (quality,
-                                 typing examples); 400 invalid_feedback, 409 feedback_exists
+                                 typing examples) and for whom (`scope`: own, everyone); 400
+                                 invalid_feedback, 409 feedback_exists (one per request and source
+                                 kind), 429 feedback_rate_limited (per tenant, before the body is read)
     GET  /v1/spillover/quality   learned quality per target and bucket (router/quality.py); with
                                  gateway auth only an `admin` tenant (403 otherwise)
 
@@ -15,6 +17,7 @@ is a 404 like any record this replica does not hold.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -44,19 +47,24 @@ class LearningRoutes:
         async def feedback(request: Request) -> Response:
             try:
                 tenant = authorize(request)  # before the body is read
-                given = parse_feedback(await request.body())  # bounded by BodyLimit, then by parse_feedback
                 owner = owner_of(tenant)
+                self.learning.admit_feedback(owner)  # every post costs a token, a refused one too
+                given = parse_feedback(await request.body())  # bounded by BodyLimit, then by parse_feedback
                 record = self._decisions.get(given.request_id, owner)
                 if record is None:
                     shown = given.request_id[:128]
                     message = f"no decision record for request {shown!r} (kept: your recent ones, on this replica)"
                     body = error_body(message, "invalid_request_error", "not_found")
                     return JSONResponse(body, 404, headers=headers_for(request))
-                applied = self.learning.report(given, record, owner)
+                shared = tenant is None or tenant.shares_feedback  # without auth every request is one tenant's
+                applied = self.learning.report(given, record, owner, shared=shared)
             except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+                headers = headers_for(request)
+                if (retry := getattr(exc, "retry_after_s", None)) is not None:
+                    headers["retry-after"] = str(max(1, math.ceil(retry)))
+                return JSONResponse(public(exc), exc.status_code, headers=headers)
             answer: dict[str, Any] = {"request_id": given.request_id, "outcome": given.outcome, "source": given.source}
-            answer |= {"label": given.label, "applied": applied}
+            answer |= {"label": given.label, "applied": applied, "scope": "everyone" if shared else "own"}
             return JSONResponse(answer, headers=headers_for(request))
 
         async def quality(request: Request) -> Response:

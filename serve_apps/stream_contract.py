@@ -28,17 +28,18 @@ from router.openai_request import Kind
 from router.output_contract import contract_violation, enforce
 from router.tool_calls import StreamedMessage, check_streamed
 from serve_apps.backend import BackendReply
+from serve_apps.check_pool import CheckRunner
 from serve_apps.output_check import off_loop
 from serve_apps.stream_account import StreamCheck, StreamVerdict, Tally, close_stream
 
 
-def end_check(kind: Kind, contract: RequestContract, target: Target) -> StreamCheck | None:
+def end_check(kind: Kind, contract: RequestContract, target: Target, runner: CheckRunner) -> StreamCheck | None:
     """The check of a complete streamed answer, or None when the request has no output contract."""
     if kind != "chat" or not contract.checks_output:
         return None
 
     async def check(message: StreamedMessage) -> StreamVerdict:
-        verdict = await off_loop(partial(check_streamed, contract, message))
+        verdict = await off_loop(partial(check_streamed, contract, message), runner, contract.tenant or "")
         action = enforce(contract.level, verdict)
         if action.kind == "retry_next_or_fail":
             return StreamVerdict(errors=verdict.errors, violation=contract_violation(verdict, target.id))
@@ -53,7 +54,9 @@ def holds_back(kind: Kind, contract: RequestContract) -> bool:
     return kind == "chat" and contract.level == "L1" and bool(contract.tool_schemas)
 
 
-async def held_until_checked(reply: BackendReply, contract: RequestContract, target: Target) -> BackendReply:
+async def held_until_checked(
+    reply: BackendReply, contract: RequestContract, target: Target, runner: CheckRunner
+) -> BackendReply:
     """See the module docstring. Raises `ContractViolation` (with the tokens spent) for an answer
     of tool calls that breaks its schemas, and whatever the stream raised before it showed content."""
     assert reply.chunks is not None
@@ -67,7 +70,7 @@ async def held_until_checked(reply: BackendReply, contract: RequestContract, tar
             held.append(text)
             peek.feed(text)
         if not peek.message.has_content and peek.error_event is None:
-            verdict = await off_loop(partial(check_streamed, contract, peek.message))
+            verdict = await off_loop(partial(check_streamed, contract, peek.message), runner, contract.tenant or "")
             if enforce(contract.level, verdict).kind == "retry_next_or_fail":
                 violation = contract_violation(verdict, target.id)
                 prompt, completion, _ = peek.tokens(contract.est_prompt_tokens)

@@ -12,7 +12,7 @@
 * `tenants[].max_concurrent`: at most that many of the tenant's generation requests are in flight
   at once on this gateway replica; one more is refused with `429 tenant_concurrency_exceeded` and
   `retry-after: 1`. A request holds its slot until its response is sent — a stream until it ends or
-  the client goes away.
+  the client goes away — and a deferred request until its ticket is finished (`keep`).
 
 The returned `Slot` is released exactly once: `held(response)` wraps the response so the slot is
 given back when it has been sent (or failed); `release()` gives it back at once (a request that
@@ -82,6 +82,15 @@ class TenantLimits:
             )
         self._inflight[tenant.name] += 1
         return Slot(lambda: self._leave(tenant.name))
+
+    def keep(self, name: str) -> Slot:
+        """One more request of tenant `name` in flight, without a check: a request already admitted
+        that goes on after its answer was sent (a deferred request's ticket, serve_apps/deferral.py)
+        keeps counting against `max_concurrent` until `release`."""
+        if not name:
+            return Slot()  # auth off: no tenant, no limits
+        self._inflight[name] += 1
+        return Slot(lambda: self._leave(name))
 
     def _leave(self, name: str) -> None:
         self._inflight[name] -= 1

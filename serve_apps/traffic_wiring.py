@@ -16,6 +16,7 @@ from serve_apps.dispatch import Dispatcher
 from serve_apps.dry_run import DryRun
 from serve_apps.live_scores import LiveScores
 from serve_apps.metrics import GatewayMetrics
+from serve_apps.tenant_limits import TenantLimits
 from serve_apps.traffic import BoardClient, Traffic
 from serve_apps.traffic_metrics import TrafficMetrics
 from serve_apps.traffic_routes import TrafficRoutes
@@ -30,8 +31,9 @@ class TrafficParts:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
 
-    def tiered(self, dispatcher: Dispatcher) -> TieredDispatch:
-        """The dispatcher with degradation tiers; its tickets are served by `routes`."""
+    def tiered(self, dispatcher: Dispatcher, limits: TenantLimits | None = None) -> TieredDispatch:
+        """The dispatcher with degradation tiers; its tickets are served by `routes`, and count
+        against the tenants' limits of `limits` (the HTTP edge's)."""
         tickets = self.config.traffic.tickets
         tiers = TieredDispatch(
             dispatcher,
@@ -41,6 +43,9 @@ class TrafficParts:
             clock=self.clock,
             sleep=self.sleep,
             cache=self.config.traffic.cache,
+            limits=limits,
+            # without auth every request is one tenant's: the whole store is its share
+            tenant_share=tickets.tenant_share if self.config.gateway.auth else 1.0,
         )
         self.routes.tiers = tiers
         return tiers

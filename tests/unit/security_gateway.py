@@ -21,9 +21,11 @@ from cluster.config import SpilloverConfig, dump_config, load_config, parse_conf
 from cluster.tenants import authenticator_for
 from router.decision import DecisionStore
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.check_pool import RequestChecks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.http_guards import client_redactions
+from serve_apps.idempotent import IdempotentReplies
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
@@ -77,6 +79,8 @@ def build(
     decisions: DecisionStore | None = None,
     local: FakeEngine | None = None,
     attempts: int = 1,
+    idempotent: IdempotentReplies | None = None,
+    checks: RequestChecks | None = None,
     **gateway: Any,
 ) -> Gateway:
     cfg = config(attempts, **gateway)
@@ -103,6 +107,7 @@ def build(
         poll_s=0.001,
         decisions=store,
         resilience=resilience,
+        checks=checks.schemas if checks is not None else None,
     )
     http = GatewayHTTP(
         local,
@@ -117,5 +122,7 @@ def build(
         max_body_bytes=cfg.gateway.max_body_bytes,
         redact=client_redactions(cfg),
         request_timeout_s=10,
+        idempotent=idempotent,
+        checks=checks,
     )
     return Gateway(http.app, dispatcher.decisions, seen)

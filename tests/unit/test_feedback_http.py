@@ -73,15 +73,18 @@ def test_feedback_on_own_request_is_stored_with_source_and_time_and_feeds_qualit
         body = {"request_id": "req-1", "outcome": "failure", "source": "qa-batch", "label": "default"}
         reply = await client.post(FEEDBACK, json=body, headers=APPS)
         assert reply.status_code == 200, reply.text
-        assert reply.json() == {**body, "applied": {"quality": True, "typing": False}}
+        assert reply.json() == {**body, "applied": {"quality": True, "typing": False}, "scope": "own"}
         (stored,) = learning.feedback.for_request("req-1", "apps")
         assert (stored.source, stored.outcome, stored.received_at) == ("qa-batch", "failure", 1234.5)
         view = (await client.get("/v1/spillover/quality", headers=OPS)).json()
         (stats,) = view["targets"][f"local:{MODEL}"].values()
-        assert (stats["successes"], stats["failures"], stats["feedback"], stats["used"]) == (1, 1, 1, True)
-        metrics = (await client.get("/metrics")).text
+        # what every tenant is routed by: the observed answer; the failure moves only apps' requests
+        assert (stats["successes"], stats["failures"], stats["feedback"], stats["used"]) == (1, 0, 1, False)
+        assert stats["feedback_by_tenant"] == {"apps": {"successes": 0, "failures": 1, "moves": "own"}}
         bucket = "task=default|lang=latin|len=short|tools=0|risk=L2"
-        assert f'spillover_quality_samples{{bucket="{bucket}",target="local:{MODEL}"}} 2.0' in metrics
+        assert learning.quality is not None and learning.quality.estimate(f"local:{MODEL}", bucket, "apps") is not None
+        metrics = (await client.get("/metrics")).text
+        assert f'spillover_quality_samples{{bucket="{bucket}",target="local:{MODEL}"}} 1.0' in metrics
 
     asyncio.run(go())
 

@@ -1,14 +1,19 @@
-"""Idempotency-Key store: replay, TTL, in-flight twins, abandon, reuse, eviction, key rules."""
+"""Idempotency-Key store: replay, TTL, in-flight twins, abandon, reuse (body and contract headers),
+eviction, key rules."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+from functools import partial
 
 import pytest
 
 from router.errors import IdempotencyConflict, InvalidRequest
 from router.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse, fingerprint, validate_key
+from serve_apps.idempotent import IdempotentReplies
 from tests.fakes import FakeClock as Clock
+from tests.unit.security_gateway import APPS, BOUND_S, CHAT, build
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 FP = fingerprint(BODY)
@@ -169,3 +174,31 @@ async def test_invalid_keys_are_refused(key: str) -> None:
     with pytest.raises(InvalidRequest) as e:
         await store(Clock()).begin("t1", key, FP)
     assert e.value.code == "invalid_idempotency_key"
+
+
+async def test_idempotency_fingerprint_includes_contract_headers() -> None:
+    """Through the gateway's real HTTP layer (tests/unit/security_gateway.py): an answer a cloud provider
+    made for an L3 request is never replayed to a repeat with the same key that asks for L1 or
+    local_only; the repeat is the 400 a different body gets, and nothing runs again."""
+    store = IdempotencyStore(ttl_s=600, max_entries=100, clock=Clock())
+    gateway = build(saturated=True, idempotent=IdempotentReplies(store, wait_s=1))  # local full: it bursts
+    key = {"idempotency-key": "order-1"}
+    started = time.monotonic()
+    async with gateway.client() as client:
+        post = partial(client.post, "/v1/chat/completions", json=CHAT)
+        first = await post(headers={**APPS, **key, "x-spillover-level": "L3"})
+        assert first.status_code == 200 and first.headers["x-spillover-target"] == "cloud:cloud-sim"
+        repeats = [
+            await post(headers={**APPS, **key, "x-spillover-level": "L1"}),
+            await post(headers={**APPS, **key, "x-spillover-level": "L3", "x-spillover-residency": "local_only"}),
+            await post(headers={**APPS, **key}),  # no contract headers at all: not the same request either
+        ]
+        same = await post(headers={**APPS, **key, "X-Spillover-Level": "L3"})
+    for reply in repeats:
+        assert reply.status_code == 400 and reply.json()["error"]["code"] == "idempotency_key_reused", reply.text
+        assert "x-spillover-idempotent-replay" not in reply.headers and "contract headers" in reply.text
+    assert same.status_code == 200 and same.headers["x-spillover-idempotent-replay"] == "true"
+    assert len(gateway.provider_requests) == 1  # nothing ran again
+    assert time.monotonic() - started < BOUND_S
+    assert fingerprint(BODY, {"x-spillover-session": "a"}) != fingerprint(BODY, {"x-spillover-session": "b"})
+    assert fingerprint(BODY, {"x-other": "1", "authorization": "x"}) == fingerprint(BODY)  # only contract headers

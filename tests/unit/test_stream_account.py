@@ -15,6 +15,7 @@ from router.errors import ContractViolation, UpstreamError
 from router.policy import Policy
 from router.tool_calls import StreamedMessage
 from serve_apps.backend import BackendReply
+from serve_apps.check_pool import CheckPool
 from serve_apps.stream_account import DONE, StreamEnd, StreamVerdict, Tally, accounted, asking_usage, wants_usage
 from serve_apps.stream_contract import held_until_checked
 from tests.fakes import chunk_event, usage_event
@@ -208,9 +209,8 @@ def test_a_held_back_stream_left_by_its_client_closes_the_backend() -> None:
     contract = derive_contract(body, {"x-spillover-level": "L1"}, Policy())
 
     async def main() -> None:
-        reply = await held_until_checked(
-            BackendReply(chunks=backend()), contract, local_target("m", {"max_model_len": 4096})
-        )
+        target = local_target("m", {"max_model_len": 4096})
+        reply = await held_until_checked(BackendReply(chunks=backend()), contract, target, CheckPool())
         assert reply.chunks is not None
         assert await reply.chunks.__anext__() == chunk_event("m", "t0")  # held until the first content
         await reply.chunks.aclose()  # type: ignore[attr-defined]

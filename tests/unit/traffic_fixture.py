@@ -17,6 +17,7 @@ from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.model_card import ServedModel
 from serve_apps.resilience import Resilience
+from serve_apps.tenant_limits import TenantLimits
 from serve_apps.traffic_board import LocalBoard, TrafficBoard
 from serve_apps.traffic_wiring import TrafficParts, traffic_parts
 from tests.fakes import FakeClock, FakeEngine, FakeProvider
@@ -60,18 +61,20 @@ class Gw:
 
 
 class TrafficWorld:
-    def __init__(self, config: SpilloverConfig, *, auth: bool = False) -> None:
+    """`tenants` (with `auth`): the tenants besides ops (admin, key sk-ops) and app (sk-app); tenant
+    `name`'s key is `sk-<name>`. `limits` is the HTTP edge's tenant limits, shared with the tickets."""
+
+    def __init__(self, config: SpilloverConfig, *, auth: bool = False, tenants: tuple[TenantPolicy, ...] = ()) -> None:
         self.clock = FakeClock(1_800_000_000.0)
         self.config = config
         self.local, self.sim, self.spare = FakeEngine(), FakeProvider("sim"), FakeProvider("spare")
         self.board = TrafficBoard(clock=self.clock)
         self.kv = 0.1  # the local replica's KV usage
         self.resume = asyncio.Event()  # deferred requests' background attempts wait for it
-        self.auth = (
-            Authenticator([TenantPolicy("ops", admin=True), TenantPolicy("app")], {"ops": "sk-ops", "app": "sk-app"})
-            if auth
-            else None
-        )
+        policies = [TenantPolicy("ops", admin=True), *tenants]
+        policies += [TenantPolicy("app")] if all(t.name != "app" for t in tenants) else []
+        self.auth = Authenticator(policies, {t.name: f"sk-{t.name}" for t in policies}) if auth else None
+        self.limits = TenantLimits()
 
     def snapshot(self) -> ClusterSnapshot:
         replica = ReplicaStats("m", "r1", "n1", self.clock.now, self.kv, 0, 0, 0, 0, 364, 128)
@@ -103,7 +106,7 @@ class TrafficWorld:
             resilience=res,
             traffic=parts.traffic,
         )
-        tiered = parts.tiered(dispatcher)
+        tiered = parts.tiered(dispatcher, self.limits)
         http = GatewayHTTP(
             self.local,
             [ServedModel("m", "llama", "cpu", 4096)],
@@ -113,6 +116,7 @@ class TrafficWorld:
             decisions=dispatcher.decisions,
             metrics=metrics,
             authenticator=self.auth,
+            tenant_limits=self.limits,
             traffic=parts.routes,
         )
         return http, parts, res
