@@ -115,6 +115,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         if r.get("gpu_error"):
             print(f"  {r['replica_id'][:10]} GPUs unreadable: {r['gpu_error']}")
+        if r.get("precision"):  # what the replica chose for its engine, and why (serve_apps/engine_setup.py)
+            cpu = f" on {r['cpu_class']}" if r.get("cpu_class") else ""
+            print(f"  {r['replica_id'][:10]} engine {r['precision']}{cpu}; numerics {r.get('numerics') or '-'}")
+            for note in r.get("notes") or ():
+                print(f"    {note}")
+        if r.get("fault"):
+            print(f"  {r['replica_id'][:10]} NOT ROUTED: {r['fault']}")
     if not rows:
         print("(no replica has reported engine stats yet)")
     for model, golden in data.get("golden", {}).items():

@@ -104,7 +104,6 @@ class EngineSetup:
                 "unchecked", "no float32 reference for this model (spillover models prepare writes one)"
             )
         verdict = await check(client, self.reference, numerics, self.dtype)
-        self.notes.append(verdict.reason)
         if not verdict.routable and self.choice is not None and self.choice.auto and self.dtype == "bfloat16":
             assert self._memory is not None
             self._memory.record_bf16_failure(verdict.reason)

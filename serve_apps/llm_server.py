@@ -156,7 +156,7 @@ class SpilloverLLMServer(LLMServer):
             cpu_class=setup.caps.cpu_class if setup.caps else None,
             numerics=self._numerics.state,
             fault=self._engine_fault(busy=not idle, steps=reading.steps),
-            notes=(*setup.notes[:3], self._numerics.reason),
+            notes=(*setup.notes, self._numerics.reason),
         )
         self._last = stats
         return stats

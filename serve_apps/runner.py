@@ -153,6 +153,7 @@ def _wait_ready(base_url: str, timeout_s: float, say: Say, poll_s: float) -> Non
                 response = httpx.get(f"{base_url}/readyz", timeout=10)
                 if response.status_code == 200:
                     say(f"ready after {elapsed:.0f}s")
+                    _say_engines(base_url, say)
                     return
                 summary = f"readyz {response.status_code}: {response.text[:200]}"
             except httpx.HTTPError as exc:
@@ -161,3 +162,17 @@ def _wait_ready(base_url: str, timeout_s: float, say: Say, poll_s: float) -> Non
             say(f"  [{elapsed:4.0f}s] {summary}")
             last = summary
         time.sleep(poll_s)
+
+
+def _say_engines(base_url: str, say: Say) -> None:
+    """Each local replica's engine as it chose to run: precision and why, threads, numerics."""
+    try:
+        replicas = httpx.get(f"{base_url}/v1/spillover/cluster", timeout=10).json().get("replicas", [])
+    except (httpx.HTTPError, ValueError):
+        return  # an operator route behind auth: `spillover status` shows the same
+    for replica in replicas:
+        if not replica.get("precision"):
+            continue
+        say(f"  {replica['model']}: {replica['precision']}, numerics {replica.get('numerics')}")
+        for note in replica.get("notes") or ():
+            say(f"    {note}")
