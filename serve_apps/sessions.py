@@ -154,7 +154,7 @@ class Turn:
         if stored is None:
             self._history_view = {"store": "unavailable"}
             return
-        if label is not None:
+        if stored or label is not None:  # stored turns without a label count as the strictest (router/carried.py)
             self._labels.append(from_json(label, self._contract.tenant))
         supplied = supply(stored, self._sent, history_tokens)
         self._sent = supplied.new  # what the store gets after this turn (not what the client re-sent)

@@ -6,18 +6,20 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from cluster.config import parse_config
 from cluster.session_config import CompressSection
 from router.capabilities import local_target
 from router.carried import STRICTEST, Label, Origin, effective_label, from_json, label_of, restricted
 from router.compress import plan_compression
-from router.contract import RequestContract
+from router.contract import RequestContract, derive_contract
 from router.errors import NoCapableModel
 from router.session_id import pin_key
 from router.summary_cache import SummaryCache
 from router.tenant_lru import TenantLru
-from serve_apps.session_history import HistoryStore
-from serve_apps.session_pins import PinTable
+from serve_apps.session_history import HistoryClient, HistoryStore
+from serve_apps.session_pins import PinClient, PinTable
 from serve_apps.session_summaries import Summariser
+from serve_apps.sessions import Sessions
 from tests.fakes import FakeEngine
 from tests.unit.test_filters import CLOUD
 
@@ -147,3 +149,28 @@ async def test_a_kept_summary_is_reused_only_where_its_turns_may_go() -> None:
     assert engine.calls == []
     text, by, reused = await summariser.summary(turns, plan, "r2", BASE, key, CLOUD, label_of(BASE, TWO))
     assert (text, by, reused) == ("a fresh summary", "model:m", 0) and len(engine.calls) == 1
+
+
+async def test_carried_state_without_a_label_counts_as_the_strictest() -> None:
+    """A pin or stored turns that come without a label (written before labels, or damaged) never carry
+    the context anywhere it could not have gone: the turn runs as if they were local_only and L1."""
+
+    async def unlabelled_history(key: str) -> Any:
+        return [{"role": "user", "content": "an old turn"}], None
+
+    async def unlabelled_pin(key: str) -> Any:
+        return {"target": "local:m", "turns": 1, "switches": 0, "anchor": {"task": "an old turn"}}
+
+    async def nothing(*args: Any) -> Any:
+        return None
+
+    model = {"alias": "m", "source": "prepared:x", "family": "llama", "engine_args": {"max_model_len": 4096}}
+    config = parse_config({"models": [model], "sessions": {"store": True}}, "test")
+    body = {"model": "m", "messages": [{"role": "user", "content": "and now?"}]}
+    contract = derive_contract(body, {"x-spillover-session": "s1"}, config.policy)
+    for pins, history in (
+        (None, HistoryClient(unlabelled_history, nothing)),
+        (PinClient(unlabelled_pin, nothing, cache_s=0), None),
+    ):
+        turn = await Sessions(config, FakeEngine(), pins, history).open(contract, body, "r2")
+        assert turn.contract.carried is not None and turn.contract.local_only and turn.contract.carried.level == "L1"
