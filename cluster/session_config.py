@@ -43,9 +43,13 @@ class CompressSection(StrictModel):
 class SessionsSection(StrictModel):
     """Conversation continuity (router/sessions.py, serve_apps/sessions.py)."""
 
-    enabled: bool = Field(True, description="pin sessions (x-spillover-session, prompt_cache_key, ...) to a target")
+    enabled: bool = Field(True, description="pin sessions (x-spillover-session, metadata.session_id) to a target")
     ttl_s: float = Field(3600, gt=0, le=30 * 86400, description="a pin unused this long is forgotten")
-    max_sessions: int = Field(100_000, ge=1, description="pins kept (least recently used evicted first)")
+    max_sessions: int = Field(
+        100_000,
+        ge=1,
+        description="pins kept (evicted per tenant: the least recently used of the tenant holding the most)",
+    )
     cache_s: float = Field(
         1.0,
         ge=0,
@@ -63,7 +67,10 @@ class SessionsSection(StrictModel):
         65536, ge=1024, le=16 * 1024 * 1024, description="stored history per session (newest kept), as JSON bytes"
     )
     history_total_bytes: int = Field(
-        256 * 1024 * 1024, ge=1024 * 1024, description="stored history of all sessions (least recently used dropped)"
+        256 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="stored history of all sessions (evicted per tenant: the least recently used session of the "
+        "tenant holding the most bytes)",
     )
     anchor: AnchorSection = Field(AnchorSection(), description="the state carried to a new target on a switch")
     compress: CompressSection = Field(

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from router import contract_headers as h
+from router.carried import Label
 from router.errors import InvalidRequest
 from router.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
 from router.language import script_of
@@ -77,6 +78,12 @@ class RequestContract:
     inputs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)  # contract headers given
     language: str = "none"  # the prompt's script (router/language.py), a quality bucket's `lang`
     typing: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)  # how the scenario was typed
+    carried: Label | None = None  # what the turn's session carries, and where it may go (router/carried.py)
+
+    @property
+    def local_only(self) -> bool:
+        """Whether it may not leave the cluster: its own residency, or the context its session carries."""
+        return self.residency == "local_only" or (self.carried is not None and self.carried.residency == "local_only")
 
     @property
     def checks_output(self) -> bool:
@@ -120,6 +127,7 @@ class RequestContract:
             "tools": sorted(self.tool_schemas),
             "language": self.language,
             "typing": None if self.typing is None else dict(self.typing),
+            "carried": None if self.carried is None else self.carried.to_json(),
         }
 
 

@@ -21,10 +21,13 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── TenantConcurrencyExceeded 429  the tenant has max_concurrent requests in flight (`retry_after_s`)
         ├── TenantBudgetExceeded 402   the tenant's cloud spend this month reached its monthly_budget_usd
         ├── NoCapableModel       422   no configured target satisfies the request's contract
-        │   └── NoTargetFitsContext 400  ... and length is the only obstacle (code
-        │                                context_length_exceeded, what OpenAI clients expect)
-        │                              (tools, context, schema, residency, budget...); the body
-        │                              lists each candidate's reason under "reasons"
+        │   │                          (tools, context, schema, residency, budget...); the body
+        │   │                          lists each candidate's reason under "reasons"
+        │   ├── NoTargetFitsContext 400  ... and length is the only obstacle (code
+        │   │                            context_length_exceeded, what OpenAI clients expect)
+        │   └── CarriedContextRestricted 422  ... because the context its session carries may not
+        │                                go to the targets that could serve the turn (code
+        │                                carried_context_restricted; router/carried.py)
         ├── LocalCapacityExhausted 429 no local room before the deadline and the request may not
         │                              (or cannot) burst; carries `retry_after_s`
         ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
@@ -279,6 +282,14 @@ class NoTargetFitsContext(NoCapableModel):
 
     status_code = 400
     code = "context_length_exceeded"
+
+
+class CarriedContextRestricted(NoCapableModel):
+    """A turn of a session whose carried context (anchor, summaries, stored history) may go only to
+    targets none of which can serve the turn: refused rather than sent elsewhere or dropped. The
+    message names the turns the constraints came from (router/carried.py)."""
+
+    code = "carried_context_restricted"
 
 
 class ContractViolation(UpstreamError):

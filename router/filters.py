@@ -11,6 +11,9 @@ reason first:
     residency            local_only → local targets only; a region list → the target's region in it
                          (local targets carry the cluster's region, "local" unless configured)
     data_policy          L1 → on_prem or no_retention; L2 and L3 → any configured policy
+    carried              the context the request's session carries (anchor, summaries, stored history)
+                         goes only where the turns it came from could: their residency, providers,
+                         allowed_targets and L1's data policy (router/carried.py), the turn named
     context              estimated prompt + max_tokens must fit the context window (0 = unknown)
     max_output           the client's max_tokens within the target's output limit
     tools / parallel_tools / structured_output (json_schema, json_object) / streaming / modalities
@@ -26,13 +29,14 @@ unavailable, not as incapable (router/pipeline.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fnmatch import fnmatchcase
 
 from router.budget import ceiling_refusal
 from router.capabilities import Target
+from router.carried import Label
 from router.contract import RequestContract
-from router.plugins import Filter, TargetState
+from router.plugins import UNKNOWN_STATE, Filter, TargetState
 
 Check = Callable[[RequestContract, Target, TargetState], str | None]
 
@@ -86,6 +90,29 @@ def data_policy(contract: RequestContract, target: Target, state: TargetState) -
     if contract.level != "L1" or target.caps.data_policy in L1_DATA_POLICIES:
         return None
     return f"data policy {target.caps.data_policy!r} not allowed at L1 (needs on_prem or no_retention)"
+
+
+def carried_refusal(label: Label, contract: RequestContract, target: Target) -> str | None:
+    """Why `target` may not receive context labelled `label` (None: it may): the residency, providers,
+    data policy and allowed_targets checks above, applied to the label's constraints."""
+    probe = replace(
+        contract, level=label.level, residency=label.residency, allowed_providers=label.providers, carried=None
+    )
+    checks = (("residency", residency), ("providers", providers), ("level", data_policy))
+    found = next(((dim, why) for dim, check in checks if (why := check(probe, target, UNKNOWN_STATE))), None)
+    for group in label.targets if found is None else ():
+        origin = label.origin("targets")
+        scenario = replace(probe, allowed_target_patterns=group, scenario=origin.scenario)
+        if (why := allowed_targets(scenario, target, UNKNOWN_STATE)) is not None:
+            found = ("targets", why)
+            break
+    if found is None:
+        return None
+    return f"the context this session carries from {label.origin(found[0]).describe()} may not go here: {found[1]}"
+
+
+def carried(contract: RequestContract, target: Target, state: TargetState) -> str | None:
+    return None if contract.carried is None else carried_refusal(contract.carried, contract, target)
 
 
 def context(contract: RequestContract, target: Target, state: TargetState) -> str | None:
@@ -159,6 +186,7 @@ DEFAULT_FILTERS: tuple[Filter, ...] = tuple(
         providers,
         residency,
         data_policy,
+        carried,
         context,
         max_output,
         tools,

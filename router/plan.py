@@ -4,7 +4,9 @@ Pure, like the rest of router/. Order matters:
 
 1. `run_pipeline` removes every target that cannot honour the request's contract (context,
    tools, schema, residency, data policy, cost, ...). Nothing capable → 422 no_capable_model
-   (400 context_length_exceeded when length is the only obstacle), never a truncated answer.
+   (400 context_length_exceeded when length is the only obstacle; 422 carried_context_restricted
+   when the context the request's session carries may not go where it could be served), never a
+   truncated answer.
    Targets whose health is red/black or whose breaker is open (`unavailable`) stay out of the
    tiers; the record lists them as unavailable.
 2. If the local model is not capable (or unavailable) (e.g. the request needs tools it lacks), the request goes to
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 
 from router.burst import BurstInputs, Route, decide
 from router.capabilities import Registry, Target, is_local_id
+from router.carried import restricted
 from router.contract import RequestContract
 from router.errors import NoTargetFitsContext, TargetUnavailable
 from router.pipeline import PipelineResult, no_capable_model, run_pipeline
@@ -85,6 +88,8 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         error = no_capable_model(result, contract.model)
         if result.removed and all(r.filter == "context" for r in result.removed):
             raise NoTargetFitsContext(error.message, reasons=error.reasons)
+        if contract.carried is not None and any(r.filter == "carried" for r in result.removed):
+            raise restricted(contract.carried, error)  # the carried-state rule (router/carried.py)
         raise error
     by_id = {t.id: t for t in targets}
     local = by_id[result.tiers[0][0]] if result.tiers[0] else None
@@ -113,7 +118,7 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         inflight=inputs.inflight,
         admission_limit=inputs.admission_limit,
         admission_detail=inputs.admission_detail,
-        local_only=contract.residency == "local_only",
+        local_only=contract.local_only,
         providers=tuple(t.provider or "" for t in cloud),
     )
     decision = decide(burst, snapshot, now, latched)

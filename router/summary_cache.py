@@ -7,21 +7,26 @@ summary a model wrote and which messages it covers (how many, and one digest of 
 turn whose summarised run starts with exactly those messages reuses it — for the whole run, without
 asking the summariser at all; for a longer run, the summariser gets that summary and only the newer
 turns (`incremental_transcript`), not the whole transcript again. An extractive summary (the
-summariser did not answer) is never kept. At most `max_sessions` summaries are kept (least recently
-used dropped first), each a summary of at most `sessions.compress.summary_tokens` (a few hundred
-bytes by default) and a digest; each gateway replica keeps its own.
+summariser did not answer) is never kept. A kept summary holds its turns' text, so it keeps their
+label (router/carried.py): the caller reuses it only for a target that label admits, and writes a
+new one otherwise. At most `max_sessions` summaries are kept, evicted per tenant (the least recently
+used of the tenant holding the most: router/tenant_lru.py), each a summary of at most
+`sessions.compress.summary_tokens` (a few hundred bytes by default) and a digest; each gateway
+replica keeps its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from router.carried import Label
 from router.compress import CompressionPlan, transcript
+from router.session_id import tenant_of_key
+from router.tenant_lru import TenantLru
 
 EARLIER = "Summary of the turns before these: "
 
@@ -32,6 +37,7 @@ class KeptSummary:
     by: str  # model:<alias>
     count: int  # the summarised messages it covers: the first `count` of the run
     digest: str  # of those messages
+    label: Label  # the constraints of the turns it summarises (router/carried.py)
 
 
 def run_digest(messages: Sequence[Any]) -> str:
@@ -45,25 +51,24 @@ def run_digest(messages: Sequence[Any]) -> str:
 
 class SummaryCache:
     def __init__(self, max_sessions: int = 10_000) -> None:
-        self._max = max_sessions
-        self._kept: OrderedDict[str, KeptSummary] = OrderedDict()
+        self._kept: TenantLru[KeptSummary] = TenantLru(max_sessions, tenant_of_key)
 
     def __len__(self) -> int:
         return len(self._kept)
 
+    def held(self, tenant: str) -> int:
+        return self._kept.held(tenant)
+
     def find(self, key: str, run: Sequence[Any]) -> KeptSummary | None:
         """The kept summary of session `key` when it covers the first messages of `run` (or all of it)."""
-        kept = self._kept.get(key)
+        kept = self._kept.peek(key)
         if kept is None or kept.count > len(run) or run_digest(run[: kept.count]) != kept.digest:
             return None
-        self._kept.move_to_end(key)
+        self._kept.get(key)  # now the most recently used
         return kept
 
-    def keep(self, key: str, text: str, by: str, run: Sequence[Any]) -> None:
-        self._kept[key] = KeptSummary(text, by, len(run), run_digest(run))
-        self._kept.move_to_end(key)
-        while len(self._kept) > self._max:
-            self._kept.popitem(last=False)
+    def keep(self, key: str, text: str, by: str, run: Sequence[Any], label: Label) -> None:
+        self._kept.put(key, KeptSummary(text, by, len(run), run_digest(run), label))
 
 
 def incremental_transcript(kept: KeptSummary, messages: Sequence[Any], plan: CompressionPlan, max_chars: int) -> str:

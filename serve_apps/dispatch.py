@@ -248,7 +248,7 @@ class Dispatcher:
 
     def _candidates(self, plan: Plan, contract: RequestContract) -> list[tuple[Target, str]]:
         if plan.route == "local" and plan.local is not None:
-            fallback = [] if contract.residency == "local_only" else [(t, "") for t in plan.cloud]
+            fallback = [] if contract.local_only else [(t, "") for t in plan.cloud]
             return [(plan.local, plan.reason), *fallback]
         last = [(plan.local, "")] if plan.local_last and plan.local is not None else []
         return [(t, plan.reason if i == 0 else "") for i, t in enumerate(plan.cloud)] + last

@@ -10,7 +10,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from serve_apps.session_history import GetHistory, HistoryStore, Messages, PutHistory
+from serve_apps.session_history import GetHistory, HistoryStore, Messages, PutHistory, Stored
 from serve_apps.session_pins import Get, PinTable, Put, Record, SetAnchor
 from serve_apps.telemetry_board import HEAD_NODE
 
@@ -45,11 +45,11 @@ def kill_pins() -> None:
 
 
 def ray_history(actor: ActorHandle) -> tuple[GetHistory, PutHistory]:
-    async def get(key: str) -> Messages:
+    async def get(key: str) -> Stored:
         return await actor.get.remote(key)
 
-    async def put(key: str, messages: Messages) -> None:
-        await actor.put.remote(key, messages)
+    async def put(key: str, messages: Messages, label: Mapping[str, Any]) -> None:
+        await actor.put.remote(key, messages, label)
 
     return get, put
 
@@ -58,10 +58,12 @@ def ray_pins(actor: ActorHandle) -> tuple[Get, Put, SetAnchor]:
     async def get(key: str) -> Record | None:
         return await actor.get.remote(key)
 
-    async def put(key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
-        return await actor.record.remote(key, expected, target, anchor)
+    async def put(
+        key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None, label: Mapping[str, Any]
+    ) -> Record:
+        return await actor.record.remote(key, expected, target, anchor, label)
 
-    async def set_anchor(key: str, target: str, anchor: Mapping[str, Any]) -> bool:
-        return bool(await actor.set_anchor.remote(key, target, anchor))
+    async def set_anchor(key: str, target: str, anchor: Mapping[str, Any], label: Mapping[str, Any]) -> bool:
+        return bool(await actor.set_anchor.remote(key, target, anchor, label))
 
     return get, put, set_anchor

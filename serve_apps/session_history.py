@@ -1,10 +1,13 @@
 """Server-side session history (`sessions.store: true`): the stored turns of each session.
 
 `HistoryStore` keeps, per pin key (tenant, model alias, session: router/session_id.py), the session's
-messages as router/history.py bounds them (`sessions.history_max_bytes` each), at most
-`sessions.history_total_bytes` in all (least recently used sessions evicted first), and forgets a
-session unused for `sessions.ttl_s`. In a deployment it is a named, detached Ray actor on the head node
-next to the pin table (serve_apps/session_actor.py), so every gateway replica reads the same history.
+messages as router/history.py bounds them (`sessions.history_max_bytes` each) and their label
+(router/carried.py: the strictest constraints of the turns they came from, JSON; every write joins
+it with the stored one, so it only gets stricter while the session lives). It holds at most
+`sessions.history_total_bytes` in all, evicted per tenant (the least recently used session of the
+tenant holding the most bytes: router/tenant_lru.py), and forgets a session unused for
+`sessions.ttl_s`. In a deployment it is a named, detached Ray actor on the head node next to the pin
+table (serve_apps/session_actor.py), so every gateway replica reads the same history and label.
 
 `HistoryClient` is a replica's side: no cache (each turn reads the newest history), and a store that
 does not answer within `timeout_s` costs the turn its stored history, never the turn itself (the
@@ -17,13 +20,18 @@ import asyncio
 import json
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+
+from router.carried import from_json
+from router.session_id import tenant_of_key
+from router.tenant_lru import TenantLru
 
 log = logging.getLogger("spillover.sessions")
 
 Messages = list[Any]
+Stored = tuple[Messages, dict[str, Any] | None]  # the messages and their label (None: nothing stored)
+Kept = tuple[float, Messages, dict[str, Any], int]  # used at, messages, label, bytes
 
 
 class HistoryStore:
@@ -31,48 +39,55 @@ class HistoryStore:
         self._clock = clock
         self._ttl_s = ttl_s
         self._total_bytes = total_bytes
-        self._kept: OrderedDict[str, tuple[float, Messages, int]] = OrderedDict()
-        self.bytes_kept = 0
+        self._kept: TenantLru[Kept] = TenantLru(total_bytes, tenant_of_key, size=lambda kept: kept[3])
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def get(self, key: str) -> Messages:
-        kept = self._kept.get(key)
-        if kept is None:
-            return []
-        if self._clock() - kept[0] > self._ttl_s:
-            self._drop(key)
-            return []
-        self._kept.move_to_end(key)
-        return list(kept[1])
+    @property
+    def bytes_kept(self) -> int:
+        return self._kept.total
 
-    def put(self, key: str, messages: Messages) -> None:
+    def held(self, tenant: str) -> int:
+        """The bytes one tenant's sessions hold ("" without auth)."""
+        return self._kept.held(tenant)
+
+    def _live(self, key: str) -> Kept | None:
+        kept = self._kept.peek(key)
+        if kept is not None and self._clock() - kept[0] > self._ttl_s:
+            self._kept.pop(key)
+            return None
+        return kept
+
+    def get(self, key: str) -> Stored:
+        if self._live(key) is None:
+            return [], None
+        _, messages, label, _ = self._kept.get(key)  # type: ignore[misc]
+        return list(messages), dict(label)
+
+    def put(self, key: str, messages: Messages, label: Mapping[str, Any]) -> None:
+        """The session's messages, their label joined with the stored one."""
         size = len(json.dumps(messages, separators=(",", ":"), ensure_ascii=False, default=str).encode())
-        self._drop(key)
+        tenant = tenant_of_key(key) or None
+        joined = from_json(label, tenant)
+        if (before := self._live(key)) is not None:
+            joined = from_json(before[2], tenant).join(joined)
+        self._kept.pop(key)
         if size > self._total_bytes:
             return
-        self._kept[key] = (self._clock(), list(messages), size)
-        self.bytes_kept += size
-        while self.bytes_kept > self._total_bytes:
-            self._drop(next(iter(self._kept)))
-
-    def _drop(self, key: str) -> None:
-        kept = self._kept.pop(key, None)
-        if kept is not None:
-            self.bytes_kept -= kept[2]
+        self._kept.put(key, (self._clock(), list(messages), joined.to_json(), size))
 
 
-GetHistory = Callable[[str], Awaitable[Messages]]
-PutHistory = Callable[[str, Messages], Awaitable[None]]
+GetHistory = Callable[[str], Awaitable[Stored]]
+PutHistory = Callable[[str, Messages, Mapping[str, Any]], Awaitable[None]]
 
 
 def local_history(store: HistoryStore) -> tuple[GetHistory, PutHistory]:
-    async def get(key: str) -> Messages:
+    async def get(key: str) -> Stored:
         return store.get(key)
 
-    async def put(key: str, messages: Messages) -> None:
-        store.put(key, messages)
+    async def put(key: str, messages: Messages, label: Mapping[str, Any]) -> None:
+        store.put(key, messages, label)
 
     return get, put
 
@@ -84,8 +99,9 @@ class HistoryClient:
         self._timeout_s = timeout_s
         self.failures = 0
 
-    async def read(self, key: str) -> Messages | None:
-        """The stored messages ([] for a new session); None when the store did not answer."""
+    async def read(self, key: str) -> Stored | None:
+        """The stored messages and their label (([], None) for a new session); None when the store did
+        not answer."""
         try:
             return await asyncio.wait_for(self._get(key), self._timeout_s)
         except Exception as exc:  # noqa: BLE001 -- the store being away costs the history, not the turn
@@ -93,9 +109,9 @@ class HistoryClient:
             log.warning("session history unavailable: %s", type(exc).__name__)
             return None
 
-    async def write(self, key: str, messages: Messages) -> bool:
+    async def write(self, key: str, messages: Messages, label: Mapping[str, Any]) -> bool:
         try:
-            await asyncio.wait_for(self._put(key, messages), self._timeout_s)
+            await asyncio.wait_for(self._put(key, messages, label), self._timeout_s)
         except Exception as exc:  # noqa: BLE001 -- see read
             self.failures += 1
             log.warning("session history not stored: %s", type(exc).__name__)

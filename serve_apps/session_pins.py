@@ -1,9 +1,12 @@
 """Where sessions are pinned: one table shared by every gateway replica, and each replica's cache of it.
 
 `PinTable` maps a pin key (tenant, model alias, session id: router/session_id.py) to the session's
-record — its target id, when it was pinned there, its turns and switches, and its state anchor
-(router/anchor.py, at most `sessions.anchor.max_bytes`). It holds at most `max_sessions` records
-(least recently used evicted first) and forgets one unused for `ttl_s` (`sessions.ttl_s`).
+record — its target id, when it was pinned there, its turns and switches, its state anchor
+(router/anchor.py, at most `sessions.anchor.max_bytes`) and the anchor's label (router/carried.py:
+the strictest constraints of the turns it came from, JSON; every write joins it with the stored
+one, so it only gets stricter). It holds at most `max_sessions` records, evicted per tenant (the
+least recently used of the tenant holding the most: router/tenant_lru.py), and forgets one unused
+for `ttl_s` (`sessions.ttl_s`).
 
 In a deployment the table lives in a named, detached Ray actor on the head node
 (serve_apps/session_actor.py, like the telemetry board and the breaker exchange), so pins survive a
@@ -27,6 +30,10 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from router.carried import from_json
+from router.session_id import tenant_of_key
+from router.tenant_lru import TenantLru
+
 log = logging.getLogger("spillover.sessions")
 
 Record = dict[str, Any]
@@ -38,66 +45,76 @@ class PinTable:
     ) -> None:
         self._clock = clock
         self._ttl_s = ttl_s
-        self._max = max_sessions
-        self._records: OrderedDict[str, Record] = OrderedDict()
+        self._records: TenantLru[Record] = TenantLru(max_sessions, tenant_of_key)
 
     def __len__(self) -> int:
         return len(self._records)
 
+    def held(self, tenant: str) -> int:
+        """The records one tenant holds ("" without auth)."""
+        return self._records.held(tenant)
+
     def _live(self, key: str) -> Record | None:
-        record = self._records.get(key)
+        record = self._records.peek(key)
         if record is None:
             return None
         if self._clock() - record["used_at"] > self._ttl_s:
-            del self._records[key]
+            self._records.pop(key)
             return None
         return record
 
     def get(self, key: str) -> Record | None:
-        record = self._live(key)
-        if record is None:
+        if self._live(key) is None:
             return None
-        self._records.move_to_end(key)
-        return dict(record)
+        return dict(self._records.get(key) or {})
 
-    def record(self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
-        """One answered turn on `target`; the pin moves only if it still points at `expected` (None:
-        no pin). Returns the stored record (another replica's pin when it got there first)."""
+    def record(
+        self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None, label: Mapping[str, Any]
+    ) -> Record:
+        """One answered turn on `target`, whose context is labelled `label` (router/carried.py); the pin
+        moves only if it still points at `expected` (None: no pin). Returns the stored record (another
+        replica's pin when it got there first: its anchor stands, the label is joined all the same)."""
         now = self._clock()
         current = self._live(key)
-        if current is not None and current["target"] != expected:
-            return dict(current)  # moved (or pinned) meanwhile by another replica: theirs stands
+        if current is not None and current["target"] != expected:  # moved (or pinned) meanwhile by another replica
+            current = {**current, "label": _joined(key, current.get("label"), label)}
+            self._records.put(key, current)
+            return dict(current)
         if current is None:
             current = {"target": target, "since": now, "turns": 0, "switches": 0, "anchor": {}}
         elif current["target"] != target:
             current = {**current, "target": target, "since": now, "switches": current["switches"] + 1}
         current = {**current, "turns": current["turns"] + 1, "used_at": now}
+        current["label"] = _joined(key, current.get("label"), label)
         if anchor is not None:
             current["anchor"] = dict(anchor)
-        self._records[key] = current
-        self._records.move_to_end(key)
-        while len(self._records) > self._max:
-            self._records.popitem(last=False)
+        self._records.put(key, current)
         return dict(current)
 
-    def set_anchor(self, key: str, target: str, anchor: Mapping[str, Any]) -> bool:
+    def set_anchor(self, key: str, target: str, anchor: Mapping[str, Any], label: Mapping[str, Any]) -> bool:
         """The anchor of a turn whose answer came after its pin was stored (a stream's); only while the
         session is still pinned to `target`. False when it is not (moved, or forgotten)."""
         current = self._live(key)
         if current is None or current["target"] != target:
             return False
-        self._records[key] = {**current, "anchor": dict(anchor)}
+        joined = _joined(key, current.get("label"), label)
+        self._records.put(key, {**current, "anchor": dict(anchor), "label": joined})
         return True
 
     def reset(self) -> int:
-        dropped = len(self._records)
-        self._records.clear()
-        return dropped
+        return self._records.clear()
+
+
+def _joined(key: str, stored: Any, label: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored label joined with a turn's (a stored one that cannot be read counts as the strictest)."""
+    tenant = tenant_of_key(key) or None
+    new = from_json(label, tenant)
+    return new.to_json() if stored is None else from_json(stored, tenant).join(new).to_json()
 
 
 Get = Callable[[str], Awaitable[Record | None]]
-Put = Callable[[str, str | None, str, Mapping[str, Any] | None], Awaitable[Record]]
-SetAnchor = Callable[[str, str, Mapping[str, Any]], Awaitable[bool]]
+Put = Callable[[str, str | None, str, Mapping[str, Any] | None, Mapping[str, Any]], Awaitable[Record]]
+SetAnchor = Callable[[str, str, Mapping[str, Any], Mapping[str, Any]], Awaitable[bool]]
 
 
 def local_pins(table: PinTable) -> tuple[Get, Put, SetAnchor]:
@@ -106,11 +123,13 @@ def local_pins(table: PinTable) -> tuple[Get, Put, SetAnchor]:
     async def get(key: str) -> Record | None:
         return table.get(key)
 
-    async def put(key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None) -> Record:
-        return table.record(key, expected, target, anchor)
+    async def put(
+        key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None, label: Mapping[str, Any]
+    ) -> Record:
+        return table.record(key, expected, target, anchor, label)
 
-    async def set_anchor(key: str, target: str, anchor: Mapping[str, Any]) -> bool:
-        return table.set_anchor(key, target, anchor)
+    async def set_anchor(key: str, target: str, anchor: Mapping[str, Any], label: Mapping[str, Any]) -> bool:
+        return table.set_anchor(key, target, anchor, label)
 
     return get, put, set_anchor
 
@@ -158,10 +177,10 @@ class PinClient:
         return record, True
 
     async def record(
-        self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None
+        self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None, label: Mapping[str, Any]
     ) -> Record | None:
         try:
-            stored = await asyncio.wait_for(self._put(key, expected, target, anchor), self._timeout_s)
+            stored = await asyncio.wait_for(self._put(key, expected, target, anchor, label), self._timeout_s)
         except Exception as exc:  # noqa: BLE001 -- see lookup
             self.failures += 1
             log.warning("session pin not stored: %s", type(exc).__name__)
@@ -170,17 +189,18 @@ class PinClient:
         self._keep(key, stored)
         return stored
 
-    async def set_anchor(self, key: str, target: str, anchor: Mapping[str, Any]) -> bool:
-        """Replace the anchor of a session still pinned to `target` (False: not stored)."""
+    async def set_anchor(self, key: str, target: str, anchor: Mapping[str, Any], label: Mapping[str, Any]) -> bool:
+        """Replace the anchor of a session still pinned to `target`, joining its label (False: not stored)."""
         if self._set_anchor is None:
             return False
         try:
-            stored = await asyncio.wait_for(self._set_anchor(key, target, anchor), self._timeout_s)
+            stored = await asyncio.wait_for(self._set_anchor(key, target, anchor, label), self._timeout_s)
         except Exception as exc:  # noqa: BLE001 -- see lookup
             self.failures += 1
             log.warning("session anchor not stored: %s", type(exc).__name__)
             return False
         cached = self._cache.get(key)
         if stored and cached is not None and cached[1] is not None and cached[1].get("target") == target:
-            self._cache[key] = (cached[0], {**cached[1], "anchor": dict(anchor)})
+            joined = _joined(key, cached[1].get("label"), label)
+            self._cache[key] = (cached[0], {**cached[1], "anchor": dict(anchor), "label": joined})
         return bool(stored)

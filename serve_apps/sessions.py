@@ -2,21 +2,24 @@
 
 One `Turn` per request that names a session (router/session_id.py), in this order:
 
-1. `Sessions.open` reads the session's record through the replica's pin cache (serve_apps/session_pins.py).
+1. `Sessions.open` reads the session's record through the replica's pin cache (serve_apps/session_pins.py)
+   and, with `sessions.store`, its stored turns; the labels both carry (router/carried.py) are joined
+   into the turn's contract (`RequestContract.carried`): the turn may go only where the turns its
+   session carries could (the carried-state rule, docs/security.md).
 2. `Turn.planner` wraps the dispatcher's plan: when nothing can take the whole history (a 400
    context_length_exceeded, or a wait because the only other targets' windows are too small), or the
    pinned target's window is what keeps it out, it plans again with the history as short as
    compression can make it; then router/sessions.py's
    `decide_pin` keeps the session on its pinned target or switches it (the scenario's `switch`).
    Every re-plan of a wait for local room goes through the same wrapper.
-3. `Turn.body_for(target, body)`, before each attempt: on a target other than the pinned one the
-   session's anchor is added as a system message (router/anchor.py), and a history that does not
-   fit the target's window is compressed (router/compress.py): the older turns are summarised by
-   `sessions.compress.summariser` (a local model; the request's own by default) or, when it cannot
-   answer within `summary_timeout_s`, by the start of each turn. A summary a model wrote is kept per
-   session (router/summary_cache.py): a later turn reuses it for the turns it covers.
+3. `Turn.body_for(target, body)`, before each attempt: a history that does not fit the target's
+   window is compressed (router/compress.py; the summary: serve_apps/session_summaries.py), and on a
+   target other than the pinned one the session's anchor is added after the client's system
+   messages (router/anchor.py). Both are user messages: their text is the client's, never a system
+   prompt.
 4. `Turn.close` stores the pin (compare-and-set) with the anchor updated from a validated JSON
-   answer, and `Turn.view()` is the decision record's `session` field. A streamed answer is known
+   answer and the label of the turn (its own constraints joined with what it carried), and
+   `Turn.view()` is the decision record's `session` field. A streamed answer is known
    only when its stream ends: `Turn.stream_ended` (called from serve_apps/dispatch_streams.py) then
    updates the anchor and the stored history with it, as `close` does for a complete answer.
 """
@@ -27,42 +30,31 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from functools import reduce
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.anchor import update_anchor, with_anchor
+from router.anchor import anchor_message, update_anchor, with_anchor
 from router.capabilities import Target
-from router.compress import (
-    CompressionPlan,
-    compressed,
-    extractive_summary,
-    floor_tokens,
-    message_tokens,
-    plan_compression,
-    transcript,
-)
-from router.contract import CHARS_PER_TOKEN, RequestContract, estimate_prompt_tokens
+from router.carried import Label, Origin, effective_label, from_json
+from router.compress import compressed, floor_tokens, message_tokens, plan_compression
+from router.contract import RequestContract, estimate_prompt_tokens
 from router.decision import Attempt
-from router.errors import NoTargetFitsContext
+from router.errors import NoCapableModel
 from router.headers import CONTRACT
 from router.history import grown, supply
 from router.plan import Plan
 from router.session_id import pin_key
 from router.sessions import PinDecision, after_failover, decide_pin
-from router.summary_cache import SummaryCache, incremental_transcript
 from router.tool_calls import StreamedMessage
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch_types import Dispatched
-from serve_apps.session_history import HistoryClient, HistoryStore, local_history
+from serve_apps.session_history import HistoryClient, HistoryStore, Stored, local_history
 from serve_apps.session_pins import PinClient, PinTable, Record, local_pins
+from serve_apps.session_summaries import Summariser, answer_message, answer_text, kept_answer, message_text
 from serve_apps.stream_account import StreamEnd
 
 log = logging.getLogger("spillover.sessions")
-
-SUMMARISE = (
-    "Summarise the conversation below for another assistant that will continue it. Keep the task, "
-    "decisions, names and numbers; at most {words} words."
-)
 
 
 class Sessions:
@@ -86,7 +78,7 @@ class Sessions:
             store = HistoryStore(ttl_s=self._settings.ttl_s, total_bytes=self._settings.history_total_bytes)
             history = HistoryClient(*local_history(store))
         self.history = history if self._settings.store else None
-        self.summaries = SummaryCache()  # this replica's summaries of sessions' older turns
+        self.summariser = Summariser(local, self._settings.compress)  # this replica's kept summaries
         self.pending: set[asyncio.Task[None]] = set()  # streamed answers being stored (Turn.stream_ended)
 
     async def open(self, contract: RequestContract, body: Mapping[str, Any], request_id: str) -> Turn:
@@ -97,65 +89,20 @@ class Sessions:
         turn = Turn(key, self, contract, body, request_id, record, answered)
         if self.history is not None and isinstance(body.get("messages"), list):
             turn.supply(await self.history.read(key), self._settings.history_tokens)
+        turn.carry()
         return turn
 
-    async def summary(
-        self, messages: list[Any], plan: CompressionPlan, request_id: str, model: str, key: str
-    ) -> tuple[str, str, int]:
-        """(the summary of the planned turns, who wrote it: model:<alias> | extractive, how many of the
-        turns a kept summary covered)."""
-        settings = self._settings.compress
-        run = messages[plan.start : plan.end]
-        kept = self.summaries.find(key, run)
-        if kept is not None and kept.count == len(run):
-            return kept.text, kept.by, kept.count
-        alias = settings.summariser or model
-        words = settings.summary_tokens * 3 // 4
-        told = incremental_transcript(kept, messages, plan, 6000) if kept else transcript(messages, plan, 6000)
-        body = {
-            "model": alias,
-            "messages": [
-                {"role": "system", "content": SUMMARISE.format(words=words)},
-                {"role": "user", "content": told},
-            ],
-            "max_tokens": settings.summary_tokens,
-            "temperature": 0,
-        }
-        try:
-            reply = await asyncio.wait_for(
-                self._local.call(alias, "chat", body, f"{request_id}-summary"), settings.summary_timeout_s
-            )
-            text = _answer_text(reply.body)
-            if text:
-                text = text[: settings.summary_tokens * CHARS_PER_TOKEN]  # what compressed() keeps of it
-                self.summaries.keep(key, text, f"model:{alias}", run)
-                return text, f"model:{alias}", kept.count if kept else 0
-        except Exception as exc:  # noqa: BLE001 -- a summariser that fails leaves the extractive summary
-            log.warning("summariser %s did not answer: %s", alias, type(exc).__name__)
-        return extractive_summary(messages, plan, settings.summary_tokens), "extractive", 0
+
+def _length_bound(error: NoCapableModel) -> bool:
+    """Whether only the context window (and what the session carries) kept every target out: then a
+    compressed history may still fit."""
+    filters = {r.get("filter") for r in error.reasons}
+    return "context" in filters and filters <= {"context", "carried"}
 
 
-def _answer_message(body: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    try:
-        message = body["choices"][0]["message"] if body is not None else None
-    except (KeyError, IndexError, TypeError):
-        return None
-    return _kept(message) if isinstance(message, Mapping) else None
-
-
-def _answer_text(body: Mapping[str, Any] | None) -> str | None:
-    message = _answer_message(body)
-    return _text(message) if message is not None else None
-
-
-def _kept(message: Mapping[str, Any]) -> dict[str, Any]:
-    """An answer as a session keeps it: its role, content and tool calls."""
-    return {k: message[k] for k in ("role", "content", "tool_calls") if message.get(k) is not None}
-
-
-def _text(message: Mapping[str, Any]) -> str | None:
-    content = message.get("content")
-    return content.strip() if isinstance(content, str) else None
+def _own(label: Any, tenant: str | None) -> bool:
+    """Whether a stored label is of `tenant`'s turns (one that cannot be read is taken as `tenant`'s, strictest)."""
+    return from_json(label, tenant).tenant == tenant
 
 
 class Turn:
@@ -175,7 +122,15 @@ class Turn:
         self._contract = contract
         self._messages = body.get("messages") if isinstance(body.get("messages"), list) else None
         self._request_id = request_id
+        if record is not None and not _own(record.get("label"), contract.tenant):
+            log.warning("session pin of another tenant ignored")  # keys hold the tenant: never expected
+            record = None
         self._record = record
+        # the labels of what the session carries (router/carried.py): the pin's anchor, the stored history
+        self._labels: list[Label] = [from_json(record.get("label"), contract.tenant)] if record else []
+        turns = record["turns"] + 1 if record else (1 if answered else None)
+        self._origin = Origin(request_id, contract.scenario, turns)
+        self._label: dict[str, Any] | None = None  # after close: the label this turn left
         self._table_answered = answered
         self._pinned: str | None = record["target"] if record else None
         self._anchor: dict[str, Any] = dict(record.get("anchor") or {}) if record else {}
@@ -189,12 +144,18 @@ class Turn:
         self._history_view: dict[str, Any] | None = None
         self._answered: tuple[str, list[Any] | None] | None = None  # after close: the target, the stored history
 
-    def supply(self, stored: list[Any] | None, history_tokens: int) -> None:
+    def supply(self, read: Stored | None, history_tokens: int) -> None:
         """Put the session's stored turns in front of the client's (sessions.store; router/history.py)."""
+        stored, label = read if read is not None else (None, None)
+        if label is not None and not _own(label, self._contract.tenant):
+            log.warning("session history of another tenant ignored")  # keys hold the tenant: never expected
+            stored, label = [], None
         self._sent, self._history = list(self._messages or []), stored
         if stored is None:
             self._history_view = {"store": "unavailable"}
             return
+        if stored or label is not None:  # stored turns without a label count as the strictest (router/carried.py)
+            self._labels.append(from_json(label, self._contract.tenant))
         supplied = supply(stored, self._sent, history_tokens)
         self._sent = supplied.new  # what the store gets after this turn (not what the client re-sent)
         self._messages = supplied.messages
@@ -206,6 +167,12 @@ class Turn:
         self._history_view = {"supplied": supplied.supplied, "dropped": supplied.dropped, "tokens": supplied.tokens}
         if supplied.resent:
             self._history_view["resent"] = supplied.resent
+
+    def carry(self) -> None:
+        """The turn's contract joined with the labels of what its session carries (the carried-state rule)."""
+        if self._labels:
+            carried = reduce(Label.join, self._labels)
+            self.contract = self._contract = replace(self._contract, carried=carried)
 
     @property
     def active(self) -> bool:
@@ -241,8 +208,8 @@ class Turn:
         floor = self._floor()
         try:
             made: Plan | None = plan(self._contract)
-        except NoTargetFitsContext:
-            if floor is None or floor >= self._contract.est_prompt_tokens:
+        except NoCapableModel as error:
+            if not _length_bound(error) or floor is None or floor >= self._contract.est_prompt_tokens:
                 raise
             made = None
         cut = made.pipeline.removed if made is not None else ()
@@ -265,25 +232,28 @@ class Turn:
             return {**body, "messages": self._prepared[target.id][0]["messages"]}
         messages: list[Any] = list(self._messages)
         done: dict[str, Any] = {"target": target.id}
-        if self._pinned is not None and target.id != self._pinned and self._anchor:
-            messages = with_anchor(messages, self._anchor)
-            done["anchor"] = True
+        anchored = self._pinned is not None and target.id != self._pinned and bool(self._anchor)
         window = target.caps.context_window
         if window:
             compress = self._settings.compress
             # the contract's estimate also counts the tool definitions: they stay, so the messages get the rest
             others = max(0, self._contract.est_prompt_tokens - sum(message_tokens(m) for m in self._messages))
-            budget = window - self._contract.max_output_tokens - others
+            anchor = message_tokens(anchor_message(self._anchor)) if anchored else 0
+            budget = window - self._contract.max_output_tokens - others - anchor
             plan = plan_compression(
                 messages, budget, keep_last=compress.keep_last, summary_tokens=compress.summary_tokens
             )
             if plan.needed and plan.fits:
-                model, rid = self._contract.model, self._request_id
-                summary, by, reused = await self._sessions.summary(messages, plan, rid, model, self._key or "")
+                summary, by, reused = await self._sessions.summariser.summary(
+                    messages, plan, self._request_id, self.contract, self._key or "", target, self._left()
+                )
                 messages = compressed(messages, plan, summary, compress.summary_tokens)
                 done["compression"] = {**plan.view(), "summary_by": by}
                 if reused:
                     done["compression"]["summary_reused"] = reused
+        if anchored:  # after the client's system messages, before the summary (router/anchor.py)
+            messages = with_anchor(messages, self._anchor)
+            done["anchor"] = True
         self._prepared[target.id] = ({"messages": messages}, done)
         return {**body, "messages": messages}
 
@@ -301,16 +271,21 @@ class Turn:
         anchor = None
         if self._messages is not None:
             validated = done.reply.body is not None and done.headers.get(CONTRACT) in (None, "repaired")
-            text = _answer_text(done.reply.body) if validated else None
+            text = answer_text(done.reply.body) if validated else None
             anchor = update_anchor(self._anchor, self._messages, text, self._settings.anchor.rules())
             self._anchor = anchor
-        self._stored = await self._sessions.pins.record(self._key, self._pinned, answered, anchor)
+        self._label = label = self._left().to_json()
+        self._stored = await self._sessions.pins.record(self._key, self._pinned, answered, anchor, label)
         kept = None
         if self._sessions.history is not None and self._history is not None and self._sent is not None:
-            message = _answer_message(done.reply.body)
+            message = answer_message(done.reply.body)
             kept = grown(self._history, self._sent, message, self._settings.history_max_bytes)
-            await self._sessions.history.write(self._key, kept)
+            await self._sessions.history.write(self._key, kept, label)
         self._answered = (answered, kept)
+
+    def _left(self) -> Label:
+        """The label of what this turn leaves behind: its own constraints joined with what it carried."""
+        return effective_label(self.contract, self._origin)
 
     def stream_ended(self, end: StreamEnd, message: StreamedMessage) -> None:
         """A streamed turn's end: a whole answer that passed its output contract (nothing flagged)
@@ -323,15 +298,16 @@ class Turn:
         task.add_done_callback(self._sessions.pending.discard)
 
     async def _streamed_answer(self, message: dict[str, Any]) -> None:
-        assert self._answered is not None and self._key is not None
+        assert self._answered is not None and self._key is not None and self._label is not None
         target, kept = self._answered
-        answer = _kept(message)
+        answer = kept_answer(message)
         if self._messages is not None:
-            self._anchor = update_anchor(self._anchor, self._messages, _text(answer), self._settings.anchor.rules())
-            await self._sessions.pins.set_anchor(self._key, target, self._anchor)
+            rules = self._settings.anchor.rules()
+            self._anchor = update_anchor(self._anchor, self._messages, message_text(answer), rules)
+            await self._sessions.pins.set_anchor(self._key, target, self._anchor, self._label)
         if self._sessions.history is not None and kept is not None:
             grown_by = grown(kept, [], answer, self._settings.history_max_bytes)
-            await self._sessions.history.write(self._key, grown_by)
+            await self._sessions.history.write(self._key, grown_by, self._label)
 
     def view(self) -> dict[str, Any] | None:
         """The decision record's `session` field."""

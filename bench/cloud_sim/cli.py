@@ -87,6 +87,11 @@ def add_cloud_sim_arguments(parser: argparse.ArgumentParser) -> None:
     key.add_argument("--api-key-env", default=None, metavar="NAME", help="require the key held in env var NAME")
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault draws (default 0)")
     parser.add_argument("--log", default=None, metavar="FILE", help="append one JSON line per /v1 request to FILE")
+    parser.add_argument(
+        "--log-bodies",
+        action="store_true",
+        help="also write each request's body, as it arrived (its first MiB), into the --log FILE lines",
+    )
 
 
 def settings_from_args(args: argparse.Namespace, env: dict[str, str] | None = None) -> SimSettings:
@@ -112,7 +117,7 @@ def run_cloud_sim(args: argparse.Namespace) -> int:
     except InvalidSettings as exc:
         print(f"error: cloud-sim: {exc}", file=sys.stderr, flush=True)
         return 2
-    app = build_app(settings, rng=random.Random(args.seed), log_path=args.log)
+    app = build_app(settings, rng=random.Random(args.seed), log_path=args.log, log_bodies=args.log_bodies)
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off",
         timeout_graceful_shutdown=2,

@@ -7,8 +7,11 @@ also sent back as `x-request-id`), `method`, `path`, `model`, `stream`, `headers
 `x-request-id` and `x-spillover-*` as received), `fault`, `error` (the error code answered,
 or null) and `status` (the HTTP status sent, 200 for a stream that is later cut); for a chat,
 `messages` (how many) and `system` (each system text, the Messages API's `system` included, clipped
-to 2,000 characters): what a gateway put in front of the client's turns is visible, the turns are not.
-The Authorization header is never logged.
+to 2,000 characters): what a gateway put in front of the client's turns is visible, the turns are not
+— unless the log was asked for the bodies (`--log-bodies`): then each file line also has `body`, the
+request body exactly as it arrived (its first `BODY_BYTES`, with `body_truncated: true` beyond), to
+check what a gateway sent; the records kept for `GET /control/log` never hold it (their memory stays
+bounded). The Authorization header is never logged.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 LOGGED_HEADERS = frozenset({"x-request-id"})
 LOGGED_HEADER_PREFIX = "x-spillover-"
 SYSTEM_CHARS = 2000
+BODY_BYTES = 1 << 20
+BODY_FIELDS = ("body", "body_truncated")
 
 
 def prompt_shape(body: Any) -> dict[str, Any]:
@@ -49,9 +54,19 @@ class RequestLog:
     """Appends JSON lines to `path` (none when it is None) and keeps the last `keep` records in
     memory for `GET /control/log` (the fault bench reads it over HTTP, wherever the file is)."""
 
-    def __init__(self, path: str | Path | None, *, keep: int = 10_000) -> None:
+    def __init__(self, path: str | Path | None, *, keep: int = 10_000, bodies: bool = False) -> None:
         self._path = Path(path) if path is not None else None
         self._recent: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._bodies = bodies and self._path is not None
+
+    def body_fields(self, raw: bytes) -> dict[str, Any]:
+        """The body fields of a request's record: {} unless the log keeps bodies."""
+        if not self._bodies:
+            return {}
+        fields: dict[str, Any] = {"body": raw[:BODY_BYTES].decode("utf-8", "replace")}
+        if len(raw) > BODY_BYTES:
+            fields["body_truncated"] = True
+        return fields
 
     def recent(self, gateway_request_id: str | None = None) -> list[dict[str, Any]]:
         """Kept records, oldest first; only those whose forwarded `x-request-id` matches, if given."""
@@ -61,7 +76,7 @@ class RequestLog:
         return [r for r in rows if r.get("headers", {}).get("x-request-id") == gateway_request_id]
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._recent.append(dict(record))
+        self._recent.append({k: v for k, v in record.items() if k not in BODY_FIELDS})
         if self._path is None:
             return
         line = json.dumps(dict(record), separators=(",", ":"), default=str)

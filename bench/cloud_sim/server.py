@@ -64,9 +64,10 @@ def build_app(
     clock: Clock = time.time,
     sleep: Sleep = asyncio.sleep,
     log_path: str | Path | None = None,
+    log_bodies: bool = False,
 ) -> Starlette:
     """The ASGI app; `app.state.cloud_sim` is the `CloudSim` behind it."""
-    return CloudSim(settings, rng=rng, clock=clock, sleep=sleep, log_path=log_path).app
+    return CloudSim(settings, rng=rng, clock=clock, sleep=sleep, log_path=log_path, log_bodies=log_bodies).app
 
 
 def error_body(message: str, err_type: str, code: str | None, param: str | None = None) -> dict[str, Any]:
@@ -75,7 +76,14 @@ def error_body(message: str, err_type: str, code: str | None, param: str | None 
 
 class CloudSim:
     def __init__(
-        self, settings: SimSettings, *, rng: random.Random, clock: Clock, sleep: Sleep, log_path: str | Path | None
+        self,
+        settings: SimSettings,
+        *,
+        rng: random.Random,
+        clock: Clock,
+        sleep: Sleep,
+        log_path: str | Path | None,
+        log_bodies: bool = False,
     ) -> None:
         self.initial_settings = settings
         self.settings = settings
@@ -83,7 +91,7 @@ class CloudSim:
         self._rng = rng
         self._clock = clock
         self._sleep = sleep
-        self._log = RequestLog(log_path)
+        self._log = RequestLog(log_path, bodies=log_bodies)
         self._counter = itertools.count(1)
         self.requests_total = 0
         self._wire = wire_for(settings.api)
@@ -107,12 +115,14 @@ class CloudSim:
     async def _chat(self, request: Request) -> Response:
         settings = self.settings
         sim_id = self._new_id()
+        raw = await request.body()
         try:
-            body: Any = json.loads(await request.body())
+            body: Any = json.loads(raw)
         except ValueError:
             body = _NOT_JSON
         stream = isinstance(body, dict) and body.get("stream") is True
         record = {**self._record(request, sim_id, model=request_model(body), stream=stream), **prompt_shape(body)}
+        record.update(self._log.body_fields(raw))
         if settings.outage:
             return self._answer(record, self._outage(sim_id), "outage")
         denied = self._check_key(request, settings, sim_id)

@@ -7,7 +7,8 @@ Two models are deployed from `configs/local.yaml` plus a second entry:
   requests saturate it on purpose: the burst tests use it.
 
 The cloud simulator runs as a real subprocess (`python -m bench.cloud_sim`) writing its
-request log, and the config's `cloud-sim` provider is enabled and pointed at it (timeout 2 s).
+request log with every body it receives (`--log-bodies`: what the gateway sent a provider is checked
+there), and the config's `cloud-sim` provider is enabled and pointed at it (timeout 2 s).
 A second simulator, `cloud-sim-b` (own failure domain, dearer, so ranked second, needs an API key),
 is the healthy spare of the fault matrix. The first simulator's `qwen2-tiny-random` has a 512-token
 window (smaller than the local model's), for the sessions test's compressed switch. A third
@@ -189,7 +190,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     spare_args = ["--ttft-s", "0.05", "--api-key-env", "SPILLOVER_TEST_SPARE_KEY"]
     anthropic_args = ["--api", "anthropic", "--ttft-s", "0.05", "--api-key-env", "SPILLOVER_TEST_ANTHROPIC_KEY"]
     with (
-        running_cloud_sim(cloud_port, models, log=cloud_log, extra_args=["--ttft-s", "0.05"]) as sim_url,
+        running_cloud_sim(
+            cloud_port, models, log=cloud_log, extra_args=["--ttft-s", "0.05", "--log-bodies"]
+        ) as sim_url,
         running_cloud_sim(spare_port, models, extra_args=spare_args) as spare_url,
         running_cloud_sim(anthropic_port, ["sim-claude"], extra_args=anthropic_args) as anthropic_url,
     ):

@@ -33,6 +33,11 @@ def cloud_requests(stack: Stack) -> dict[str, dict[str, Any]]:
     return {r["headers"].get("x-request-id", ""): r for r in rows}
 
 
+def cloud_messages(stack: Stack, request_id: str) -> list[dict[str, Any]]:
+    """The messages cloud-sim received for the gateway's request `request_id` (its logged body)."""
+    return list(json.loads(cloud_requests(stack)[request_id]["body"])["messages"])
+
+
 def chat(stack: Stack, messages: list[dict[str, str]], **extra: Any) -> httpx.Response:
     headers = {"x-request-id": extra.pop("request_id", uuid.uuid4().hex), **extra.pop("headers", {})}
     body = {"model": QWEN, "messages": messages, "max_tokens": extra.pop("max_tokens", 4), **extra}

@@ -7,9 +7,10 @@ One conversation with `qwen2-tiny-random`, named by `x-spillover-session` and na
   model the first one ran on, and from the second on the engine reports prefix-cache hits;
 * the model is then saturated (tests/integration/qwen_load.py): the seventh turn is switched once to
   cloud-sim, saying why in `x-spillover-reason`; cloud-sim's request log shows the state anchor and
-  a summary of the older turns written by SmolLM2 in its system messages, and fewer messages than the
-  client sent; the decision record shows the switch, the compression and the tokens saved; `/metrics`
-  counts the switch;
+  a summary of the older turns written by SmolLM2 as user messages (the client's text never takes the
+  system role: the only system message is the client's own), and fewer messages than the client sent;
+  the decision record shows the switch, the compression and the tokens saved; `/metrics` counts the
+  switch;
 * the eighth turn, after the load is gone, stays on cloud-sim (`switch: on_failure`: only health,
   breaker or capacity move a session), compressed again with the kept summary of the turns the seventh
   turn's summary covered (SmolLM2 is given only the turns that became older since);
@@ -43,7 +44,7 @@ from serve_apps.session_pins import PinClient
 from serve_apps.sessions import Sessions
 from tests.fakes import FakeEngine, FakeProvider
 from tests.integration.conftest import Stack, wait_until_local_models_green
-from tests.integration.qwen_load import QWEN, SHORT, cloud_requests, qwen_saturation, saturated_qwen
+from tests.integration.qwen_load import QWEN, SHORT, cloud_messages, cloud_requests, qwen_saturation, saturated_qwen
 
 pytestmark = pytest.mark.integration
 
@@ -146,15 +147,18 @@ def test_a_session_stays_put_then_switches_once_with_its_anchor_and_a_compressed
         assert reason.startswith(f"session switched local:{QWEN} -> cloud:cloud-sim/{QWEN} (capacity"), reason
 
     sent = cloud_requests(stack)[switched_id]
-    system = sent["system"]
-    assert system[0] == SYSTEM and system[1].startswith(ANCHOR_INTRO) and system[2].startswith(SUMMARY_INTRO)
-    assert "Step 0 of the Porto trip" in system[1]  # the anchor's task: the session's first turn
+    assert sent["system"] == [SYSTEM]  # the client's own system prompt, and nothing the gateway carried
+    messages = cloud_messages(stack, switched_id)
+    anchor, summary = messages[1], messages[2]
+    assert anchor["role"] == summary["role"] == "user"
+    assert anchor["content"].startswith(ANCHOR_INTRO) and summary["content"].startswith(SUMMARY_INTRO)
+    assert "Step 0 of the Porto trip" in anchor["content"]  # the anchor's task: the session's first turn
     assert sent["messages"] < len(history) - 1  # the older turns went into the summary
     record = _record(stack, switched_id)["session"]
     assert record["switch"] == {"from": f"local:{QWEN}", "to": f"cloud:cloud-sim/{QWEN}", "why": "capacity"}
     (prepared,) = record["prepared"]
     compression = prepared["compression"]
-    print(f"sessions: compression {compression}; summary {system[2][len(SUMMARY_INTRO) :][:200]!r}")
+    print(f"sessions: compression {compression}; summary {summary['content'][len(SUMMARY_INTRO) :][:200]!r}")
     assert compression["summary_by"] == "model:smollm2-135m-instruct"
     assert compression["tokens_before"] > 512 - 8 >= compression["tokens_after"] and compression["tokens_saved"] > 0
     assert _switches(stack) == switches_before + 1

@@ -29,6 +29,7 @@ from serve_apps.idempotent import IdempotentReplies
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
+from serve_apps.sessions import Sessions
 from tests.fakes import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +40,11 @@ APPS, OTHER, OPS = ({"authorization": f"Bearer {k}"} for k in KEYS.values())
 BOUND_S = 20.0  # generous: a hang or a blow-up, not a slow CI box
 
 
-def config(attempts: int = 1, **gateway: Any) -> SpilloverConfig:
+def config(
+    attempts: int = 1, configure: Callable[[dict[str, Any]], None] | None = None, **gateway: Any
+) -> SpilloverConfig:
+    """configs/local.yaml with its provider on, auth on and three tenants; `configure` edits the raw
+    config before it is parsed (e.g. its `sessions` section)."""
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["cloud"]["providers"][0].update(enabled=True, api_key_env="SIM_PROVIDER_KEY")
     raw["gateway"].update(auth=True, **gateway)
@@ -49,7 +54,15 @@ def config(attempts: int = 1, **gateway: Any) -> SpilloverConfig:
         {"name": "ops", "api_key_env": "OPS_KEY", "admin": True},
     ]
     raw["resilience"] = {"retry": {"max_attempts": attempts, "backoff_base_s": 0.001}, "probes": False}
+    if configure is not None:
+        configure(raw)
     return parse_config(raw, "test")
+
+
+def snapshot_at(kv: float) -> ClusterSnapshot:
+    """The local model's one replica at KV-cache usage `kv` (above the 0.85 watermark: it bursts)."""
+    replica = ReplicaStats(MODEL, "r1", "n1", 0.0, kv, 0, 0, 0, 0, 364, 128)
+    return ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
 
 
 def completion(request: httpx.Request) -> httpx.Response:
@@ -81,9 +94,16 @@ def build(
     attempts: int = 1,
     idempotent: IdempotentReplies | None = None,
     checks: RequestChecks | None = None,
+    configure: Callable[[dict[str, Any]], None] | None = None,
+    snapshot: Callable[[], ClusterSnapshot] | None = None,
+    sessions: Callable[[SpilloverConfig, FakeEngine], Sessions] | None = None,
+    clock: Callable[[], float] = lambda: 0.0,
     **gateway: Any,
 ) -> Gateway:
-    cfg = config(attempts, **gateway)
+    """`snapshot`: the cluster as the gateway reads it, per call (default: fixed, `saturated` or not);
+    `sessions`: the gateway's sessions over stores a test shares (default: its own, in-process);
+    `clock`: the dispatcher's and resilience's (a request that waits for local room needs one that runs)."""
+    cfg = config(attempts, configure, **gateway)
     env = {"SIM_PROVIDER_KEY": "sk-provider-secret", **KEYS} if env is None else env
     seen: list[httpx.Request] = []
 
@@ -92,22 +112,22 @@ def build(
         return provider(request)
 
     adapter = OpenAICompatProvider(cfg.cloud.providers[0], transport=httpx.MockTransport(recording), env=env)
-    kv = 0.99 if saturated else 0.1  # 0.99 > the 0.85 watermark: the request bursts to the cloud
-    replica = ReplicaStats(MODEL, "r1", "n1", 0.0, kv, 0, 0, 0, 0, 364, 128)
-    snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
-    resilience = Resilience(cfg, clock=lambda: 0.0)
+    fixed = snapshot_at(0.99 if saturated else 0.1)  # 0.99 > the 0.85 watermark: the request bursts to the cloud
+    read = snapshot if snapshot is not None else (lambda: fixed)
+    resilience = Resilience(cfg, clock=clock)
     store = decisions if decisions is not None else DecisionStore(cfg.gateway.decisions_kept)
     local = local or FakeEngine(answer="ok")
     dispatcher = Dispatcher(
         cfg,
         local,
         {"cloud-sim": adapter},
-        lambda: snapshot,
-        clock=lambda: 0.0,
+        read,
+        clock=clock,
         poll_s=0.001,
         decisions=store,
         resilience=resilience,
         checks=checks.schemas if checks is not None else None,
+        sessions=sessions(cfg, local) if sessions is not None else None,
     )
     http = GatewayHTTP(
         local,
@@ -115,7 +135,7 @@ def build(
         created=1,
         dispatcher=dispatcher,
         policy=cfg.policy,
-        snapshot=lambda: snapshot,
+        snapshot=read,
         decisions=dispatcher.decisions,
         authenticator=authenticator_for(cfg, env),
         ops=OpsRoutes(resilience),

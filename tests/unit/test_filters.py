@@ -9,6 +9,7 @@ import pytest
 
 from router import filters
 from router.capabilities import Capabilities, ProviderModel, Target, cloud_target, local_target
+from router.carried import Label, Origin
 from router.contract import RequestContract
 from router.plugins import TargetState
 
@@ -29,6 +30,10 @@ CLOUD = cloud_target(
 LOCAL = local_target("qwen", {"max_model_len": 4096})
 BARE = cloud_target("openai", "qwen", "gpt-4o")
 BASE = RequestContract(model="qwen", scenario="s", level="L2", strategy="quality", est_prompt_tokens=100)
+
+
+FIRST = Origin("r1", "private", 1)
+PRIVATE = Label(level="L1", residency="local_only", origins=(("level", FIRST), ("residency", FIRST)))
 
 
 def _c(**changes: Any) -> RequestContract:
@@ -105,6 +110,31 @@ CASES: list[tuple[str, RequestContract, Target, str | None]] = [
     ),
     ("data_policy", _c(level="L2"), CLOUD, None),
     ("data_policy", _c(level="L3"), CLOUD, None),
+    # carried: what the session carries goes only where the turns it came from could (router/carried.py)
+    ("carried", BASE, CLOUD, None),
+    ("carried", _c(carried=PRIVATE), LOCAL, None),
+    ("carried", _c(carried=Label(level="L2", residency=frozenset({"us-east"}))), CLOUD, None),
+    (
+        "carried",
+        _c(carried=PRIVATE),
+        CLOUD,
+        "the context this session carries from turn 1 (request r1, scenario 'private') may not go here: "
+        "residency local_only: the request may not leave the cluster",
+    ),
+    (
+        "carried",
+        _c(carried=Label(level="L1", origins=(("level", FIRST),))),
+        CLOUD,
+        "the context this session carries from turn 1 (request r1, scenario 'private') may not go here: "
+        "data policy 'retention' not allowed at L1 (needs on_prem or no_retention)",
+    ),
+    (
+        "carried",
+        _c(carried=Label(targets=(("local:*",),), origins=(("targets", FIRST),))),
+        CLOUD,
+        "the context this session carries from turn 1 (request r1, scenario 'private') may not go here: "
+        "not allowed by scenario 'private' (allowed_targets: local:*)",
+    ),
     # context
     ("context", _c(est_prompt_tokens=3840, max_output_tokens=256), LOCAL, None),
     (

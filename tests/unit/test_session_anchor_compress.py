@@ -58,7 +58,7 @@ def test_the_anchor_goes_after_the_clients_system_messages() -> None:
     anchor = {"task": "t"}
     out = with_anchor(CHAT, anchor)
     assert out[0] == CHAT[0] and out[2] == CHAT[1]
-    assert out[1]["role"] == "system" and out[1]["content"].startswith(ANCHOR_INTRO)
+    assert out[1]["role"] == "user" and out[1]["content"].startswith(ANCHOR_INTRO)  # the client's text: never system
     assert json.loads(out[1]["content"].removeprefix(ANCHOR_INTRO)) == anchor
     assert anchor_message(anchor) == out[1]
 
@@ -88,7 +88,7 @@ def test_older_turns_are_summarised_keeping_the_system_prompt_and_the_last_turns
     assert plan.saved == plan.tokens_before - plan.tokens_after > 0
     out = compressed(messages, plan, "they asked six questions", 64)
     assert out[0] == messages[0] and out[-3:] == messages[-3:]
-    assert out[1] == {"role": "system", "content": SUMMARY_INTRO + "they asked six questions"}
+    assert out[1] == {"role": "user", "content": SUMMARY_INTRO + "they asked six questions"}  # never system
     assert sum(message_tokens(m) for m in out) <= plan.tokens_after
 
 

@@ -277,7 +277,7 @@ async def test_streams_and_completions_are_pinned_too(world: World) -> None:
     contract = derive_contract(body, {"x-spillover-session": "s1"}, p.config.policy)
     done = await p.d.dispatch("chat", body, "r1", contract=contract, deadline_s=2)
     assert done.reply.chunks is not None and [c async for c in done.reply.chunks][-1] == "data: [DONE]\n\n"
-    prompt = {"model": "m", "prompt": "Once upon a time", "user": "s1"}
+    prompt = {"model": "m", "prompt": "Once upon a time", "metadata": {"session_id": "s1"}}
     contract = derive_contract(prompt, {}, p.config.policy)
     await p.d.dispatch("completions", prompt, "r2", contract=contract, deadline_s=2)
     assert p.session("r2")["action"] == "keep" and p.session("r2")["stored"]["turns"] == 2

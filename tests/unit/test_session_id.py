@@ -1,4 +1,5 @@
-"""The session id (router/session_id.py): its precedence, and hostile values at every source."""
+"""The session id (router/session_id.py): only an explicit name makes a session (the header, then
+`metadata.session_id`; never `user` or `prompt_cache_key`), and hostile values at every source."""
 
 from __future__ import annotations
 
@@ -16,14 +17,14 @@ from tests.fakes import FakeEngine
 BODY = {"prompt_cache_key": "pck", "metadata": {"session_id": "meta"}, "user": "alice"}
 
 
-def test_the_header_comes_first_then_prompt_cache_key_metadata_and_user() -> None:
+def test_the_header_comes_first_then_metadata_and_never_user_or_prompt_cache_key() -> None:
     assert session_id_of(BODY, {"x-spillover-session": " s1 "}).value == "s1"  # type: ignore[union-attr]
-    assert session_id_of(BODY, {}).source == "prompt_cache_key"  # type: ignore[union-attr]
-    rest = {"metadata": {"session_id": "meta"}, "user": "alice"}
-    assert session_id_of(rest, {}).value == "meta"  # type: ignore[union-attr]
-    assert session_id_of({"user": "alice"}, {}).source == "user"  # type: ignore[union-attr]
+    assert session_id_of(BODY, {}).source == "metadata.session_id"  # type: ignore[union-attr]
+    assert session_id_of(BODY, {}).value == "meta"  # type: ignore[union-attr]
+    # OpenAI's end-user id and prefix-cache hint keep their meaning: neither names a conversation
+    assert session_id_of({"user": "alice", "prompt_cache_key": "pck"}, {}) is None
     assert session_id_of({"messages": []}, {}) is None
-    assert session_id_of({"user": ""}, {}) is None  # an empty user names no session
+    assert session_id_of({"metadata": {"session_id": ""}}, {}) is None  # an empty id names no session
 
 
 @pytest.mark.parametrize("value", ["", " ", "x" * 129, "caf\u00e9", "a\x00b", "a\nb"])
@@ -36,11 +37,9 @@ def test_a_bad_header_is_a_400_naming_it(value: str) -> None:
 @pytest.mark.parametrize(
     ("body", "param"),
     [
-        ({"user": 42}, "user"),
-        ({"user": ["a"]}, "user"),
-        ({"prompt_cache_key": {"a": 1}}, "prompt_cache_key"),
         ({"metadata": {"session_id": 7}}, "metadata.session_id"),
-        ({"user": "u" * 5000}, "user"),
+        ({"metadata": {"session_id": ["a"]}}, "metadata.session_id"),
+        ({"metadata": {"session_id": "u" * 5000}}, "metadata.session_id"),
     ],
 )
 def test_a_bad_body_field_is_a_400_naming_it(body: dict[str, Any], param: str) -> None:
@@ -50,10 +49,12 @@ def test_a_bad_body_field_is_a_400_naming_it(body: dict[str, Any], param: str) -
 
 
 def test_a_long_or_unicode_body_id_is_keyed_by_its_hash() -> None:
-    long = session_id_of({"user": "u" * 300}, {})
-    uni = session_id_of({"user": "j\u00f6rg"}, {})
+    def named(value: str) -> Any:
+        return session_id_of({"metadata": {"session_id": value}}, {})
+
+    long, uni = named("u" * 300), named("j\u00f6rg")
     assert long is not None and long.value.startswith("sha256:") and len(long.value) == 39
-    assert uni is not None and uni.value != session_id_of({"user": "jorg"}, {}).value  # type: ignore[union-attr]
+    assert uni is not None and uni.value != named("jorg").value
 
 
 def test_pins_are_per_tenant_and_model() -> None:

@@ -7,15 +7,17 @@ from dataclasses import replace
 from typing import Any
 
 from cluster.config import SpilloverConfig, parse_config
+from router.carried import Label
 from router.contract import derive_contract
 from serve_apps.dispatch import Dispatcher
-from serve_apps.session_history import HistoryClient, HistoryStore, Messages, local_history
+from serve_apps.session_history import HistoryClient, HistoryStore, Messages, Stored, local_history
 from serve_apps.session_pins import PinClient, PinTable, local_pins
 from serve_apps.sessions import Sessions
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import World
 
 SYSTEM = {"role": "system", "content": "be brief"}
+LABEL = Label().to_json()  # a turn's context that may go anywhere (router/carried.py)
 
 
 def make_config(**sessions: Any) -> SpilloverConfig:
@@ -72,10 +74,10 @@ async def test_another_tenants_session_of_the_same_name_sees_nothing() -> None:
 
 
 async def test_a_store_that_does_not_answer_costs_the_history_not_the_turn() -> None:
-    async def broken_get(key: str) -> Messages:
+    async def broken_get(key: str) -> Stored:
         raise ConnectionError("gone")
 
-    async def broken_put(key: str, messages: Messages) -> None:
+    async def broken_put(key: str, messages: Messages, label: Any) -> None:
         raise ConnectionError("gone")
 
     config, engine = make_config(), FakeEngine()
@@ -89,19 +91,19 @@ def test_the_store_is_bounded_in_bytes_and_time() -> None:
     now = [0.0]
     store = HistoryStore(lambda: now[0], ttl_s=60, total_bytes=1000)
     for i in range(20):
-        store.put(f"k{i}", [{"role": "user", "content": "x" * 100}])
-    assert store.bytes_kept <= 1000 and store.get("k0") == [] and store.get("k19") != []
-    store.put("huge", [{"content": "y" * 5000}])
-    assert store.get("huge") == []  # larger than the whole store: not kept
+        store.put(f"k{i}", [{"role": "user", "content": "x" * 100}], LABEL)
+    assert store.bytes_kept <= 1000 and store.get("k0") == ([], None) and store.get("k19")[0] != []
+    store.put("huge", [{"content": "y" * 5000}], LABEL)
+    assert store.get("huge") == ([], None)  # larger than the whole store: not kept
     now[0] = 61
-    assert store.get("k19") == []
+    assert store.get("k19") == ([], None)
 
 
 async def test_local_history_round_trip() -> None:
     store = HistoryStore(total_bytes=10_000)
     client = HistoryClient(*local_history(store))
-    assert await client.read("k") == [] and await client.write("k", [{"role": "user", "content": "a"}])
-    assert await client.read("k") == [{"role": "user", "content": "a"}]
+    assert await client.read("k") == ([], None) and await client.write("k", [{"role": "user", "content": "a"}], LABEL)
+    assert await client.read("k") == ([{"role": "user", "content": "a"}], LABEL)
 
 
 async def test_a_client_sending_the_whole_conversation_gets_no_second_copy_and_the_store_no_duplicates() -> None:

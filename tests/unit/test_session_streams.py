@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from cluster.config import SpilloverConfig, parse_config
+from router.carried import Label
 from router.contract import derive_contract
 from router.decision import Attempt
 from router.session_id import pin_key
@@ -26,6 +27,7 @@ from tests.unit.test_dispatch import World
 
 ANSWER = '{"intent": "book", "status": "found 3 trains", "noise": 1}'
 KEY = pin_key(None, "m", "s1")
+LABEL = Label().to_json()  # a turn's context that may go anywhere (router/carried.py)
 
 
 def make_config() -> SpilloverConfig:
@@ -76,7 +78,7 @@ async def test_a_streamed_answer_updates_the_anchor_and_the_stored_history() -> 
     assert record is not None and record["turns"] == 1  # the answer did not count a second turn
     assert record["anchor"]["state"] == {"intent": "book", "status": "found 3 trains"}
     assert "Anna" in record["anchor"]["entities"]
-    assert p.store.get(KEY) == [
+    assert p.store.get(KEY)[0] == [
         {"role": "user", "content": "Book the train to Porto for Anna"},
         {"role": "assistant", "content": ANSWER},
     ]
@@ -89,7 +91,7 @@ async def test_a_streamed_answer_is_stored_like_the_same_answer_not_streamed() -
     streamed, whole = Parts(), Parts()
     await streamed.turn("Book the train to Porto for Anna", "r1", stream=True)
     await whole.turn("Book the train to Porto for Anna", "r1", stream=False)
-    assert streamed.store.get(KEY) == whole.store.get(KEY)
+    assert streamed.store.get(KEY) == whole.store.get(KEY)  # the messages and their label
     assert streamed.table.get(KEY)["anchor"] == whole.table.get(KEY)["anchor"]  # type: ignore[index]
 
 
@@ -99,7 +101,7 @@ async def test_a_stream_cut_mid_answer_leaves_the_anchor_and_history_without_it(
     await p.turn("Book the train to Porto for Anna", "r1", stream=True)
     record = p.table.get(KEY)
     assert record is not None and "state" not in record["anchor"]  # the client's turn only
-    assert p.store.get(KEY) == [{"role": "user", "content": "Book the train to Porto for Anna"}]
+    assert p.store.get(KEY)[0] == [{"role": "user", "content": "Book the train to Porto for Anna"}]
 
 
 async def _closed_stream_turn(p: Parts) -> Any:
@@ -139,12 +141,12 @@ async def test_a_flagged_or_unfinished_stream_is_never_a_source() -> None:
 
 def test_set_anchor_only_while_the_session_is_on_that_target_and_counts_no_turn() -> None:
     table = PinTable()
-    assert not table.set_anchor("k", "local:m", {"task": "x"})  # no pin: nothing stored
-    table.record("k", None, "local:m", {"task": "x"})
-    assert table.set_anchor("k", "local:m", {"task": "x", "state": {"step": 2}})
+    assert not table.set_anchor("k", "local:m", {"task": "x"}, LABEL)  # no pin: nothing stored
+    table.record("k", None, "local:m", {"task": "x"}, LABEL)
+    assert table.set_anchor("k", "local:m", {"task": "x", "state": {"step": 2}}, LABEL)
     assert table.get("k")["anchor"]["state"] == {"step": 2} and table.get("k")["turns"] == 1  # type: ignore[index]
-    table.record("k", "local:m", "cloud:sim/m", None)  # moved meanwhile
-    assert not table.set_anchor("k", "local:m", {"task": "late"})
+    table.record("k", "local:m", "cloud:sim/m", None, LABEL)  # moved meanwhile
+    assert not table.set_anchor("k", "local:m", {"task": "late"}, LABEL)
     assert table.get("k")["anchor"]["state"] == {"step": 2}  # type: ignore[index]
 
 
@@ -155,6 +157,6 @@ async def test_a_pin_table_that_does_not_answer_loses_the_anchor_not_the_turn() 
     table = PinTable()
     get, put, _ = local_pins(table)
     client = PinClient(get, put, broken, cache_s=1.0)
-    await client.record("k", None, "local:m", {})
-    assert not await client.set_anchor("k", "local:m", {"task": "x"}) and client.failures == 1
-    assert not await PinClient(get, put, cache_s=0.0).set_anchor("k", "local:m", {"task": "x"})  # no setter
+    await client.record("k", None, "local:m", {}, LABEL)
+    assert not await client.set_anchor("k", "local:m", {"task": "x"}, LABEL) and client.failures == 1
+    assert not await PinClient(get, put, cache_s=0.0).set_anchor("k", "local:m", {"task": "x"}, LABEL)  # no setter

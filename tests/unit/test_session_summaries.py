@@ -7,10 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.carried import Label
 from router.compress import SUMMARY_INTRO, plan_compression
 from router.summary_cache import EARLIER, SummaryCache, incremental_transcript
 from tests.unit.test_dispatch import World, stats
 from tests.unit.test_session_dispatch import Parts, _long_turn, make_config
+
+ANY = Label()  # summarised turns whose context may go anywhere (router/carried.py)
 
 
 def _turns(n: int) -> list[dict[str, Any]]:
@@ -19,7 +22,7 @@ def _turns(n: int) -> list[dict[str, Any]]:
 
 def test_a_kept_summary_is_found_for_the_same_run_or_a_longer_one_starting_with_it() -> None:
     cache = SummaryCache(max_sessions=2)
-    cache.keep("s1", "they plan Lisbon", "model:m", _turns(4))
+    cache.keep("s1", "they plan Lisbon", "model:m", _turns(4), ANY)
     kept = cache.find("s1", _turns(4))
     assert kept is not None and (kept.text, kept.by, kept.count) == ("they plan Lisbon", "model:m", 4)
     assert cache.find("s1", _turns(6)) == kept  # the next turn's run starts with it
@@ -33,9 +36,9 @@ def test_a_kept_summary_is_found_for_the_same_run_or_a_longer_one_starting_with_
 def test_the_cache_is_bounded_least_recently_used_first() -> None:
     cache = SummaryCache(max_sessions=2)
     for key in ("a", "b"):
-        cache.keep(key, key, "model:m", _turns(2))
+        cache.keep(key, key, "model:m", _turns(2), ANY)
     assert cache.find("a", _turns(2)) is not None  # a is now the most recent
-    cache.keep("c", "c", "model:m", _turns(2))
+    cache.keep("c", "c", "model:m", _turns(2), ANY)
     assert len(cache) == 2 and cache.find("b", _turns(2)) is None and cache.find("a", _turns(2)) is not None
 
 
@@ -43,7 +46,7 @@ def test_the_incremental_transcript_holds_the_kept_summary_and_only_the_newer_tu
     messages = [{"role": "system", "content": "sys"}, *_turns(8)]
     plan = plan_compression(messages, 1, keep_last=2, summary_tokens=16)
     cache = SummaryCache()
-    cache.keep("s", "they plan Lisbon", "model:m", messages[plan.start : plan.start + 4])
+    cache.keep("s", "they plan Lisbon", "model:m", messages[plan.start : plan.start + 4], ANY)
     kept = cache.find("s", messages[plan.start : plan.end])
     assert kept is not None
     text = incremental_transcript(kept, messages, plan, max_chars=6000)
