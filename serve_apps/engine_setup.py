@@ -66,9 +66,9 @@ class EngineSetup:
         return self.settings.cpu_threads is not None
 
     def prepare(self) -> dict[str, Any]:
-        """The engine's arguments with the precision applied; binds its threads (vLLM-CPU only)."""
+        """The engine arguments the precision sets (only those); binds its threads (vLLM-CPU only)."""
         if not self.is_cpu:
-            return self._engine_kwargs
+            return {}
         import vllm
 
         self.caps = read_cpu_caps()
@@ -86,7 +86,8 @@ class EngineSetup:
             self.notes.append(f"engine threads: {self.binding.describe()}")
         for note in self.notes:
             log.info("%s", note)
-        return self.choice.engine_kwargs(self._engine_kwargs)
+        chosen = self.choice.engine_kwargs(self._engine_kwargs)
+        return {key: value for key, value in chosen.items() if self._engine_kwargs.get(key, object()) != value}
 
     @property
     def dtype(self) -> str:

@@ -59,7 +59,8 @@ class SpilloverLLMServer(LLMServer):
         loading = config.model_loading_config  # a ModelLoadingConfig once validated (a dict only before)
         source = loading.get("model_source") if isinstance(loading, dict) else loading.model_source
         self._setup = EngineSetup(dict(config.engine_kwargs or {}), str(source), settings)
-        # LLMConfig caches its engine config (built while the deployment was): update both, as its API does
+        # LLMConfig caches its engine config (built while the deployment was): update both, as its API does,
+        # with only the keys the choice sets (its engine config keeps vLLM's frontend arguments apart)
         config.update_engine_kwargs(**self._setup.prepare())
         await super().start()
         self._client = getattr(self.engine, "_engine_client", None)
