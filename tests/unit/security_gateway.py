@@ -20,10 +20,12 @@ import httpx
 from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
 from router.decision import DecisionStore
+from router.idempotency import IdempotencyStore
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.http_guards import client_redactions
+from serve_apps.idempotent import IdempotentReplies
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
@@ -77,6 +79,7 @@ def build(
     decisions: DecisionStore | None = None,
     local: FakeEngine | None = None,
     attempts: int = 1,
+    idempotent: bool = False,
     **gateway: Any,
 ) -> Gateway:
     cfg = config(attempts, **gateway)
@@ -117,5 +120,6 @@ def build(
         max_body_bytes=cfg.gateway.max_body_bytes,
         redact=client_redactions(cfg),
         request_timeout_s=10,
+        idempotent=IdempotentReplies(IdempotencyStore(clock=lambda: 0.0), wait_s=1.0) if idempotent else None,
     )
     return Gateway(http.app, dispatcher.decisions, seen)
