@@ -10,6 +10,8 @@ from cluster.config_base import StrictModel, no_duplicates
 from cluster.resilience_config import ProviderProbe
 from router.capabilities import ProviderModelEntry
 
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024  # a provider reply read whole (body) or in total (stream)
+
 
 class CloudProvider(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$", description="the provider in target ids: cloud:<name>")
@@ -21,6 +23,12 @@ class CloudProvider(StrictModel):
     base_url: str = Field(
         pattern=r"^https?://",
         description="base URL of its API, e.g. .../v1 (chat/completions or, for type anthropic, messages below it)",
+    )
+    max_reply_bytes: int = Field(
+        DEFAULT_MAX_REPLY_BYTES,
+        ge=64 * 1024,
+        description="most bytes read of one reply (a whole body, or a whole stream, events included); past it the "
+        "reply is dropped as 502 provider_reply_too_large and the request fails over",
     )
     api_key_env: str | None = Field(
         None, description="environment variable holding the API key (read at call time, never logged)"
