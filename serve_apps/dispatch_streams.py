@@ -55,12 +55,14 @@ class ClientStreams:
         observer: DispatchObserver,
         clock: Callable[[], float],
         traffic: Traffic | None,
+        wall: Callable[[], float] | None = None,
     ) -> None:
         self._config = config
         self._resilience = resilience
         self._decisions = decisions
         self._observer = observer
-        self._clock = clock
+        self._clock = clock  # latencies and the deadline (monotonic)
+        self._wall = wall or clock  # the record's finished_at
         self._traffic = traffic
         self._splicer = Splicer(
             call=continuation,
@@ -99,6 +101,7 @@ class ClientStreams:
             decisions=self._decisions,
             observer=self._observer,
             clock=self._clock,
+            wall=self._wall,
         )
         contract = s.contract
         tally = Tally(drop_usage=not s.client_usage)
