@@ -63,7 +63,7 @@ from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
 from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.dispatch_calls import Calls
-from serve_apps.dispatch_record import Outcome, executed_record
+from serve_apps.dispatch_record import Outcome, cut_attempt, cut_reason, executed_record
 from serve_apps.dispatch_streams import ClientStreams, Started
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
@@ -202,8 +202,8 @@ class Dispatcher:
             )
             await turn.close(trail, done)
             return replace(done, waited_s=waited.waited_s)
-        except RequestError as exc:
-            ended = exc.message
+        except (RequestError, asyncio.CancelledError) as exc:  # the record says why it ended (a timeout's cut too)
+            ended = exc.message if isinstance(exc, RequestError) else cut_reason(exc)
             raise
         finally:
             outcome = Outcome(started_at, waited, trail, done, ended, "".join(notes), events, turn.view())
@@ -324,6 +324,10 @@ class Dispatcher:
                 if reply.chunks is not None and holds_back(kind, contract):
                     reply = await held_until_checked(reply, contract, target)
                 reply, headers = await checked(kind, reply, contract, target, flagged)
+            except asyncio.CancelledError as cut:  # gateway.request_timeout_s, or the client went away
+                trail.append(attempt := cut_attempt(target, cut, self._clock() - began, contract))
+                res.cut(request_id, target, attempt, gate.reservation, tokens, contract.tenant)
+                raise
             except RequestError as exc:
                 rule = res.failed(target, exc)
                 res.settle(gate.reservation, 0)

@@ -67,7 +67,7 @@ from serve_apps.backend import ModelBackend
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
-from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of
+from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of, within
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.learning import plain_derive
 from serve_apps.learning_routes import LearningRoutes
@@ -261,7 +261,7 @@ class GatewayHTTP:
                 )
             deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms else self._default_deadline_s
             try:
-                done = await asyncio.wait_for(
+                done = await within(
                     self._dispatcher.dispatch(kind, parsed.body, request_id, contract=contract, deadline_s=deadline_s),
                     self._request_timeout_s,
                 )
