@@ -35,7 +35,8 @@ class CloudProvider(StrictModel):
         DEFAULT_MAX_REPLY_BYTES,
         ge=64 * 1024,
         description="most bytes read of one reply (a whole body, or a whole stream, events included); past it the "
-        "reply is dropped as 502 provider_reply_too_large and the request fails over",
+        "reply is dropped as 502 provider_reply_too_large and the request fails over (a stream the client already "
+        "reads ends with that error event)",
     )
     api_key_env: str | None = Field(
         None, description="environment variable holding the API key (read at call time, never logged)"
