@@ -5,13 +5,18 @@ new policy's contract pipeline over every recorded request (router/replay.py, pu
 whole deployment config, or a file with only a policy (then `--config` gives the models and providers).
 Prints a table (or `--json`): per outcome, the moves old → new target, candidates newly removed and
 why, the share sent to cloud and the expected cost, old and new; then the requests that change.
-Exit codes: 0 the guards hold, 1 a guard tripped (`--max-changed-pct`, `--max-no-capable`), 2 bad input.
+Text taken from the log is printed with its control characters escaped (`printable`): a record cannot
+drive the terminal. Exit codes: 0 the guards hold, 1 a guard tripped (`--max-changed-pct`,
+`--max-no-capable`), 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+import unicodedata
+from collections.abc import Callable
 from typing import Any
 
 from cluster.decision_log_reader import DEFAULT_MAX_BYTES, load_replay_config, read_decision_log
@@ -88,7 +93,30 @@ def render(report: ReplayReport, examples: list[str]) -> str:
     lines.append("")
     tripped = s["tripped"]
     lines.append("guards: " + ("TRIPPED: " + "; ".join(tripped) if tripped else "ok"))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
+
+
+def printable(text: str) -> str:
+    """`text` safe for a terminal: control and format characters (ESC, CR, C1 controls such as CSI,
+    bidirectional overrides) from the log are shown escaped (`\\x1b`), never sent raw."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(_escaped(c) if unicodedata.category(c) in ("Cc", "Cf") else c for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def write_json(report: ReplayReport, write: Callable[[str], Any]) -> None:
+    """The report as one JSON document, written a request at a time (never the whole list in memory);
+    `json.dumps` escapes every control character, so nothing raw reaches a terminal."""
+    summary = json.dumps(report.summary(), indent=2).replace("\n", "\n  ")
+    write('{\n  "summary": ' + summary + ',\n  "requests": [')
+    for i, request in enumerate(report.requests):
+        write(("," if i else "") + "\n    " + json.dumps(request.to_dict()))
+    write("\n  ]\n}\n")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -108,7 +136,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         notes=log.examples,
     )
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        write_json(report, sys.stdout.write)
     else:
         print(render(report, log.examples))
     return 1 if report.tripped else 0

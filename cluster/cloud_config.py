@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
-from cluster.config_base import StrictModel, no_duplicates
+from cluster.config_base import FieldProblems, StrictModel, is_loopback, no_duplicates
 from cluster.resilience_config import ProviderProbe
 from router.capabilities import ProviderModelEntry
+
+DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024  # a provider reply read whole (body) or in total (stream)
 
 
 class CloudProvider(StrictModel):
@@ -20,7 +23,20 @@ class CloudProvider(StrictModel):
     )
     base_url: str = Field(
         pattern=r"^https?://",
-        description="base URL of its API, e.g. .../v1 (chat/completions or, for type anthropic, messages below it)",
+        description="base URL of its API, e.g. .../v1 (chat/completions or, for type anthropic, messages below it); "
+        "https:// unless the host is loopback or allow_insecure_http is true",
+    )
+    allow_insecure_http: bool = Field(
+        False,
+        description="allow an http:// base_url to a host that is not loopback: the API key and every prompt "
+        "then cross the network in clear text (only for a network you trust, e.g. a TLS-adding sidecar)",
+    )
+    max_reply_bytes: int = Field(
+        DEFAULT_MAX_REPLY_BYTES,
+        ge=64 * 1024,
+        description="most bytes read of one reply (a whole body, or a whole stream, events included); past it the "
+        "reply is dropped as 502 provider_reply_too_large and the request fails over (a stream the client already "
+        "reads ends with that error event)",
     )
     api_key_env: str | None = Field(
         None, description="environment variable holding the API key (read at call time, never logged)"
@@ -70,6 +86,24 @@ class CloudProvider(StrictModel):
         return self
 
 
+def insecure_base_url(provider: CloudProvider) -> str | None:
+    """Why the provider's base_url is refused (plain http to a host that is not loopback), else None."""
+    parts = urlsplit(provider.base_url)
+    if parts.scheme.lower() == "https" or provider.allow_insecure_http:
+        return None
+    try:
+        host = parts.hostname or ""
+    except ValueError:
+        host = ""
+    if is_loopback(host):
+        return None
+    return (
+        f"{provider.base_url[:100]!r} is plain http to a host that is not loopback: the API key and every prompt "
+        "would cross the network in clear text. Fix: use https://, or set allow_insecure_http: true on this "
+        "provider for a network you trust"
+    )
+
+
 class CloudSection(StrictModel):
     providers: list[CloudProvider] = Field(
         default_factory=list, description="OpenAI-compatible cloud APIs requests may burst to"
@@ -80,3 +114,14 @@ class CloudSection(StrictModel):
     def _unique(cls, value: list[CloudProvider]) -> list[CloudProvider]:
         no_duplicates([p.name for p in value], "provider names")
         return value
+
+    @model_validator(mode="after")
+    def _https_base_urls(self) -> CloudSection:
+        problems = [
+            (f"cloud.providers[{i}].base_url", why)
+            for i, provider in enumerate(self.providers)
+            if (why := insecure_base_url(provider)) is not None
+        ]
+        if problems:
+            raise FieldProblems(problems)
+        return self

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from router.settings_base import StrictModel
 
-__all__ = ["StrictModel", "compiled_or_none", "no_duplicates"]
+__all__ = ["StrictModel", "compiled_or_none", "is_loopback", "no_duplicates"]
 
 
 def no_duplicates(names: list[str], what: str) -> None:
@@ -34,3 +35,13 @@ def compiled_or_none(value: str | None) -> str | None:
         except re.error as exc:
             raise ValueError(f"not a regular expression: {exc}") from None
     return value
+
+
+def is_loopback(host: str) -> bool:
+    """`localhost` or a loopback IP address (`127.0.0.0/8`, `::1`); any other name may resolve anywhere."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

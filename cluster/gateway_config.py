@@ -3,12 +3,11 @@ replicas it runs, and who may call it (nothing listens beyond loopback without a
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Literal
 
 from pydantic import Field, model_validator
 
-from cluster.config_base import StrictModel
+from cluster.config_base import StrictModel, is_loopback
 
 
 class GatewayAutoscaling(StrictModel):
@@ -77,22 +76,13 @@ class GatewaySection(StrictModel):
 
     @model_validator(mode="after")
     def _no_open_listener_without_auth(self) -> GatewaySection:
-        if not self.auth and not _is_loopback(self.host):
+        if not self.auth and not is_loopback(self.host):
             raise ValueError(
                 f"gateway.host {self.host!r} is not a loopback address and gateway.auth is off: anyone who "
                 "reaches the port could use the models and the operator endpoints. Fix: set gateway.auth: true "
                 "with tenants (keys from tenants[].api_key_env), or gateway.host: 127.0.0.1"
             )
         return self
-
-
-def _is_loopback(host: str) -> bool:
-    if host.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name other than localhost: it may resolve anywhere
-        return False
 
 
 class Tenant(StrictModel):

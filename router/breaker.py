@@ -19,6 +19,7 @@ One `CircuitBreaker`, evaluated lazily against the injected clock (no timers, no
     half_open  allow() with < half_open_probes trials in flight   half_open (one more trial)
     half_open  allow() otherwise                                  half_open (refused)
     half_open  a trial unanswered for probe_timeout_s             half_open (its slot is freed)
+    half_open  release(): a trial cut without a verdict          half_open (its slot is freed)
     half_open  record(ok=True)                                    closed (window cleared)
     half_open  record(ok=False)                                   open until now + open_s
     any        cool(s)                                            open until max(open_until, now + s)
@@ -144,6 +145,12 @@ class CircuitBreaker:
         if self._should_trip():
             self._open(now + self._settings.open_s, "failures")
 
+    def release(self) -> None:
+        """A half-open trial ended without a verdict (its request was cut by the gateway's timeout, or
+        cancelled): its slot is free at once instead of after `probe_timeout_s`."""
+        if self._trials and self._state_at(self._clock()) == "half_open":
+            self._trials.pop()
+
     def cool(self, seconds: float) -> None:
         """Refuse everything for `seconds` (a 429's Retry-After), then go half-open. Never shortens."""
         now = self._clock()
@@ -232,6 +239,11 @@ class Breakers:
     def record(self, target_id: str, domain: str, ok: bool) -> None:
         self.target(target_id).record(ok)
         self.domain(domain).record(ok, source=target_id)
+
+    def release(self, target_id: str, domain: str) -> None:
+        """The half-open trial slots an attempt that ended without a verdict held (see `allows`)."""
+        self.target(target_id).release()
+        self.domain(domain).release()
 
     def cool_domain(self, domain: str, seconds: float) -> None:
         self.domain(domain).cool(seconds)

@@ -15,7 +15,8 @@ scattered over call sites.
     RATE_LIMITED    ProviderRateLimited (429)                  -     yes   -        yes    -
     OVERLOADED      ProviderOverloaded (Anthropic's 529)       -     yes   -        yes    -
     SERVER          provider_error, upstream_error, unknown    yes   yes   yes      -      -
-    PROTOCOL        provider_malformed                         -     yes   yes      -      -
+    PROTOCOL        provider_malformed, provider_reply_too_   -     yes   yes      -      -
+                    large (past max_reply_bytes)
     CUT             provider_cut (non-streamed body only)      yes   yes   yes      -      -
     CONTRACT        ContractViolation                          -     yes   -        -      -
     CAPABILITY      ProviderContextExceeded (400 context_      -     yes   -        -      -
@@ -40,7 +41,8 @@ Why the rows differ:
 - OVERLOADED is the provider short of capacity for all its users: like a 429 it says nothing
   about the target's health, so it cools the failure domain (for its Retry-After, else briefly)
   and the request fails over at once instead of waiting on the same target.
-- PROTOCOL is not retried on the same target: a target that answers garbage tends to repeat it.
+- PROTOCOL is not retried on the same target: a target that answers garbage (or too much of it) tends
+  to repeat it.
 - CUT is only classified here for a non-streamed body, i.e. before the client received
   anything, so a retry cannot duplicate output the client already saw.
 - CONTRACT is the model's answer breaking the request's output contract: the target works, so
@@ -153,6 +155,7 @@ _UPSTREAM_CODES: Mapping[str, FailureClass] = MappingProxyType(
         "provider_error": FailureClass.SERVER,
         "upstream_error": FailureClass.SERVER,
         "provider_malformed": FailureClass.PROTOCOL,
+        "provider_reply_too_large": FailureClass.PROTOCOL,
         "provider_cut": FailureClass.CUT,
         "contract_violation": FailureClass.CONTRACT,
         "provider_auth_failed": FailureClass.AUTH,

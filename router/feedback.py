@@ -19,13 +19,13 @@ wall time they arrived (the clock is injected). Pure: no I/O.
 
 from __future__ import annotations
 
-import json
 import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from router.errors import FeedbackExists, InvalidRequest
+from router.openai_request import decode_json
 
 FeedbackOutcome = Literal["success", "failure"]
 FIELDS = frozenset({"request_id", "outcome", "label", "source"})
@@ -79,9 +79,9 @@ def parse_feedback(raw: bytes) -> FeedbackInput:
     if len(raw) > MAX_FEEDBACK_BYTES:
         raise _bad(f"a feedback body is at most {MAX_FEEDBACK_BYTES} bytes", None)
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise _bad("the body must be a JSON object", None) from None
+        body = decode_json(raw)  # nesting, NaN and lone surrogates are a 400, never a RecursionError's 500
+    except InvalidRequest as exc:
+        raise _bad(f"the body must be a JSON object: {exc.message}", None) from None
     if not isinstance(body, dict):
         raise _bad("the body must be a JSON object", None)
     extra = sorted(str(k)[:40] for k in set(body) - FIELDS)

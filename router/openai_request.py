@@ -74,29 +74,76 @@ def _refuse_constant(name: str) -> Any:
 
 
 def decode_json(raw: bytes) -> Any:
-    """JSON with finite numbers only, nested at most `MAX_DEPTH` deep; else 400 invalid_json."""
+    """JSON with finite numbers only, nested at most `MAX_DEPTH` deep, and no lone UTF-16 surrogate
+    (`"\\ud800"`: no UTF-8 text can carry it, so it could reach no engine, provider, log or hash);
+    else 400 invalid_json."""
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
     except RecursionError:
         raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json") from None
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, NaN, an integer past the digit limit
         raise InvalidRequest(f"request body is not valid JSON: {str(exc)[:200]}", code="invalid_json") from None
-    if _depth_exceeds(value, MAX_DEPTH):
+    shape = shape_error(value, MAX_DEPTH)
+    if shape == "depth":
         raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json")
+    if shape == "surrogate":
+        where = _surrogate_path(value)[:200]
+        raise InvalidRequest(
+            f"request body holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape) at {where}: "
+            "it is not text; send valid Unicode",
+            param=where,
+            code="invalid_json",
+        )
     return value
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
+def _unpaired(text: str) -> bool:
+    if text.isascii():
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def shape_error(value: Any, limit: int) -> Literal["depth", "surrogate"] | None:
+    """One walk: nesting past `limit`, or a string (value or key) holding a lone surrogate."""
+    if isinstance(value, str):
+        return "surrogate" if _unpaired(value) else None
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        if isinstance(item, dict):
+            if any(_unpaired(k) for k in item):
+                return "surrogate"
+            children: Any = item.values()
+        else:
+            children = item if isinstance(item, list) else ()
         for child in children:
             if isinstance(child, dict | list):
                 if depth + 1 > limit:
-                    return True
+                    return "depth"
                 stack.append((child, depth + 1))
-    return False
+            elif isinstance(child, str) and _unpaired(child):
+                return "surrogate"
+    return None
+
+
+def _surrogate_path(value: Any, path: str = "") -> str:
+    """Where the first lone surrogate is, e.g. `messages[0].content` (only on the error path)."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            here = f"{path}.{key}" if path else key
+            if _unpaired(key):
+                return f"{path}.(a key)" if path else "(a key)"
+            if shape_error(child, MAX_DEPTH) == "surrogate":
+                return _surrogate_path(child, here)
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            if shape_error(child, MAX_DEPTH) == "surrogate":
+                return _surrogate_path(child, f"{path}[{index}]")
+    return path or "(body)"
 
 
 def _is_number(value: Any) -> bool:

@@ -28,6 +28,7 @@ old and new target (estimated from the contract's tokens at the new config's pri
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ class ReplayGuards:
     max_no_capable: int = 0  # requests that become no_capable_model
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one per recorded request: slots keep the report near the log's size
 class RequestReplay:
     request_id: str
     outcome: Outcome
@@ -61,6 +62,9 @@ class RequestReplay:
     old_cost_usd: float | None = None
     new_cost_usd: float | None = None
     why: str = ""  # for rejected / no_capable_model / unavailable / skipped
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "why", sys.intern(self.why))  # thousands of records share a few reasons
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,9 +215,10 @@ def _replay_one(
 ) -> RequestReplay:
     old = _old_target(record)
     recorded = record["contract"]
-    schemas = {k: b.get("body") for k, b in blobs.items() if b.get("kind") == "schema"}
-    missing = [i for i in [recorded.get("json_schema_id"), *(recorded.get("tool_schema_ids") or {}).values()] if i]
-    if any(i not in schemas for i in missing):
+    quoted = [i for i in [recorded.get("json_schema_id"), *(recorded.get("tool_schema_ids") or {}).values()] if i]
+    found = {str(i): blobs.get(str(i)) for i in quoted}  # only the blobs it quotes: linear in the log
+    schemas = {i: b.get("body") for i, b in found.items() if b is not None and b.get("kind") == "schema"}
+    if len(schemas) < len(found):
         return RequestReplay(request_id, "skipped", old, why="a schema it quotes is not in the log")
     contract = replay_contract(recorded, schemas, policy, tenants)
     targets = registry.for_alias(contract.model)

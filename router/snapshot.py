@@ -6,7 +6,9 @@ The direct path (Ray's metrics export lags seconds, too late for a watermark):
     replica push loop (every push_period_s) ──▶ TelemetryBoard (a named Ray actor)
     gateway poll loop (every poll_period_s) ──▶ ClusterSnapshot (immutable) ──▶ router
 
-Each `ReplicaStats` carries `read_at`, the wall-clock time the replica read its engine; the
+Each `ReplicaStats` carries `read_at`: on the gateway's own clock, when the reading reached the board
+(the board's `AGE_KEY` age of the row, measured on the board's clock, taken from the poller's time: no
+two machines' clocks are ever compared, so a replica whose clock is skewed is not stale for it); the
 snapshot's `taken_at` is when the gateway fetched the board. A replica whose stats are older
 than `max_age_s` is stale, and the router treats a stale replica as saturated. The gateway's
 poller also attaches each replica's saturation (router/saturation.py `assess`), computed once per
@@ -18,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+AGE_KEY = "board_age_s"  # a board row's age on the board's clock (serve_apps/telemetry_board.py)
 
 if TYPE_CHECKING:  # router/saturation.py builds on this module; only the annotation is needed here
     from router.saturation import Saturation

@@ -1,5 +1,10 @@
 """The gateway's side of the telemetry path: poll the TelemetryBoard into ClusterSnapshots.
 
+Each row's `read_at` is rebuilt on this gateway's clock from the board's `board_age_s` (how long ago the
+board received it, on the board's clock: serve_apps/telemetry_board.py), so the router's freshness
+check never compares a worker's or the head's clock with ours; a row without it (a board started before
+this rule) keeps the replica's own `read_at`.
+
 Each new snapshot is assessed once (router/saturation.py `assess`, against each model's
 watermarks): the router, `/metrics` and `GET /v1/spillover/cluster` all read those saturations.
 """
@@ -8,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from router.saturation import assess
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.snapshot import AGE_KEY, ClusterSnapshot, ReplicaStats
 from router.watermarks import Watermarks
 
 log = logging.getLogger("spillover.telemetry")
@@ -50,7 +56,7 @@ class BoardPoller:
         now = self._clock()
         try:
             rows = await self._board.snapshot.remote(now)
-            replicas = tuple(sorted((ReplicaStats.from_dict(r) for r in rows), key=lambda r: (r.model, r.replica_id)))
+            replicas = tuple(sorted((_stats(r, now) for r in rows), key=lambda r: (r.model, r.replica_id)))
             snapshot = ClusterSnapshot(taken_at=now, replicas=replicas, max_age_s=self._max_age_s)
             self._snapshot = assess(snapshot, self._watermarks_for)
         except Exception as exc:  # noqa: BLE001 - keep the old replicas; they age into "stale"
@@ -64,3 +70,12 @@ class BoardPoller:
         while True:
             await self.refresh()
             await asyncio.sleep(self._period_s)
+
+
+def _stats(row: dict[str, Any], now: float) -> ReplicaStats:
+    """A board row as ReplicaStats read at `now - board_age_s` on the poller's clock."""
+    fields = dict(row)
+    age = fields.pop(AGE_KEY, None)
+    if isinstance(age, int | float) and not isinstance(age, bool) and math.isfinite(age):
+        fields["read_at"] = now - max(0.0, float(age))
+    return ReplicaStats.from_dict(fields)

@@ -64,7 +64,7 @@ from serve_apps.admission import Admission, Waited
 from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.check_pool import CheckPool
 from serve_apps.dispatch_calls import Calls
-from serve_apps.dispatch_record import Outcome, executed_record
+from serve_apps.dispatch_record import Outcome, cut_attempt, cut_reason, executed_record
 from serve_apps.dispatch_streams import ClientStreams, Started
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
 from serve_apps.output_check import checked, usage
@@ -86,7 +86,8 @@ class Dispatcher:
         providers: Mapping[str, CloudBackend],
         snapshot: Callable[[], ClusterSnapshot],
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         poll_s: float = 0.05,
         observer: DispatchObserver | None = None,
@@ -103,14 +104,17 @@ class Dispatcher:
             config.models, [p for p in config.cloud.providers if p.name in self._providers], routes=config.routes
         )
         self._snapshot = snapshot
+        # deadlines, waits, latencies on `clock` (monotonic: a wall-clock step must not end or stretch a request);
+        # record timestamps and stats freshness (the snapshot's `read_at`) on `wall`; a lone injected `clock`: both
         self._clock = clock
+        self._wall = wall if wall is not None else time.time if clock is time.monotonic else clock
         self._sleep = sleep
         self._observer = observer or NoObserver()
         self.decisions = decisions if decisions is not None else DecisionStore()  # an empty store is falsy
-        self._resilience = resilience or Resilience(config, clock=clock)
+        self._resilience = resilience or Resilience(config, clock=clock, wall=self._wall)
         self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
-        self._calls = Calls(local, self._providers, self._admission, snapshot, clock, poll_s)
+        self._calls = Calls(local, self._providers, self._admission, snapshot, self._wall, poll_s)
         self._loops = LoopCheck(config)
         self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
         self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
@@ -123,6 +127,7 @@ class Dispatcher:
             decisions=self.decisions,
             observer=self._observer,
             clock=clock,
+            wall=self._wall,
             traffic=traffic,
             checks=self.checks,
         )
@@ -143,7 +148,7 @@ class Dispatcher:
 
     def plan(self, contract: RequestContract, kind: Kind) -> Plan:
         # a route's local model (router/capabilities.py): its replicas, admission and latches decide
-        snapshot, now, model = self._snapshot(), self._clock(), self._registry.local_model(contract.model)
+        snapshot, now, model = self._snapshot(), self._wall(), self._registry.local_model(contract.model)
         self._resilience.watch_local(model, snapshot, now)
         limit = self._admission.limit_with_reason(model, snapshot, now)
         inputs = PlanInputs(
@@ -184,7 +189,7 @@ class Dispatcher:
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
-        started = self._clock()
+        started, started_at = self._clock(), self._wall()
         self._resilience.budget.deposit()
         local_model = self._registry.local_model(contract.model)
         self._admission.observe(local_model, contract.est_prompt_tokens, contract.max_output_tokens)
@@ -208,11 +213,11 @@ class Dispatcher:
             )
             await turn.close(trail, done)
             return replace(done, waited_s=waited.waited_s)
-        except RequestError as exc:
-            ended = exc.message
+        except (RequestError, asyncio.CancelledError) as exc:  # the record says why it ended (a timeout's cut too)
+            ended = exc.message if isinstance(exc, RequestError) else cut_reason(exc)
             raise
         finally:
-            outcome = Outcome(started, waited, trail, done, ended, "".join(notes), events, turn.view())
+            outcome = Outcome(started_at, waited, trail, done, ended, "".join(notes), events, turn.view())
             self._record(request_id, contract, plan, outcome, kind, streams)
             if self._traffic is not None and not (done is not None and streams):
                 self._traffic.observed(contract, trail)  # the switch's gates (a stream's when it ends)
@@ -237,7 +242,7 @@ class Dispatcher:
             targets=self._registry.for_alias(contract.model),
             reachable=self._providers if kind == "chat" else (),
             health=self._resilience.states(),
-            clock=self._clock,
+            clock=self._wall,
         )
         if outcome.done is not None and streams:  # final when its stream ends (serve_apps/stream_record.py)
             streams[0].record = finished
@@ -330,6 +335,10 @@ class Dispatcher:
                 if reply.chunks is not None and holds_back(kind, contract):
                     reply = await held_until_checked(reply, contract, target, self.checks)
                 reply, headers = await checked(kind, reply, contract, target, flagged, self.checks)
+            except asyncio.CancelledError as cut:  # gateway.request_timeout_s, or the client went away
+                trail.append(attempt := cut_attempt(target, cut, self._clock() - began, contract))
+                res.cut(request_id, target, attempt, gate.reservation, tokens, contract.tenant)
+                raise
             except RequestError as exc:
                 rule = res.failed(target, exc)
                 res.settle(gate.reservation, 0)

@@ -5,6 +5,7 @@ snapshot a replay needs (router/decision_inputs.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -13,6 +14,7 @@ from router.capabilities import Target
 from router.contract import RequestContract
 from router.decision import Attempt, DecisionRecord
 from router.decision_inputs import plan_snapshot
+from router.errors import RequestTimeout
 from router.plan import Plan
 from router.policy import Policy
 from serve_apps.admission import Waited
@@ -69,3 +71,24 @@ def executed_record(
         session=outcome.session,
     )
     return executed.finished(done.target if done is not None else None, clock=clock)
+
+
+def _timed_out(cut: asyncio.CancelledError) -> bool:
+    """The gateway's request timeout cancels with this message (serve_apps/http_guards.py `within`)."""
+    return bool(cut.args) and cut.args[0] == RequestTimeout.code
+
+
+def cut_reason(cut: asyncio.CancelledError) -> str:
+    """Why a request ended without an answer of its own, for its record."""
+    return "cut by gateway.request_timeout_s" if _timed_out(cut) else "cancelled (the client went away)"
+
+
+def cut_attempt(target: Target, cut: asyncio.CancelledError, latency_s: float, contract: RequestContract) -> Attempt:
+    """An attempt cut while it waited for its answer: `cancelled`, error `request_timeout` when the gateway's
+    request timeout cut it, with what it may have used as its tokens (`usage: "estimated"`): nothing for a
+    local target, the prompt estimate and the output limit for a cloud one — a provider may finish, and
+    bill, a request whose caller left — so the spend ledger is charged that estimate."""
+    cloud = target.kind == "cloud"
+    spent = (contract.est_prompt_tokens, contract.max_output_tokens) if cloud else (0, 0)
+    error = RequestTimeout.code if _timed_out(cut) else "cancelled"
+    return replace(Attempt.priced(target, "cancelled", latency_s, *spent, error), usage="estimated")

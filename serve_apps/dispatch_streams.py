@@ -57,13 +57,15 @@ class ClientStreams:
         clock: Callable[[], float],
         traffic: Traffic | None,
         checks: CheckRunner,
+        wall: Callable[[], float] | None = None,
     ) -> None:
         self._config = config
         self._checks = checks  # the schema-check pool (serve_apps/check_pool.py)
         self._resilience = resilience
         self._decisions = decisions
         self._observer = observer
-        self._clock = clock
+        self._clock = clock  # latencies and the deadline (monotonic)
+        self._wall = wall or clock  # the record's finished_at
         self._traffic = traffic
         self._splicer = Splicer(
             call=continuation,
@@ -102,6 +104,7 @@ class ClientStreams:
             decisions=self._decisions,
             observer=self._observer,
             clock=self._clock,
+            wall=self._wall,
         )
         contract = s.contract
         tally = Tally(drop_usage=not s.client_usage)

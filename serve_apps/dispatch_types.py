@@ -11,6 +11,7 @@ from router.burst import Route
 from router.capabilities import local_id
 from router.contract import RequestContract
 from router.decision import DecisionRecord
+from router.engine_fields import engine_body
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply, ModelBackend
 
@@ -75,5 +76,5 @@ class LocalDispatch:
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float
     ) -> Dispatched:
-        reply = await self._local.call(contract.model, kind, body, request_id)
+        reply = await self._local.call(contract.model, kind, engine_body(kind, body), request_id)
         return Dispatched(reply, "local", local_id(contract.model), "local (burst not configured)", 0.0)

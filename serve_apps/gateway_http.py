@@ -39,7 +39,6 @@ with `set_request_id=False` to avoid a duplicate header. Responses that a model 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -69,7 +68,7 @@ from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
-from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of
+from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of, within
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.learning import plain_derive
 from serve_apps.learning_routes import LearningRoutes
@@ -287,8 +286,8 @@ class GatewayHTTP:
 
     async def _timed(self, step: Awaitable[T]) -> T:
         """`step` within gateway.request_timeout_s, else RequestTimeout (504)."""
-        try:
-            return await asyncio.wait_for(step, self._request_timeout_s)
+        try:  # cancelled with `request_timeout` and unwound first: records, quota and spend are booked
+            return await within(step, self._request_timeout_s)
         except TimeoutError:
             raise RequestTimeout(f"no answer within gateway.request_timeout_s = {self._request_timeout_s:g}s") from None
 

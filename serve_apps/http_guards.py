@@ -7,6 +7,9 @@
                  only after they checked the caller's key, so a 401 reads no byte at all.
 `request_id_of`  the client's `x-request-id` when it is 1-128 visible ASCII characters (it goes
                  into response headers and to the engines and providers), else None.
+`within`         awaits a request's work for at most `gateway.request_timeout_s`; past it the work is
+                 cancelled with the message `request_timeout` (so the dispatcher books the cut attempt
+                 as the timeout's, serve_apps/dispatch_record.py) and finishes unwinding before the 504.
 `ClientText`     scrubs what an error tells a client: URLs, IP addresses, provider account /
                  organisation / project ids and the words the operator's config names
                  (`client_redactions`: environment variable names, provider hosts) become
@@ -15,15 +18,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Iterable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster.config import SpilloverConfig
-from router.errors import RequestTooLarge
+from router.errors import RequestTimeout, RequestTooLarge
+
+T = TypeVar("T")
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
@@ -66,6 +73,23 @@ class BodyLimit:
             return message
 
         await self._app(scope, limited, send)
+
+
+async def within(work: Awaitable[T], timeout_s: float) -> T:
+    """`work`'s result, or TimeoutError after `timeout_s`, once `work` (cancelled with the message
+    `request_timeout`) has unwound: its records, quota and spend are booked before the 504 leaves."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+    except BaseException:  # this request itself was cancelled: so is its work
+        task.cancel()
+        raise
+    if not done:
+        task.cancel(RequestTimeout.code)
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise TimeoutError
+    return task.result()
 
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>)]+", re.IGNORECASE)

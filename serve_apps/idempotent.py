@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from router import headers as hdr
 from router.errors import InvalidRequest
 from router.idempotency import Fresh, IdempotencyStore, StoredResponse, fingerprint, validate_key
+from router.openai_request import decode_json
 
 KEY_HEADER = hdr.IDEMPOTENCY_KEY
 REPLAY_HEADER = hdr.IDEMPOTENT_REPLAY
@@ -45,8 +46,8 @@ class IdempotentReplies:
         `InvalidRequest` for a bad key, a reused key or a stream."""
         validate_key(key)
         try:
-            body = json.loads(raw)
-        except ValueError:
+            body = decode_json(raw)  # bounded like the request's own parse: never a RecursionError
+        except InvalidRequest:
             return await produce(), False  # the request itself will be answered 400
         if not isinstance(body, dict):
             return await produce(), False

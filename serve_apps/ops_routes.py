@@ -17,7 +17,6 @@ call each replica, or wait for their probes).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -29,6 +28,7 @@ from router.auth import TenantPolicy
 from router.capabilities import local_id
 from router.errors import Forbidden, InvalidRequest, RequestError
 from router.health import Health
+from router.openai_request import decode_json
 from serve_apps.resilience import Resilience
 
 Authorize = Callable[[Request], TenantPolicy | None]
@@ -92,8 +92,8 @@ def _target(raw: bytes) -> str | None:
     if not raw.strip():
         return None
     try:
-        body: Any = json.loads(raw)
-    except ValueError:
+        body: Any = decode_json(raw)  # too deep, NaN or a lone surrogate: a 400, never a RecursionError's 500
+    except InvalidRequest:
         raise InvalidRequest('the body must be JSON: {} or {"target": "cloud:<provider>"}') from None
     if not isinstance(body, dict) or set(body) - {"target"}:
         raise InvalidRequest('the body may only hold "target"', param="target")

@@ -39,6 +39,7 @@ from cluster.config import SpilloverConfig
 from router.breaker import Breakers
 from router.budget import cost_weight
 from router.capabilities import Target, local_id
+from router.decision import Attempt
 from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
 from router.failure import Rule, rule_for
 from router.health import Health, HealthBoard, HealthMachine
@@ -224,6 +225,23 @@ class Resilience:
     def succeeded(self, target: Target) -> None:
         self.breakers.record(target.id, self.domain(target), ok=True)
         self.health.get(target.endpoint).outcome(True)
+
+    def cut(
+        self,
+        request_id: str,
+        target: Target,
+        attempt: Attempt,
+        reservation: Reservation | None,
+        tokens: int,
+        tenant: str | None,
+    ) -> None:
+        """An attempt cut before its answer (the request timed out, the client left): charged what it may
+        have used (`attempt`, serve_apps/dispatch_record.py `cut_attempt`), its quota reservation settled at
+        the estimate `tokens` (it was sent: it counts in the window), its half-open trial slots freed. Health
+        and breakers hear nothing: the target was not wrong, only slower than what was left of the request."""
+        self.charge(request_id, target, attempt.outcome, attempt.cost_usd, tenant)
+        self.settle(reservation, tokens)
+        self.breakers.release(target.id, self.domain(target))
 
     def settle(self, reservation: Reservation | None, tokens: int) -> None:
         if reservation is not None:

@@ -49,8 +49,10 @@ def book_stream_end(
     decisions: DecisionStore,
     observer: DispatchObserver,
     clock: Callable[[], float],
+    wall: Callable[[], float] | None = None,
 ) -> DecisionRecord | None:
-    """Book how the stream ended; the final record (None when the record was never stored)."""
+    """Book how the stream ended; the final record (None when the record was never stored). Latency on
+    `clock` (monotonic, like `streamed.began`), the record's `finished_at` on `wall` (default: `clock`)."""
     target = streamed.target
     if end.outcome in ("cut", "contract_violation"):
         resilience.failed(target, end.error or UpstreamError("the stream failed", code="stream_cut"))
@@ -69,7 +71,7 @@ def book_stream_end(
     attempts = list(record.attempts)
     last = max((i for i, a in enumerate(attempts) if a.outcome == "streaming"), default=len(attempts))
     attempts[last : last + 1] = [attempt]
-    final = replace(record, attempts=tuple(attempts)).finished(record.chosen, clock=clock)
+    final = replace(record, attempts=tuple(attempts)).finished(record.chosen, clock=wall or clock)
     decisions.finalise(final)
     observer.recorded(final)
     return final

@@ -27,10 +27,12 @@ from typing import Any
 
 import httpx
 
+from cluster.cloud_config import DEFAULT_MAX_REPLY_BYTES
 from router import headers as hdr
 from router.capabilities import ProviderModel
 from router.errors import ProviderOverloaded, RequestError, UpstreamError
 from serve_apps.providers.anthropic_wire import ChunkTranslator, chat_completion, malformed, messages_request
+from serve_apps.providers.bounded import loads
 from serve_apps.providers.openai_compat import (
     FORWARDED_HEADERS,
     OpenAICompatProvider,
@@ -78,7 +80,7 @@ class AnthropicProvider(OpenAICompatProvider):
         redact = _redactor(key)
         request = self._client.build_request("GET", "models", headers=self._auth_headers(key))
         response = await self._send(request, redact)
-        content = await self._read(response)
+        content = await self._read(response, error=True)  # only an error's start is ever read
         if not 200 <= response.status_code < 300:
             raise self._status_error(response.status_code, response.headers, content, redact)
 
@@ -105,22 +107,22 @@ class AnthropicProvider(OpenAICompatProvider):
         status = response.status_code
         headers = kept_headers(response.headers)
         if not 200 <= status < 300:
-            raise self._status_error(status, response.headers, await self._read(response), redact)
+            raise self._status_error(status, response.headers, await self._read(response, error=True), redact)
         content_type = response.headers.get("content-type", "")
         created = int(self._clock())
         if stream:
             if not content_type.startswith("text/event-stream"):
-                await self._read(response)
+                await self._read(response, error=True)
                 raise malformed(self.name, f"a stream request's answer as {content_type or 'no type'}")
             translator = ChunkTranslator(self.name, created, include_usage=include_usage)
             return ProviderReply(
-                status=status, headers=headers, chunks=AnthropicEventStream(response, self.name, translator, redact)
+                status=status,
+                headers=headers,
+                chunks=AnthropicEventStream(
+                    response, self.name, translator, redact, max_bytes=self.config.max_reply_bytes
+                ),
             )
-        content = await self._read(response)
-        try:
-            message = json.loads(content)
-        except ValueError:
-            message = None
+        message = loads(await self._read(response))  # bounded by max_reply_bytes; too deep: None (malformed)
         return ProviderReply(status=status, headers=headers, body=chat_completion(message, created, self.name))
 
 
@@ -150,17 +152,23 @@ class AnthropicEventStream(ResponseEvents):
     """A Messages API event stream as OpenAI SSE events (`data: {...}\\n\\n`, then `data: [DONE]`)."""
 
     def __init__(
-        self, response: httpx.Response, provider: str, translator: ChunkTranslator, redact: Callable[[str], str]
+        self,
+        response: httpx.Response,
+        provider: str,
+        translator: ChunkTranslator,
+        redact: Callable[[str], str],
+        *,
+        max_bytes: int = DEFAULT_MAX_REPLY_BYTES,
     ) -> None:
         self._provider = provider
         self._translator = translator
         self._redact = redact
-        super().__init__(response)
+        super().__init__(response, provider, max_bytes)
 
     async def _read(self) -> AsyncGenerator[str, None]:
         event, data = "", []
         try:
-            async for line in self._response.aiter_lines():
+            async for line in self._lines():
                 if line.startswith("event:"):
                     event = line[6:].strip()
                 elif line.startswith("data:"):
@@ -184,9 +192,8 @@ class AnthropicEventStream(ResponseEvents):
         yield DONE
 
     def _translate(self, event: str, payload: str) -> list[str]:
-        try:
-            data = json.loads(payload)
-        except ValueError:
+        data = loads(payload)
+        if data is None:
             self.tolerance.malformed(malformed(self._provider, "a stream event that is not JSON"))
             return []
         try:

@@ -38,6 +38,7 @@ import json
 from typing import Any
 
 from router.errors import InvalidRequest, ProviderRejected, UpstreamError
+from serve_apps.providers.bounded import loads
 
 FINISH_REASONS = {
     "end_turn": "stop",
@@ -178,10 +179,8 @@ def _assistant_blocks(message: dict[str, Any], i: int) -> list[dict[str, Any]]:
         function = call.get("function") if isinstance(call, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise InvalidRequest(f"{where}.function.name is required", param="messages")
-        try:
-            arguments = json.loads(function.get("arguments") or "{}")
-        except (TypeError, ValueError):
-            arguments = None
+        raw_arguments = function.get("arguments") or "{}"
+        arguments = loads(raw_arguments) if isinstance(raw_arguments, str) else None  # too deep, lone surrogates: None
         if not isinstance(arguments, dict):
             raise InvalidRequest(f"{where}.function.arguments must be a JSON object", param="messages")
         call_id = call.get("id")

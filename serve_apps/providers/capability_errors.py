@@ -11,8 +11,9 @@ only these (every other 400 still goes back to the client):
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from serve_apps.providers.bounded import loads
 
 ANTHROPIC_TOO_LONG = "prompt is too long"
 
@@ -21,10 +22,7 @@ def context_exceeded(status: int, content: bytes) -> bool:
     """Whether a provider's error answer says the prompt does not fit the model's context window."""
     if status != 400:
         return False
-    try:
-        data: Any = json.loads(content.decode("utf-8", errors="replace"))
-    except ValueError:
-        return False
+    data: Any = loads(content.decode("utf-8", errors="replace"))
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
         return False

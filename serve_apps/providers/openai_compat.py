@@ -23,7 +23,10 @@ This module is the one place where httpx errors and provider HTTP errors become
                                                                           capability_errors.py)
     other HTTP 4xx                                   ProviderRejected     provider's message; 400/404/422 kept
     HTTP 5xx, other non-2xx                          UpstreamError        provider_error
-    body not a JSON completion / bad SSE event       UpstreamError        provider_malformed
+    body not a JSON completion / bad SSE event       UpstreamError        provider_malformed (JSON too deep
+                                                                          or with a lone surrogate included)
+    body or stream past `max_reply_bytes`             UpstreamError        provider_reply_too_large (see
+                                                                          `bounded`; fails over)
     connection lost after the response started       UpstreamError        provider_cut (see `sse`)
     alias not mapped for this provider               ModelNotFound
 
@@ -57,6 +60,7 @@ from router.errors import (
     UpstreamError,
 )
 from serve_apps.backend import BackendReply
+from serve_apps.providers.bounded import ERROR_BODY_BYTES, loads, read_body, read_prefix
 from serve_apps.providers.capability_errors import context_exceeded
 from serve_apps.providers.sse import ProviderEventStream
 
@@ -175,7 +179,7 @@ class OpenAICompatProvider:
         redact = _redactor(key)
         headers = {"authorization": f"Bearer {key}"} if key else {}
         response = await self._send(self._client.build_request("GET", "models", headers=headers), redact)
-        content = await self._read(response)
+        content = await self._read(response, error=True)  # only an error's start is ever read
         if not 200 <= response.status_code < 300:
             raise self._status_error(response.status_code, response.headers, content, redact)
 
@@ -206,22 +210,19 @@ class OpenAICompatProvider:
         status = response.status_code
         headers = kept_headers(response.headers)
         if not 200 <= status < 300:
-            error = self._status_error(status, response.headers, await self._read(response), redact)
+            error = self._status_error(status, response.headers, await self._read(response, error=True), redact)
             log.info("cloud provider %s answered HTTP %s (%s)", self.name, status, error.code)
             raise error
         content_type = response.headers.get("content-type", "")
         if stream:
             if not content_type.startswith("text/event-stream"):
-                await self._read(response)
+                await self._read(response, error=True)
                 message = f"cloud provider {self.name!r} answered a stream request with {content_type or 'no type'}"
                 raise UpstreamError(message, code="provider_malformed")
-            events = ProviderEventStream(response, self.name, redact)
+            events = ProviderEventStream(response, self.name, redact, max_bytes=self._provider.max_reply_bytes)
             return ProviderReply(status=status, headers=headers, chunks=events)
         content = await self._read(response)
-        try:
-            body = json.loads(content)
-        except ValueError:
-            body = None
+        body = loads(content)
         if isinstance(body, dict) and "error" in body:
             detail = redact(_error_detail(content)[0])[:_MAX_DETAIL]
             raise UpstreamError(f"cloud provider {self.name!r} failed: {detail}", code="provider_error")
@@ -230,9 +231,13 @@ class OpenAICompatProvider:
             raise UpstreamError(message, code="provider_malformed")
         return ProviderReply(status=status, headers=headers, body=body)
 
-    async def _read(self, response: httpx.Response) -> bytes:
+    async def _read(self, response: httpx.Response, *, error: bool = False) -> bytes:
+        """The body within `max_reply_bytes` (`provider_reply_too_large` past it); with `error`, only the
+        first ERROR_BODY_BYTES of it. The response is closed either way."""
         try:
-            return await response.aread()
+            if error:
+                return await read_prefix(response, ERROR_BODY_BYTES)
+            return await read_body(response, self._provider.max_reply_bytes, self.name)
         except httpx.RequestError as exc:
             message = f"cloud provider {self.name!r}: the connection failed while reading the response"
             raise UpstreamError(f"{message} ({type(exc).__name__})", code="provider_cut") from None
@@ -307,9 +312,8 @@ def kept_headers(headers: Mapping[str, str]) -> dict[str, str]:
 def _error_detail(content: bytes) -> tuple[str, str | None]:
     """The provider's error message and param, from an OpenAI error body or plain text."""
     text = content.decode("utf-8", errors="replace").strip()
-    try:
-        data = json.loads(text)
-    except ValueError:
+    data = loads(text)
+    if data is None:
         return (text[:_MAX_DETAIL] or "no details"), None
     error = data.get("error", data) if isinstance(data, dict) else data
     if isinstance(error, dict):

@@ -5,7 +5,8 @@
 ends after `data: [DONE]\\n\\n`. Everything that can go wrong after the first byte raises
 `UpstreamError`: a transport failure or an end before `[DONE]` (code `provider_cut`),
 a `data:` payload that is not a JSON object (`provider_malformed`), an error object sent
-mid-stream (`provider_stream_error`). The response is closed when the stream ends, fails or
+mid-stream (`provider_stream_error`), a stream past the provider's `max_reply_bytes`
+(`provider_reply_too_large`, serve_apps/providers/bounded.py). The response is closed when the stream ends, fails or
 is `aclose()`d — call `aclose()` when abandoning a stream early.
 """
 
@@ -17,7 +18,9 @@ from typing import Protocol
 
 import httpx
 
+from cluster.cloud_config import DEFAULT_MAX_REPLY_BYTES
 from router.errors import UpstreamError
+from serve_apps.providers.bounded import BoundedLines, loads
 from serve_apps.providers.tolerance import StreamTolerance
 
 DONE = "data: [DONE]\n\n"
@@ -34,11 +37,13 @@ class EventStream(Protocol):
 
 
 class ResponseEvents:
-    """The iterator plumbing of a provider's streamed reply: `_read()` yields its events; closing
-    the stream closes the response (subclasses: ProviderEventStream, the Anthropic stream)."""
+    """The iterator plumbing of a provider's streamed reply: `_read()` yields its events from `_lines()`
+    (the whole stream at most `max_bytes`: past it the stream fails with `provider_reply_too_large`);
+    closing the stream closes the response (subclasses: ProviderEventStream, the Anthropic stream)."""
 
-    def __init__(self, response: httpx.Response) -> None:
+    def __init__(self, response: httpx.Response, provider: str, max_bytes: int = DEFAULT_MAX_REPLY_BYTES) -> None:
         self._response = response
+        self._lines = BoundedLines(response, max_bytes, provider)
         self.tolerance = StreamTolerance()
         self._events = self._read()
 
@@ -57,15 +62,22 @@ class ResponseEvents:
 
 
 class ProviderEventStream(ResponseEvents):
-    def __init__(self, response: httpx.Response, provider: str, redact: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        response: httpx.Response,
+        provider: str,
+        redact: Callable[[str], str],
+        *,
+        max_bytes: int = DEFAULT_MAX_REPLY_BYTES,
+    ) -> None:
         self._provider = provider
         self._redact = redact
-        super().__init__(response)
+        super().__init__(response, provider, max_bytes)
 
     async def _read(self) -> AsyncGenerator[str, None]:
         data: list[str] = []
         try:
-            async for line in self._response.aiter_lines():
+            async for line in self._lines():
                 if line:
                     if line.startswith("data:"):
                         data.append(line[5:].removeprefix(" "))
@@ -89,10 +101,7 @@ class ProviderEventStream(ResponseEvents):
         yield DONE
 
     def _event(self, payload: str) -> str | None:
-        try:
-            chunk = json.loads(payload)
-        except ValueError:
-            chunk = None
+        chunk = loads(payload)  # too deep, or a lone surrogate: malformed like any other bad event
         if not isinstance(chunk, dict):
             message = f"cloud provider {self._provider!r} sent a stream event that is not a JSON object"
             self.tolerance.malformed(UpstreamError(message, code="provider_malformed"))

@@ -20,6 +20,7 @@ import httpx
 from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
 from router.decision import DecisionStore
+from router.idempotency import IdempotencyStore
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.check_pool import RequestChecks
 from serve_apps.dispatch import Dispatcher
@@ -92,7 +93,7 @@ def build(
     decisions: DecisionStore | None = None,
     local: FakeEngine | None = None,
     attempts: int = 1,
-    idempotent: IdempotentReplies | None = None,
+    idempotent: IdempotentReplies | bool | None = None,
     checks: RequestChecks | None = None,
     configure: Callable[[dict[str, Any]], None] | None = None,
     snapshot: Callable[[], ClusterSnapshot] | None = None,
@@ -142,7 +143,9 @@ def build(
         max_body_bytes=cfg.gateway.max_body_bytes,
         redact=client_redactions(cfg),
         request_timeout_s=10,
-        idempotent=idempotent,
+        idempotent=IdempotentReplies(IdempotencyStore(clock=lambda: 0.0), wait_s=1.0)
+        if idempotent is True
+        else (idempotent or None),
         checks=checks,
     )
     return Gateway(http.app, dispatcher.decisions, seen)

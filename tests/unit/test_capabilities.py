@@ -161,7 +161,7 @@ def test_registry_from_the_real_config_models() -> None:
     config = parse_config(
         {
             "models": [{"alias": "qwen", "source": "x", "family": "qwen", "engine_args": {"max_model_len": 4096}}],
-            "cloud": {"providers": [{"name": "sim", "base_url": "http://h/v1", "models": {"qwen": "sim-qwen"}}]},
+            "cloud": {"providers": [{"name": "sim", "base_url": "https://h/v1", "models": {"qwen": "sim-qwen"}}]},
         },
         "test",
     )

@@ -113,16 +113,16 @@ def config() -> SpilloverConfig:
     }
     caps = {**caps, "region": "us", "data_policy": "no_retention"}
     providers = [
-        {"name": "faulty", "base_url": "http://faulty/v1", "models": {"m": {**caps, "name": "sim-m"}}},
+        {"name": "faulty", "base_url": "https://faulty/v1", "models": {"m": {**caps, "name": "sim-m"}}},
         {
             "name": "healthy",
-            "base_url": "http://healthy/v1",
+            "base_url": "https://healthy/v1",
             "models": {"m": {**caps, "name": "sim-m", "price_out_per_mtok": 3.0}},
         },
         {
             "name": "claude",
             "type": "anthropic",
-            "base_url": "http://claude/v1",
+            "base_url": "https://claude/v1",
             "api_key_env": "SIM_ANTHROPIC_KEY",
             "models": {"m": {**caps, "name": "sim-claude", "price_out_per_mtok": 9.0}},
         },

@@ -52,7 +52,7 @@ def test_round_trip_through_dump() -> None:
         ({"watermarks": {"kv_cache": 0.8, "low": 0.9}}, "watermarks", "low must be below"),
         ({"models": [MINIMAL["models"][0], MINIMAL["models"][0]]}, "models", "duplicate model aliases: m"),
         (
-            {"cloud": {"providers": [{"name": "p", "base_url": "http://x/v1", "models": {"other": "x"}}]}},
+            {"cloud": {"providers": [{"name": "p", "base_url": "https://x/v1", "models": {"other": "x"}}]}},
             "cloud.providers[0].models",
             "maps unknown model aliases ['other']",
         ),
@@ -123,6 +123,6 @@ def test_gateway_autoscaling_and_resilience_sections_validate() -> None:
     with pytest.raises(ConfigError) as golden:
         parse_config({**MINIMAL, "models": [{**MINIMAL["models"][0], "golden": {"prompt": "x", "expect": "("}}]}, "t")
     assert "models[0].golden.expect" in str(golden.value)
-    provider = {"name": "p", "base_url": "http://x/v1", "rpm": 60, "domain": "acct-1"}
+    provider = {"name": "p", "base_url": "https://x/v1", "rpm": 60, "domain": "acct-1"}
     cfg = parse_config({**MINIMAL, "cloud": {"providers": [provider]}}, "t")
     assert cfg.cloud.providers[0].failure_domain == "acct-1"

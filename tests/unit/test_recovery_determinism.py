@@ -53,7 +53,7 @@ def config() -> SpilloverConfig:
         "price_out_per_mtok": 2.0,
     }
     providers = [
-        {"name": name, "base_url": f"http://{name}.sim/v1", "models": {"m": {"name": "sim-m", **caps, **price}}}
+        {"name": name, "base_url": f"https://{name}.sim/v1", "models": {"m": {"name": "sim-m", **caps, **price}}}
         for name, price in (("a", {"price_in_per_mtok": 0.1}), ("b", {"price_in_per_mtok": 5.0}))
     ]
     model = {"alias": "m", "source": "prepared:x", "family": "llama", "engine_args": {"max_model_len": 4096}}

@@ -281,4 +281,5 @@ async def test_streams_and_completions_are_pinned_too(world: World) -> None:
     contract = derive_contract(prompt, {}, p.config.policy)
     await p.d.dispatch("completions", prompt, "r2", contract=contract, deadline_s=2)
     assert p.session("r2")["action"] == "keep" and p.session("r2")["stored"]["turns"] == 2
-    assert p.local.calls[-1][2] == prompt  # nothing added to a completions prompt
+    # nothing added to a completions prompt (and `metadata` is not one of the fields the engine is sent)
+    assert p.local.calls[-1][2] == {k: v for k, v in prompt.items() if k != "metadata"}

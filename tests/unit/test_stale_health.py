@@ -33,7 +33,7 @@ def _setup() -> tuple[object, StaleOnce]:
     s = setup()
     world = StaleOnce()
     s.dispatcher._snapshot = world.snapshot
-    s.dispatcher._clock = world.clock
+    s.dispatcher._clock = s.dispatcher._wall = world.clock
     s.world = world
     return s, world
 
