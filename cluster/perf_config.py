@@ -85,7 +85,7 @@ class PerfSection(StrictModel):
     def mismatch(self, cpu_class: str | None, precision: str | None) -> str | None:
         """Why this fit does not describe a replica on `cpu_class` running `precision` (None: it does)."""
         if self.cpu is not None and cpu_class is not None and cpu_class != self.cpu:
-            return f"perf was fitted on a {self.cpu} CPU, the replica runs on {cpu_class}"
+            return f"perf was fitted on an {self.cpu} CPU, the replica runs on {cpu_class}"
         if self.precision is not None and precision is not None and precision != self.precision:
             return f"perf was fitted with {self.precision}, the replica runs {precision}"
         return None

@@ -138,3 +138,28 @@ def test_the_compute_bound_is_memoised_on_the_rounded_mix(monkeypatch: pytest.Mo
     adm.observe("m", 1236, 64)  # the mean moves by 3 tokens: same two-digit mix, no new simulation
     assert adm.limit("m", snapshot(), T0) == first
     assert calls == [(1200, 64)]
+
+
+def _on(cpu_class: str | None, precision: str | None) -> ClusterSnapshot:
+    base = snapshot()
+    stats = tuple(ReplicaStats(**{**r.__dict__, "cpu_class": cpu_class, "precision": precision}) for r in base.replicas)
+    return ClusterSnapshot(taken_at=T0, replicas=stats, max_age_s=1.0)
+
+
+def test_a_fit_from_another_cpu_or_precision_is_never_applied() -> None:
+    """The committed fit was measured on an AMX CPU in bf16; a replica on an AVX2-only CPU runs ~4x slower
+    there, so its compute bound would admit 4x too much: it gets the KV-derived limit, and says why."""
+    fitted = {**PERF, "cpu": "amx-bf16", "precision": "bfloat16 compiled"}
+    adm = admission(config(perf=fitted))
+    adm.observe("m", 300, 64)
+    assert adm.limit("m", _on("amx-bf16", "bfloat16 compiled"), T0) == 3  # the fit's own machine and precision
+    other_cpu = adm.limit_with_reason("m", _on("avx2", "float32 compiled"), T0)
+    # as an uncalibrated model: ⌊0.8 × ⌊46,592 / (512 + 256)⌋⌋ = 48 (admission.mean_* tokens)
+    assert other_cpu.value == 48
+    assert other_cpu.detail.startswith("compute bound off: perf was fitted on an amx-bf16 CPU, the replica runs on avx2")
+    assert other_cpu.detail.endswith("admission.fraction of the KV bound")
+    other_precision = adm.limit_with_reason("m", _on("amx-bf16", "float32 compiled"), T0)
+    assert "perf was fitted with bfloat16 compiled, the replica runs float32 compiled" in other_precision.detail
+    unstated = admission(config(perf=PERF))  # a fit that does not say where it was made is not checked
+    unstated.observe("m", 300, 64)
+    assert unstated.limit("m", _on("avx2", "float32 compiled"), T0) == 3
