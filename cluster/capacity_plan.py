@@ -19,9 +19,11 @@ from types import MappingProxyType
 from typing import Any
 
 from cluster.capacity import CapacityReport, plan_capacity
+from cluster.cpu_caps import CpuCaps
 from cluster.model_shape import LLAMA_3_1_8B, QWEN2_5_7B, ModelShape, load_model_shape
 from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION, ModelSpec
 from cluster.models import CATALOG, is_prepared, model_dir
+from cluster.precision_local import local_choice
 from router.errors import ConfigError
 
 GIB = 1024**3
@@ -77,24 +79,30 @@ def resolve_shape(spec: ModelSpec) -> tuple[ModelShape | None, str]:
 
 
 def plan_model(
-    spec: ModelSpec, workload: PlanWorkload, gpu_mem: int | None
+    spec: ModelSpec, workload: PlanWorkload, gpu_mem: int | None, caps: CpuCaps | None = None
 ) -> tuple[str, list[str], CapacityReport | None]:
-    """(status, notes, report) for one model: "ok", "unknown_shape", "no_gpu" or "invalid" (notes say why)."""
+    """(status, notes, report) for one model: "ok", "unknown_shape", "no_gpu" or "invalid" (notes say why).
+    `caps`: the CPU a vLLM-CPU engine's precision is chosen for (default: this machine's)."""
     try:
-        return _plan_model(spec, workload, gpu_mem)
+        return _plan_model(spec, workload, gpu_mem, caps)
     except ValueError as exc:  # e.g. gpu_memory_utilization 1.5, or zero-token sequences
         return "invalid", [str(exc)], None
 
 
 def _plan_model(
-    spec: ModelSpec, workload: PlanWorkload, gpu_mem: int | None
+    spec: ModelSpec, workload: PlanWorkload, gpu_mem: int | None, caps: CpuCaps | None
 ) -> tuple[str, list[str], CapacityReport | None]:
     shape, origin = resolve_shape(spec)
     if shape is None:
         return "unknown_shape", [origin], None
     engine = spec.engine_args
+    dtype, precision_note = engine.get("dtype"), None
+    if spec.runs_vllm_cpu and dtype is None:  # chosen on the CPU the engine runs on: here, as seen from this node
+        source = str(model_dir(spec.prepared_name)) if spec.is_prepared_source else spec.source
+        choice = local_choice(spec.precision, engine, source, spec.numerics, caps)[0]
+        dtype, precision_note = choice.dtype, f"precision on this machine: {choice.label} ({choice.reason})"
     try:
-        shape = shape.with_dtypes(engine.get("dtype"), engine.get("kv_cache_dtype"))
+        shape = shape.with_dtypes(dtype, engine.get("kv_cache_dtype"))
     except ValueError as exc:
         return "unknown_shape", [f"{origin}: {exc}"], None
     block_size = int(engine.get("block_size") or (CPU_BLOCK_SIZE if spec.runs_vllm_cpu else GPU_BLOCK_SIZE))
@@ -106,6 +114,8 @@ def _plan_model(
         "num_gpu_blocks": engine.get("num_gpu_blocks_override"),
     }
     notes = [f"shape: {home_relative(origin)}"]  # reports are committed: no machine paths
+    if precision_note is not None:
+        notes.append(home_relative(precision_note))
     if spec.runs_vllm_cpu:
         notes.append(
             f"CPU: the KV budget is kv_cache_space_gib = {spec.kv_cache_space_gib} GiB (VLLM_CPU_KVCACHE_SPACE)"

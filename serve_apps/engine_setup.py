@@ -16,12 +16,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cluster.cpu_caps import CpuCaps, read_cpu_caps
+from cluster.cpu_caps import CpuCaps
 from cluster.engine_settings import EngineSettings
-from cluster.models import compile_cache_dir
-from cluster.numerics_check import NumericsVerdict, judge
+from cluster.numerics_check import NumericsVerdict
 from cluster.numerics_reference import load_reference
-from cluster.precision import PrecisionChoice, choose
+from cluster.precision import Precision, PrecisionChoice
+from cluster.precision_local import local_choice
 from cluster.precision_memory import PrecisionMemory
 from serve_apps.engine_cpus import Binding, claim_cores
 from serve_apps.numerics_probe import check
@@ -32,20 +32,6 @@ BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 
 class BF16Rejected(RuntimeError):
     """`auto` chose bf16 and the engine failed its numerics check: the replica restarts in float32."""
-
-
-def _model_bf16_verdict(reference: dict[str, Any] | None, settings: EngineSettings) -> str | None:
-    """Why the model's own bf16 (the reference implementation's) is too far from its float32, or None."""
-    numerics = settings.numerics_settings
-    if reference is None or numerics is None or not reference.get("bf16"):
-        return None
-    got = [row["token_ids"] for row in reference["bf16"]]
-    verdict = judge(
-        reference, got, first_tokens=numerics.first_tokens, min_agreeing=numerics.min_agreeing_bf16, label="bf16"
-    )
-    if verdict.routable:
-        return None
-    return "the model's own bf16 (transformers) departs from its float32: " + verdict.reason.split(": ", 1)[-1]
 
 
 class EngineSetup:
@@ -69,14 +55,10 @@ class EngineSetup:
         """The engine arguments the precision sets (only those); binds its threads (vLLM-CPU only)."""
         if not self.is_cpu:
             return {}
-        import vllm
-
-        self.caps = read_cpu_caps()
-        self._memory = PrecisionMemory(
-            compile_cache_dir().parent / "precision", self.source, self.caps, vllm.__version__
+        precision: Precision = self.settings.precision or "auto"  # type: ignore[assignment]
+        self.choice, self.caps, self._memory = local_choice(
+            precision, self._engine_kwargs, self.source, self.settings.numerics_settings
         )
-        failed = self._memory.bf16_failed() or _model_bf16_verdict(self.reference, self.settings)
-        self.choice = choose(self.settings.precision or "auto", self._engine_kwargs, self.caps, failed)  # type: ignore[arg-type]
         self.notes.append(f"precision {self.choice.label}: {self.choice.reason}")
         if BIND_ENV in os.environ:
             self.notes.append(f"threads bound by the operator's {BIND_ENV}={os.environ[BIND_ENV]}")

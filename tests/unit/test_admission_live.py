@@ -156,7 +156,8 @@ def test_a_fit_from_another_cpu_or_precision_is_never_applied() -> None:
     other_cpu = adm.limit_with_reason("m", _on("avx2", "float32 compiled"), T0)
     # as an uncalibrated model: ⌊0.8 × ⌊46,592 / (512 + 256)⌋⌋ = 48 (admission.mean_* tokens)
     assert other_cpu.value == 48
-    assert other_cpu.detail.startswith("compute bound off: perf was fitted on an amx-bf16 CPU, the replica runs on avx2")
+    off = "compute bound off: perf was fitted on an amx-bf16 CPU, the replica runs on avx2"
+    assert other_cpu.detail.startswith(off)
     assert other_cpu.detail.endswith("admission.fraction of the KV bound")
     other_precision = adm.limit_with_reason("m", _on("amx-bf16", "float32 compiled"), T0)
     assert "perf was fitted with bfloat16 compiled, the replica runs float32 compiled" in other_precision.detail

