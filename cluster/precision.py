@@ -3,9 +3,10 @@
 `models[].precision` (vLLM-CPU models):
 
     auto      bfloat16, compiled, where the CPU has native bf16 (AMX-BF16 or AVX512-BF16: cluster/cpu_caps.py)
-              and bf16 has not failed the model's numerics check on this CPU before; float32 otherwise
+              and bf16 has not failed the model's numerics check on this CPU before; float32 eager otherwise
     bfloat16  bfloat16, compiled (vLLM-CPU 0.32's bf16 *eager* path answers garbage: docs/dtype.md)
-    float32   float32
+    float32   float32, eager (compiled it decoded no faster and started a minute later; `enforce_eager:
+              false` in engine_args compiles it anyway)
 
 An explicit `engine_args.dtype` wins over all of this (the operator's choice, still checked).
 
@@ -55,11 +56,12 @@ def choose(
     """`bf16_failed`: why bf16 failed the numerics check on this CPU before (None: it never did)."""
     cpu = caps.describe()
     explicit = engine_args.get("dtype")
-    eager = bool(engine_args.get("enforce_eager", False))
     if explicit is not None:
-        return PrecisionChoice(
-            str(explicit), not eager, f"engine_args.dtype is {explicit} (the config's choice)", False
-        )
+        compiled = not engine_args.get("enforce_eager", False)  # vLLM's own default: compiled
+        return PrecisionChoice(str(explicit), compiled, f"engine_args.dtype is {explicit} (the config's choice)", False)
+    # float32 runs eager unless engine_args says `enforce_eager: false`: compiled it decoded no faster on
+    # vLLM-CPU 0.32 (one thread per engine) and its first start compiles for a minute (docs/dtype.md)
+    eager = engine_args.get("enforce_eager") is not False
     if precision == "float32":
         return PrecisionChoice("float32", not eager, "models[].precision is float32", False)
     if precision == "bfloat16":

