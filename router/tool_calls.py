@@ -36,11 +36,17 @@ class StreamedMessage:
         self._calls: dict[int, dict[str, Any]] = {}  # index -> {"id", "name", "arguments": [pieces]}
         self._chars = 0
         self.overflowed = ""  # why the message stopped being assembled ("" while it is whole)
+        self.finish_reason: str | None = None  # choice 0's, once a chunk carried it
 
     @property
     def has_content(self) -> bool:
         """Whether any non-empty content delta arrived (a text answer, not only tool calls)."""
         return bool(self._content)
+
+    @property
+    def text(self) -> str:
+        """The content assembled so far (a text answer's whole text once the stream ended)."""
+        return "".join(self._content)
 
     @property
     def has_tool_calls(self) -> bool:
@@ -54,6 +60,8 @@ class StreamedMessage:
         for choice in choices:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish_reason = choice["finish_reason"]
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 self._feed_delta(delta)

@@ -368,6 +368,7 @@ class Dispatcher:
                 continue
             if reply.chunks is not None:
                 streamed = StreamedAttempt(request_id, contract.tenant, target, began, gate.reservation, tokens)
+                streamed.loop = self._loops.for_stream(target, sent)
                 streams.append(streamed)
                 trail.append(Attempt(target.id, "streaming", self._clock() - began))
                 rest = [t for t, _ in candidates[index + 1 :]]

@@ -68,6 +68,8 @@ class StreamEnd:
     error: RequestError | None = None
     contract: str | None = None  # summary of a violation let through (L2)
     contract_errors: tuple[str, ...] = ()
+    text: str = ""  # the assembled answer (content of choice 0)
+    finish_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,11 @@ async def accounted(
         raise
     finally:
         prompt, completion, source = tally.tokens(est_prompt_tokens)
-        end = StreamEnd(outcome, prompt, completion, source, error, verdict.flagged, verdict.errors)
+        message = tally.message
+        end = StreamEnd(
+            outcome, prompt, completion, source, error, verdict.flagged, verdict.errors, message.text,
+            message.finish_reason,
+        )  # fmt: skip
         try:
             finish(end)
         except Exception:  # bookkeeping never fails the stream

@@ -24,6 +24,7 @@ from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.errors import UpstreamError
 from router.quota import Reservation
 from serve_apps.dispatch_types import DispatchObserver
+from serve_apps.output_loops import FLAG as LOOP_FLAG
 from serve_apps.resilience import Resilience
 from serve_apps.stream_account import StreamEnd
 
@@ -39,6 +40,7 @@ class StreamedAttempt:
     reservation: Reservation | None
     est_tokens: int  # what the quota reserved, settled with when nothing was counted
     record: DecisionRecord | None = None
+    loop: Callable[[str, str | None], str | None] | None = None  # a whole answer's greedy loop, if any
 
 
 def book_stream_end(
@@ -54,8 +56,12 @@ def book_stream_end(
     """Book how the stream ended; the final record (None when the record was never stored). Latency on
     `clock` (monotonic, like `streamed.began`), the record's `finished_at` on `wall` (default: `clock`)."""
     target = streamed.target
+    loop = streamed.loop(end.text, end.finish_reason) if streamed.loop and end.outcome == "ok" else None
     if end.outcome in ("cut", "contract_violation"):
         resilience.failed(target, end.error or UpstreamError("the stream failed", code="stream_cut"))
+    elif loop is not None:  # a greedy loop (serve_apps/output_loops.py): an output failure, flagged
+        resilience.output_failed(target)
+        end = replace(end, contract_errors=(*end.contract_errors, f"{LOOP_FLAG}: {loop}"))
     elif end.outcome == "ok":
         resilience.succeeded(target)
     code = (end.error.code if end.error is not None else None) or None

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +16,7 @@ from router.errors import TargetUnavailable
 from router.headers import DEGRADED
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply
-from tests.fakes import FakeEngine, FakeProvider
+from tests.fakes import FakeEngine, FakeProvider, chunk_event
 from tests.unit.test_dispatch import CHAT, World, dispatcher, make_config, run
 
 NUMERICS = "numerics check failed: 3/8 prompts agree with the float32 reference on their first 8 greedy tokens"
@@ -113,3 +114,31 @@ async def test_models_whose_text_is_noise_are_not_checked(world: World) -> None:
     d = dispatcher(world, make_config(degenerate_check=False), local=engine)
     done = await run(d, "chat", {**CHAT, "temperature": 0}, "r-1")
     assert DEGRADED not in done.headers
+
+
+class LoopStreamEngine(FakeEngine):
+    """A local engine streaming a greedy loop as vLLM does: content deltas, then a last chunk with
+    `finish_reason: "length"`, then `[DONE]`."""
+
+    async def call(self, alias: str, kind: Any, body: dict[str, Any], request_id: str) -> BackendReply:
+        self.calls.append((alias, kind, body, request_id))
+
+        async def chunks() -> Any:
+            for word in LOOP.split(" "):
+                yield chunk_event(alias, word + " ")
+            last = {"object": "chat.completion.chunk", "model": alias,
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}  # fmt: skip
+            yield f"data: {json.dumps(last)}\n\n"
+            yield "data: [DONE]\n\n"
+
+        return BackendReply(chunks=chunks())
+
+
+async def test_a_streamed_greedy_loop_is_flagged_when_it_ends(world: World) -> None:
+    d = dispatcher(world, local=LoopStreamEngine())
+    done = await run(d, "chat", {**CHAT, "temperature": 0, "stream": True}, "r-1")
+    assert done.reply.chunks is not None
+    assert [c async for c in done.reply.chunks][-1] == "data: [DONE]\n\n"  # the client gets its answer
+    record = d.decisions.get("r-1")
+    assert record is not None and record.attempts[-1].outcome == "ok"
+    assert record.attempts[-1].contract_errors[-1].startswith("degenerate_output: the answer ends in ")
