@@ -34,7 +34,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from router.errors import RequestError, UpstreamError
@@ -68,8 +68,9 @@ class StreamEnd:
     error: RequestError | None = None
     contract: str | None = None  # summary of a violation let through (L2)
     contract_errors: tuple[str, ...] = ()
-    text: str = ""  # the assembled answer (content of choice 0)
-    finish_reason: str | None = None
+    # the assembled answer (content of choice 0) and its finish reason, for the loop check at its end
+    text: str = field(default="", compare=False)
+    finish_reason: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
