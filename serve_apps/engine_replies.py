@@ -46,6 +46,29 @@ def is_error_response(item: Any) -> bool:
     return error is not None and hasattr(error, "message") and hasattr(error, "code")
 
 
+def error_in_events(text: str) -> RequestError | None:
+    """The error an SSE text from the engine carries in one of its events, or None. vLLM's OpenAI server
+    reports a failure after a stream started (its engine died, say) as an event of its own, in its own
+    shape (`{"error": {"message": ..., "code": 500}}`); the gateway ends streams its own way instead."""
+    if '"error"' not in text:
+        return None
+    for line in text.split("\n"):
+        if not line.startswith("data:"):
+            continue
+        try:
+            payload = json.loads(line[5:])
+        except ValueError:
+            continue
+        if isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+            info = payload["error"]
+            message = str(info.get("message") or "the engine failed while streaming")[:300]
+            status = info.get("code")
+            if isinstance(status, int) and 400 <= status < 500 and status != 429:
+                return InvalidRequest(message)
+            return UpstreamError(f"the engine failed mid-stream: {message}", code="upstream_error")
+    return None
+
+
 def to_sse(item: Any) -> str:
     if isinstance(item, str):
         return item

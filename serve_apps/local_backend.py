@@ -20,7 +20,7 @@ from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionReq
 from router.errors import InvalidRequest, TargetUnavailable, UpstreamError
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
-from serve_apps.engine_replies import DONE, is_error_response, to_sse, translate_error_response
+from serve_apps.engine_replies import DONE, error_in_events, is_error_response, to_sse, translate_error_response
 
 
 def _validation_error(exc: ValidationError) -> InvalidRequest:
@@ -57,6 +57,9 @@ class ServeHandleBackend:
         if is_error_response(head):
             stream.cancel()
             raise translate_error_response(head)
+        if isinstance(head, str) and (failed := error_in_events(head)) is not None:
+            stream.cancel()  # failed before its first byte reached anyone: the dispatcher may fail over
+            raise failed
         if not body.get("stream") and hasattr(head, "model_dump"):
             return BackendReply(body=head.model_dump(mode="json", exclude_none=True))
         return BackendReply(chunks=self._rest(first, stream))
@@ -68,6 +71,8 @@ class ServeHandleBackend:
             while True:
                 for item in items:
                     text = to_sse(item)
+                    if (failed := error_in_events(text)) is not None:
+                        raise failed  # ended by the gateway's own error event (or continued elsewhere)
                     sent_done = sent_done or text.rstrip().endswith("[DONE]")
                     yield text
                 try:

@@ -174,8 +174,9 @@ def test_frozen_engine_under_load_is_detected_failed_over_and_replaced(stack: St
     assert not failed, f"requests failed while the engine was frozen: {failed[:5]}"
     slowest = max(s[1] for s in load.sent if s[0] >= frozen_at - 1)
     assert slowest <= spec.stall_s + 10 * push + 10, f"a request waited {slowest:.1f}s on the frozen engine"
-    last = json.loads(events[-1]) if events and events[-1] != "[DONE]" else {}
+    last = [json.loads(e) for e in events if e != "[DONE]"][-1]
     assert "error" in last, f"the stream did not end with the error event: {events[-3:]}"
+    assert isinstance(last["error"]["code"], str), last  # the gateway's own error event, not the engine's
 
 
 @pytest.mark.usefixtures("fresh_replica_after")

@@ -58,3 +58,21 @@ def test_to_sse_framing() -> None:
     assert json.loads(error_event[6:])["error"]["code"] == "context_length_exceeded"
     with pytest.raises(UpstreamError):
         to_sse(object())
+
+
+def test_an_error_event_of_the_engine_is_an_error_not_text() -> None:
+    """What vLLM's OpenAI server streamed when its engine core was killed mid-answer (measured): the
+    gateway raises it, so the stream ends with the gateway's own error event, or continues elsewhere."""
+    from serve_apps.engine_replies import error_in_events
+
+    died = (
+        'data: {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root '
+        'cause.", "type": "InternalServerError", "param": null, "code": 500}}\n\n'
+    )
+    error = error_in_events(died)
+    assert isinstance(error, UpstreamError) and error.code == "upstream_error" and "EngineCore" in error.message
+    content = 'data: {"choices": [{"index": 0, "delta": {"content": "an \\"error\\": {} here"}}]}\n\n'
+    assert error_in_events(content) is None  # the word in an answer is not an error event
+    assert error_in_events("data: [DONE]\n\n") is None
+    bad = 'data: {"error": {"message": "too long", "code": 400}}\n\n'
+    assert isinstance(error_in_events(bad), InvalidRequest)
