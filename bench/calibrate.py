@@ -146,9 +146,11 @@ async def calibrate_async(
     compute: ComputeOutcome | None = None
     compute_error: str | None = None
     clients = {url: make_client(url, transport=transport_for(url), api_key=api_key) for _, url, _ in stages}
+    engine: dict[str, Any] | None = None
     try:
         for _name, url, model in stages:
             await preflight(clients[url], url, model, CalibrationError)
+        engine = await engine_of(clients[stages[-1][1]], options.model)
         for name, url, model in stages:
             generator = LoadGenerator(
                 clients[url], model, progress=progress, extra_body=extra, request_timeout_s=options.request_timeout_s
@@ -193,7 +195,7 @@ async def calibrate_async(
         prediction=prediction,
         seed=options.seed,
         config_path=options.config_path,
-        environment=environment(),
+        environment={**environment(), **({"engine": engine} if engine else {})},
         recommended_limit=limit,
         recommendation=why,
         overlay_path=str(overlay) if overlay else None,
@@ -287,6 +289,21 @@ def _recommend(stages: list[StageResult], prediction: FormulaPrediction | None) 
     return per_replica, why
 
 
+async def engine_of(client: httpx.AsyncClient, model: str) -> dict[str, Any] | None:
+    """The precision and CPU class the gateway's replica of `model` reports (None: not a spillover gateway,
+    no such replica, or the operator route is refused)."""
+    try:
+        base = str(client.base_url).rstrip("/").removesuffix("/v1")
+        response = await client.get(f"{base}/v1/spillover/cluster", timeout=10)
+        replicas = response.json().get("replicas", []) if response.status_code == 200 else []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    for replica in replicas:
+        if replica.get("model") == model and replica.get("precision") and not replica.get("stale"):
+            return {"precision": replica["precision"], "cpu_class": replica.get("cpu_class")}
+    return None
+
+
 def write_overlay(path: Path, run: CalibrationRun, limit: int, *, report: Path | None = None) -> Path:
     """The YAML overlay `{"models": [{"alias": model, "admission_limit": limit}]}` with a header."""
     plan, w = run.plan, run.workload
@@ -304,6 +321,12 @@ def write_overlay(path: Path, run: CalibrationRun, limit: int, *, report: Path |
         cpus = run.environment.get("cpu_count", "?")
         fitted = f"bench calibrate {run.started_at}, {cpus} CPUs, report {report or run.name}"
         entry["perf"] = perf_overlay(run.compute, run.stages[-1], fitted)
+        # where it was measured: the gateway uses a fit only on replicas of that CPU class and precision
+        engine, cpu = run.environment.get("engine") or {}, run.environment.get("cpu") or {}
+        if cpu_class := engine.get("cpu_class") or cpu.get("class"):
+            entry["perf"]["cpu"] = cpu_class
+        if engine.get("precision"):
+            entry["perf"]["precision"] = engine["precision"]
         PerfSection.model_validate(entry["perf"])  # what it writes must load
         header.append("# perf: the fitted compute model; with it the gateway's limit follows the live workload")
     body = yaml.safe_dump({"models": [entry]}, sort_keys=False, allow_unicode=True)

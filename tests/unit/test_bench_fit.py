@@ -122,3 +122,34 @@ def test_waves_run_at_least_w_rounds_of_n_requests(tmp_path: Path) -> None:
     assert "max(2, 2 × N) measured requests per level" in (tmp_path / "out" / "report.md").read_text()
     with pytest.raises(ValueError, match="waves"):
         SweepPlan((1,), 2, waves=-1)
+
+
+async def test_the_fit_says_the_cpu_class_and_precision_it_was_measured_with(tmp_path: Path) -> None:
+    """The gateway never applies a fit to a replica of another CPU class or precision: the overlay carries
+    the replica's own, read from the gateway's cluster view (its cpu_class and precision fields)."""
+    import dataclasses
+
+    import httpx
+    import yaml
+
+    from bench.calibrate import engine_of, write_overlay
+    from tests.unit.test_bench_report import prediction, run_with
+
+    view = {"replicas": [{"model": MODEL, "precision": "float32 eager", "cpu_class": "avx2", "stale": False}]}
+    ok = httpx.AsyncClient(
+        base_url="http://gw/v1/", transport=httpx.MockTransport(lambda r: httpx.Response(200, json=view))
+    )
+    assert await engine_of(ok, MODEL) == {"precision": "float32 eager", "cpu_class": "avx2"}
+    refused = httpx.MockTransport(lambda r: httpx.Response(403, json={"error": {"code": "forbidden"}}))
+    assert await engine_of(httpx.AsyncClient(base_url="http://gw/v1/", transport=refused), MODEL) is None
+
+    fits = [(stage(s, (1, 2, 4)), shape_workload(s)) for s in ("600x8", "50x32")]
+    main_stage = stage("280x64", (1, 2, 3, 4, 5))
+    outcome = fit_outcome(fits, (main_stage, shape_workload("280x64")), main_stage.plan)
+    run = dataclasses.replace(run_with((main_stage,), prediction()), compute=outcome)
+    run = dataclasses.replace(
+        run, environment={**run.environment, "engine": {"precision": "float32 eager", "cpu_class": "avx2"}}
+    )
+    perf = yaml.safe_load(write_overlay(tmp_path / "overlay.yaml", run, 4).read_text())["models"][0]["perf"]
+    assert (perf["cpu"], perf["precision"]) == ("avx2", "float32 eager")
+    assert PerfSection.model_validate(perf).mismatch("amx-bf16", "float32 eager") is not None
