@@ -113,7 +113,7 @@ class SpilloverLLMServer(LLMServer):
         """A numerics check's verdict; one that fails after the start-up check passed is a health fault."""
         was_routable = self._numerics.routable
         self._numerics = verdict
-        if was_routable and not verdict.routable:
+        if was_routable and not verdict.routable and self._health_fault is None:  # the first fault is the cause
             self._health_fault = verdict.reason
             log.error("replica leaves routing and asks Serve to replace it: %s", verdict.reason)
 
