@@ -50,8 +50,8 @@ def spillover_variant(local: dict[str, Any], *, key_env: str, model_cpus: int) -
     config["tenants"] = [{"name": "launch-test", "api_key_env": key_env}]
     (model,) = config["models"]
     model["num_cpus"] = model_cpus
-    # float32 eager, not local.yaml's bf16 compiled: this test is about the launcher, and each test
-    # host has a private home, so the compile cache (~/.cache/spillover/vllm) would start cold on
-    # every run: minutes of torch.compile on 2 cores inside a 300 s readiness wait (docs/dtype.md)
+    # float32 eager, where local.yaml's `precision: auto` ends on every CPU (docs/dtype.md), set outright: this
+    # test is about the launcher, and each test host has a private home, so on a CPU with native bf16 auto
+    # would first try bf16 compiled with a cold compile cache: minutes inside a 300 s readiness wait
     model["engine_args"] = {**model["engine_args"], "dtype": "float32", "enforce_eager": True}
     return config
