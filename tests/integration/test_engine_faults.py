@@ -6,10 +6,10 @@ wrong numbers mid-life. Both on `qwen2-tiny-random` (float32 eager: its replacem
   `models[].stall_s`, reports the fault (the gateway stops routing to it), kills the engine (the
   requests it held fail at once: those that sent no byte fail over, a stream that did ends with the
   error event) and fails Serve's health check, so Serve replaces it.
-* Numerics gone wrong (the final norm's weights negated through the replica's own `collective_rpc`,
-  the RLHF weight-sync hook: every greedy token changes): the next periodic numerics check, within
-  `models[].numerics.interval_s`, fails; the replica leaves routing at once with the reason, and Serve
-  replaces it.
+* Numerics gone wrong (the running model's weights zeroed through the replica's own `collective_rpc`,
+  the RLHF weight-sync hook, with vLLM's `reset_weights`: every greedy token changes): the next periodic
+  numerics check, within `models[].numerics.interval_s`, fails; the replica leaves routing at once with
+  the reason, and Serve replaces it.
 
 Every bound is the config's: stall_s, numerics.interval_s, the telemetry push and staleness periods,
 the readiness timeout for the new replica's start. Each test leaves one fresh replica with its
@@ -188,11 +188,10 @@ def test_numerics_gone_wrong_mid_life_leaves_routing_within_the_interval(stack: 
     before = _one_replica(stack)
     assert before["numerics"] == "passed"
 
-    def negate_final_norm(worker: Any) -> None:  # in the engine's worker process: every logit changes sign
-        worker.model_runner.model.model.norm.weight.data.neg_()
-
+    # vLLM's worker method for weight-transfer tests: every weight of the running model set to zero, through
+    # the replica's own RLHF hook (a method name: vLLM sends no callables to its workers by default)
     handle = serve.get_deployment_handle(f"SpilloverLLMServer:{QWEN}", app_name=APP_NAME)
-    handle.collective_rpc.remote(method=negate_final_norm).result(timeout_s=60)
+    handle.collective_rpc.remote(method="reset_weights").result(timeout_s=60)
     corrupted_at = time.monotonic()
     faulted = _wait_for(
         stack,
