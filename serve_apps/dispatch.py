@@ -15,7 +15,9 @@ Attempts (`serve_apps.resilience` holds the state, `router.failure` the table):
 * a provider's 400 context_length_exceeded fails over and is remembered for that request size
   (serve_apps/learned_windows.py);
 * a local call still waiting for its first byte when every replica of the model goes stale (Serve
-  holds a dead replica's requests until a new one starts) is abandoned and fails over;
+  holds a dead replica's requests until a new one starts) or reports a fault (numerics failed, engine
+  stalled) is abandoned and fails over; a complete greedy answer stuck in a loop is flagged and counts
+  as an output failure of its target (serve_apps/output_loops.py);
 * an L1 answer that breaks its output contract moves on to the next capable target, or ends as
   502 contract_violation;
 * a candidate whose cost estimate is above what the request's cost ceiling leaves after the earlier
