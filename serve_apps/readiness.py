@@ -46,7 +46,12 @@ class Readiness:
         reasons = await asyncio.gather(*(self._backend.check_health(a, self._health_timeout_s) for a in aliases))
         if self._snapshot is not None:
             snapshot, now = self._snapshot(), self._clock()
-            reasons = [reason or unread(snapshot, alias, now) for alias, reason in zip(aliases, reasons, strict=True)]
+            # a fault the replicas report (numerics failed, engine stalled) says more than the health check
+            # it also fails ("unhealthy: RayTaskError"): it comes first
+            reasons = [
+                faulted(snapshot, alias, now) or reason or unread(snapshot, alias, now)
+                for alias, reason in zip(aliases, reasons, strict=True)
+            ]
         if self._health is not None:
             reasons = [reason or self._health.local_down(a) for a, reason in zip(aliases, reasons, strict=True)]
         if self._golden is not None:
@@ -54,6 +59,14 @@ class Readiness:
         models = {alias: (reason or "ok") for alias, reason in zip(aliases, reasons, strict=True)}
         ready = all(reason is None for reason in reasons)
         return ready, {"status": "ready" if ready else "not_ready", "models": models}
+
+
+def faulted(snapshot: ClusterSnapshot, model: str, now: float) -> str | None:
+    """The fault every fresh replica of `model` reports (None: one may serve, or there is no fresh one)."""
+    fresh = [r for r in snapshot.for_model(model) if not snapshot.is_stale(r, now)]
+    if not fresh or any(r.fault is None for r in fresh):
+        return None
+    return sorted(r.fault for r in fresh if r.fault)[0]
 
 
 def unread(snapshot: ClusterSnapshot, model: str, now: float) -> str | None:

@@ -142,3 +142,27 @@ async def test_a_streamed_greedy_loop_is_flagged_when_it_ends(world: World) -> N
     record = d.decisions.get("r-1")
     assert record is not None and record.attempts[-1].outcome == "ok"
     assert record.attempts[-1].contract_errors[-1].startswith("degenerate_output: the answer ends in ")
+
+
+async def test_readyz_names_the_replicas_fault_before_its_failed_health_check() -> None:
+    """A faulted replica also fails Serve's health check, whose text through Ray says only
+    "RayTaskError(RuntimeError)": /readyz gives the fault the replica reports instead."""
+    import httpx
+
+    from router.snapshot import ReplicaStats
+    from serve_apps.gateway_http import GatewayHTTP, ServedModel
+
+    now = 1_800_000_000.0
+    faulted = ReplicaStats("m", "r1", "n1", now, 0.1, 0, 0, 0, 0, 364, 128, fault=NUMERICS)
+    engine = FakeEngine()
+    engine.unhealthy["m"] = "unhealthy: RayTaskError(RuntimeError)"
+    http = GatewayHTTP(
+        engine,
+        [ServedModel("m", "llama", "cpu", 2048)],
+        created=0,
+        snapshot=lambda: ClusterSnapshot(taken_at=now, replicas=(faulted,), max_age_s=1.0),
+        clock=lambda: now,
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(http.app), base_url="http://gw") as client:
+        ready = await client.get("/readyz")
+    assert ready.status_code == 503 and ready.json()["models"]["m"] == NUMERICS
