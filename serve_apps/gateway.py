@@ -198,6 +198,7 @@ class Gateway:
             idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
             ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote(), forget=parts.traffic.forget),
             max_body_bytes=gateway.max_body_bytes,
+            http_limits=gateway.http_limits,
             redact=client_redactions(self._config),
             golden=golden,
             tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),

@@ -50,11 +50,11 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from cluster.gateway_config import HttpLimits
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.decision import DecisionStore
@@ -67,7 +67,7 @@ from serve_apps.backend import ModelBackend
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
-from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of
+from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, ClientText, request_guards, request_id_of
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.learning import plain_derive
 from serve_apps.learning_routes import LearningRoutes
@@ -117,6 +117,7 @@ class GatewayHTTP:
         idempotent: IdempotentReplies | None = None,
         ops: OpsRoutes | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        http_limits: HttpLimits | None = None,  # headers 431 and the body's deadline 408 (serve_apps/http_guards.py)
         redact: Iterable[str] = (),
         golden: GoldenGate | None = None,
         tenant_limits: TenantLimits | None = None,
@@ -171,7 +172,7 @@ class GatewayHTTP:
                 *(traffic.routes(self._authorize, self._headers_for, self._public) if traffic is not None else []),
                 *(learning.routes(self._authorize, self._headers_for, self._public) if learning is not None else []),
             ],
-            middleware=[Middleware(BodyLimit, max_bytes=max_body_bytes)],
+            middleware=request_guards(max_body_bytes, http_limits),
             exception_handlers={
                 HTTPException: self._http_exception,
                 RequestError: self._request_error,

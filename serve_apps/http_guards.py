@@ -4,7 +4,13 @@
                  `content-length` is refused at the first read, a body that grows past the limit
                  while it streams in is refused at the chunk that crosses it (`RequestTooLarge`,
                  413), so the gateway never buffers more than the limit. Routes read the body
-                 only after they checked the caller's key, so a 401 reads no byte at all.
+                 only after they checked the caller's key, so a 401 reads no byte at all. With
+                 `timeout_s`, the whole body must arrive that long after the route began, else
+                 `RequestBodyTimeout` (408).
+`HeadLimit`      ASGI middleware: a request with more header fields or header bytes than
+                 `gateway.http_limits` allows is answered 431 before any route runs (the server
+                 in front enforces the same limits as the bytes arrive: serve_apps/http_limits.py;
+                 this is the gateway's own check, whatever serves it).
 `request_id_of`  the client's `x-request-id` when it is 1-128 visible ASCII characters (it goes
                  into response headers and to the engines and providers), else None.
 `ClientText`     scrubs what an error tells a client: URLs, IP addresses, provider account /
@@ -15,15 +21,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster.config import SpilloverConfig
-from router.errors import RequestTooLarge
+from cluster.gateway_config import HttpLimits
+from router.errors import HeadersTooLarge, RequestBodyTimeout, RequestError, RequestTooLarge
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}")
@@ -42,9 +53,17 @@ def _declared_length(scope: Scope) -> int | None:
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        timeout_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._app = app
         self._max = max_bytes
+        self._timeout_s = timeout_s
+        self._clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -52,20 +71,73 @@ class BodyLimit:
             return
         declared = _declared_length(scope)
         seen = 0
+        complete = False
+        deadline = None if self._timeout_s is None else self._clock() + self._timeout_s
         too_large = f"the request body is larger than gateway.max_body_bytes = {self._max} bytes"
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, complete
             if declared is not None and declared > self._max:
                 raise RequestTooLarge(too_large)
-            message = await receive()
+            if complete or deadline is None:  # after the body, a read waits for the client to leave
+                message = await receive()
+            else:
+                try:
+                    message = await asyncio.wait_for(receive(), max(0.0, deadline - self._clock()))
+                except TimeoutError:
+                    raise RequestBodyTimeout(
+                        f"the request body did not arrive within gateway.http_limits.body_timeout_s = "
+                        f"{self._timeout_s:g}s"
+                    ) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if seen > self._max:
                     raise RequestTooLarge(too_large)
             return message
 
         await self._app(scope, limited, send)
+
+
+PROXY_HEADERS = 4  # fields a proxy in front adds to what a client sent (Serve's adds x-request-id)
+
+
+class HeadLimit:
+    def __init__(self, app: ASGIApp, limits: HttpLimits) -> None:
+        self._app = app
+        self._limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (refused := self._refusal(scope)) is not None:
+            body = json.dumps(refused.to_openai()).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": refused.status_code, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self._app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> RequestError | None:
+        headers = scope.get("headers", ())
+        limits = self._limits
+        if len(headers) > limits.max_headers + PROXY_HEADERS:
+            return HeadersTooLarge(
+                f"the request has more than gateway.http_limits.max_headers = {limits.max_headers} header fields"
+            )
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        size += sum(len(name) + len(value) + 4 for name, value in headers)
+        if size > limits.max_header_bytes:
+            return HeadersTooLarge(
+                f"the request's headers are larger than gateway.http_limits.max_header_bytes = "
+                f"{limits.max_header_bytes}"
+            )
+        return None
+
+
+def request_guards(max_body_bytes: int, http_limits: HttpLimits | None) -> list[Middleware]:
+    """The gateway app's middleware: `HeadLimit` (with `http_limits`), then `BodyLimit`."""
+    timeout_s = http_limits.body_timeout_s if http_limits is not None else None
+    head = [Middleware(HeadLimit, limits=http_limits)] if http_limits is not None else []
+    return [*head, Middleware(BodyLimit, max_bytes=max_body_bytes, timeout_s=timeout_s)]
 
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>)]+", re.IGNORECASE)

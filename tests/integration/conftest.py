@@ -90,6 +90,11 @@ SESSIONS = {
 }
 
 
+# the proxy's slow-client bounds, short so that tests/integration/test_http_limits_proxy.py's attacks end
+# soon; long enough that no other test's client comes near them (header sizes keep the defaults)
+HTTP_LIMITS = {"header_timeout_s": 5, "body_timeout_s": 10, "idle_timeout_s": 5}
+
+
 @dataclass(frozen=True)
 class Stack:
     base_url: str
@@ -111,6 +116,7 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["models"].append(QWEN_TINY)
     raw["gateway"]["port"] = free_port()
+    raw["gateway"]["http_limits"] = HTTP_LIMITS
     (provider,) = raw["cloud"]["providers"]
     provider.update(enabled=True, base_url=f"http://127.0.0.1:{cloud_port}/v1", api_key_env=None, timeout_s=2)
     provider["models"]["qwen2-tiny-random"] = {**provider["models"]["smollm2-135m-instruct"], "name": "sim-qwen"}
