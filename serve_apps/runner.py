@@ -21,15 +21,17 @@ from cluster.config import SpilloverConfig
 from cluster.models import CATALOG, prepare
 from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_sim import prepare_simulated_gpus
-from cluster.render import APP_NAME, application
+from cluster.render import APP_NAME, application, http_options
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.breaker_exchange import kill_exchange
+from serve_apps.http_limits import proxy_env
 from serve_apps.session_actor import kill_pins
 from serve_apps.telemetry_board import kill_board
 from serve_apps.traffic_board import kill_traffic_board
 
 Say = Callable[[str], None]
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass
@@ -57,11 +59,16 @@ def prepare_models(config: SpilloverConfig, say: Say) -> None:
 
 
 def connect_ray(config: SpilloverConfig, say: Say) -> bool:
-    """Connect to the configured/running Ray, else start a local one. True if started here."""
+    """Connect to the configured/running Ray, else start a local one. True if started here.
+
+    The job's environment carries `gateway.http_limits` to the Serve proxies it starts (they inherit
+    the controller's, which inherits the job's). A local Ray runs on this machine only: its node
+    address is loopback, so Ray binds its own ports (GCS, raylet, workers, agents) there, and Ray's
+    token authentication, on by default for a new local cluster, guards them against local users."""
     if ray.is_initialized():
         return False
     address = config.cluster.address
-    env = {"env_vars": {"RAY_DEDUP_LOGS": "1"}}
+    env = {"env_vars": {"RAY_DEDUP_LOGS": "1", **proxy_env(config.gateway.http_limits)}}
     if address:
         say(f"connecting to Ray at {address}")
         _probe(address)
@@ -82,6 +89,7 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
         runtime_env=env,
         log_to_driver=False,
         include_dashboard=False,
+        _node_ip_address=LOOPBACK,
     )
     return True
 
@@ -104,7 +112,7 @@ def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float
     started = connect_ray(config, say)
     build_app(config, config_path)  # config errors surface here; after ray.init: building may auto-init a Ray
     host, port = config.gateway.host, config.gateway.port
-    serve.start(proxy_location="EveryNode", http_options={"host": host, "port": port})
+    serve.start(proxy_location="EveryNode", http_options=http_options(config))
     # Applied as `serve deploy` applies a config file (cluster/render.py): a redeploy that changes only
     # the gateway's replica count resizes that deployment and leaves the engines running; `serve.run`
     # would give every deployment a new random version and restart every replica.
