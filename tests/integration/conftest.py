@@ -64,6 +64,9 @@ ROUTE_CLOUDS = ("cloud-sim-b", "cloud-sim")
 SPARE_KEY = "sk-spare-sim-key-4f1c"
 ANTHROPIC_KEY = "sk-ant-sim-key-must-never-be-printed-7b3a"
 BAD_KEY = "sk-wrong-key-must-never-be-printed-9d2e"
+# the /control routes of a sim started with a key need it, as its /v1 takes it: cloud-sim-b's as a bearer
+# token, the Anthropic sim's in x-api-key (each reads only its own header; the keyless cloud-sim neither)
+CONTROL_HEADERS = {"authorization": f"Bearer {SPARE_KEY}", "x-api-key": ANTHROPIC_KEY}
 RESILIENCE = {
     "retry": {"max_attempts": 3},
     "breaker": {"window_s": 10, "min_requests": 3, "open_s": 3},
@@ -205,7 +208,7 @@ def reset_sims_and_resilience(stack: Stack, *sim_urls: str) -> None:
     """Faults off on the given cloud-sims (default: cloud-sim and cloud-sim-b) and the gateway's resilience
     state (breakers, health) reset: how a test that injected faults leaves the shared stack."""
     for url in sim_urls or (stack.sim_url, stack.spare_url):
-        httpx.post(f"{url.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
+        httpx.post(f"{url.removesuffix('/v1')}/control/reset", headers=CONTROL_HEADERS, timeout=10).raise_for_status()
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
 
