@@ -6,7 +6,8 @@ Routes
     GET  /v1/models             every configured model, then every route (`routes:`)
     GET  /healthz               the gateway process answers (liveness)
     GET  /readyz                every model deployment passes its health check and its start-up golden
-                                check (serve_apps/golden_gate.py); 503 names each model's reason
+                                check (serve_apps/golden_gate.py); 503 names each model's reason (with
+                                auth on, to an admin tenant only: others get the bare status)
     GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
     GET  /openapi.json          this surface as OpenAPI 3.0 (serve_apps/openapi.py)
     GET  /v1/spillover/cluster    the latest ClusterSnapshot: engine stats, age, saturation per replica,
@@ -342,6 +343,8 @@ class GatewayHTTP:
 
     async def _readyz(self, request: Request) -> Response:
         ready, body = await self._readiness.check()  # serve_apps/readiness.py
+        if self._auth is not None and self._denied(request, admin=True) is not None:
+            body = {"status": body["status"]}  # with auth on, the per-model reasons are an admin's to read
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
 
     async def _cluster(self, request: Request) -> Response:
