@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 import uuid
 from typing import Any
@@ -199,7 +200,7 @@ class Gateway:
             ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote(), forget=parts.traffic.forget),
             max_body_bytes=gateway.max_body_bytes,
             http_limits=gateway.http_limits,
-            redact=client_redactions(self._config),
+            redact=client_redactions(self._config, socket.gethostname()),
             golden=golden,
             tenant_limits=TenantLimits(spend.recent_tenant_totals if spend is not None else None),
             traffic=parts.routes,

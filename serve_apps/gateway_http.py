@@ -305,7 +305,7 @@ class GatewayHTTP:
         error event and `[DONE]` (the request is never re-sent)."""
         try:
             async for chunk in chunks:
-                yield chunk
+                yield self._client_text.events(chunk)  # an engine's error event names no host either
         except RequestError as exc:
             log.warning("request %s failed mid-stream: %s", request_id, exc.message)
             yield f"data: {_json(self._public(exc))}\n\ndata: [DONE]\n\n"

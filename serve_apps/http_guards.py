@@ -142,8 +142,17 @@ def request_guards(max_body_bytes: int, http_limits: HttpLimits | None) -> list[
 
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>)]+", re.IGNORECASE)
 _IPV4 = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b")
+_IPV6_PORT = re.compile(r"\[[0-9a-f:.]*:[0-9a-f:.]*(?:%\w+)?\](?::\d{1,5})?", re.IGNORECASE)  # [fd00::7]:8000
 _IPV6 = re.compile(
     r"(?<![\w:])(?:[0-9a-f]{1,4}:){3,7}[0-9a-f]{1,4}\b|(?<![\w:])[0-9a-f]{0,4}::[0-9a-f:]*", re.IGNORECASE
+)
+# a name with a port and no scheme ("gpu-box-7:8000", "localhost:8265"): a host, whatever the name (it has
+# a letter, so "12:30:45" stays)
+_HOST_PORT = re.compile(r"(?<![\w.@/-])(?=[a-z0-9.-]*[a-z])[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?:\d{2,5}\b(?!:)", re.I)
+# names only a private network resolves, and cloud providers' default machine names ("ip-10-0-1-5")
+_PRIVATE_NAME = re.compile(
+    r"\b(?:[a-z0-9-]+\.)+(?:internal|local|localdomain|lan|corp|intranet|home\.arpa|svc)\b|\bip-\d{1,3}(?:-\d{1,3}){3}\b",
+    re.IGNORECASE,
 )
 # OpenAI-style organisation / project / user ids, Stripe-style account ids (with a digit, so that
 # words like "user-supplied" stay), AWS account numbers
@@ -151,17 +160,22 @@ _ACCOUNT = re.compile(r"\b(?:org|proj|user|acct|account)[-_](?=[A-Za-z0-9]*\d)[A
 
 
 class ClientText:
-    """Scrubs the strings of an error body before a client sees it."""
+    """Scrubs the strings of an error body (and of a stream's error events) before a client sees it.
+    `words` (key variables, provider hosts, this machine's name) are matched as whole names."""
 
     def __init__(self, words: Iterable[str] = ()) -> None:
         names = sorted({w for w in words if w and len(w) >= 3}, key=len, reverse=True)
-        self._words = re.compile("|".join(re.escape(w) for w in names)) if names else None
+        pattern = "|".join(re.escape(w) for w in names)
+        self._words = re.compile(f"(?<![\\w.-])(?:{pattern})(?![\\w-])") if names else None
 
     def text(self, value: str) -> str:
         if self._words is not None:
             value = self._words.sub("[configured name]", value)
         value = _URL.sub("[url]", value)
+        value = _HOST_PORT.sub("[host]", value)
+        value = _PRIVATE_NAME.sub("[host]", value)
         value = _IPV4.sub("[host]", value)
+        value = _IPV6_PORT.sub("[host]", value)
         value = _IPV6.sub("[host]", value)
         return _ACCOUNT.sub("[account id]", value)
 
@@ -175,10 +189,27 @@ class ClientText:
             return [self.body(v) for v in value]
         return value
 
+    def events(self, chunk: str) -> str:
+        """A stream's chunk with each `data: {"error": ...}` event scrubbed like an error body (an engine's
+        error after the first token arrives as such an event); every other event is left as it is."""
+        if '"error"' not in chunk:
+            return chunk
+        lines = chunk.split("\n")
+        for index, line in enumerate(lines):
+            if not line.startswith("data: {") or '"error"' not in line:
+                continue
+            try:
+                event = json.loads(line[len("data: ") :])
+            except ValueError:
+                continue
+            if isinstance(event, dict) and "error" in event:
+                lines[index] = "data: " + json.dumps(self.body(event), separators=(",", ":"))
+        return "\n".join(lines)
 
-def client_redactions(config: SpilloverConfig) -> list[str]:
-    """Names an error text must not show a client: key variables and provider hosts."""
-    names = [t.api_key_env for t in config.tenants]
+
+def client_redactions(config: SpilloverConfig, hostname: str = "") -> list[str]:
+    """Names an error text must not show a client: key variables, provider hosts, this machine's name."""
+    names = [hostname, *(t.api_key_env for t in config.tenants)]
     for provider in config.cloud.providers:
         names += [provider.api_key_env or "", urlsplit(provider.base_url).hostname or ""]
     return [n for n in names if n]
