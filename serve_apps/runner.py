@@ -31,7 +31,7 @@ from serve_apps.telemetry_board import kill_board
 from serve_apps.traffic_board import kill_traffic_board
 
 Say = Callable[[str], None]
-LOOPBACK = "127.0.0.1"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
 @dataclass
@@ -62,9 +62,10 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
     """Connect to the configured/running Ray, else start a local one. True if started here.
 
     The job's environment carries `gateway.http_limits` to the Serve proxies it starts (they inherit
-    the controller's, which inherits the job's). A local Ray runs on this machine only: its node
-    address is loopback, so Ray binds its own ports (GCS, raylet, workers, agents) there, and Ray's
-    token authentication, on by default for a new local cluster, guards them against local users."""
+    the controller's, which inherits the job's). A local Ray listens on this machine's addresses (Ray
+    2.60 takes the routable one as the node's even when told loopback): Ray's token authentication,
+    on by default for a new local cluster, is what guards its ports; with it turned off
+    (RAY_AUTH_MODE=disabled) this says so."""
     if ray.is_initialized():
         return False
     address = config.cluster.address
@@ -89,8 +90,9 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
         runtime_env=env,
         log_to_driver=False,
         include_dashboard=False,
-        _node_ip_address=LOOPBACK,
     )
+    if os.environ.get(AUTH_MODE_ENV, "token").lower() != "token":  # Ray 2.60 sets "token" for a new cluster
+        say(f"  warning: {AUTH_MODE_ENV}={os.environ[AUTH_MODE_ENV]}: Ray's ports take anyone who reaches this machine")
     return True
 
 

@@ -62,13 +62,16 @@ class Launched:
             raise AssertionError(f"`ray {shlex.join(args)}` exited {done.returncode}:\n{output[-6000:]}")
         return output
 
-    def local(self, args: list[str], *, timeout: float, token: bool = True) -> subprocess.CompletedProcess[str]:
-        """`args` on the launching machine; without `token`, as a stranger there: no Ray token anywhere
-        (an empty HOME, no RAY_AUTH_* variables), what anyone who reaches the cluster's network has."""
+    def local(
+        self, args: list[str], *, timeout: float, token: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`args` on the launching machine (with `env` added); without `token`, as a stranger there: no Ray
+        token anywhere (an empty HOME, no RAY_AUTH_* variables), what anyone who reaches the cluster's
+        network has."""
         return subprocess.run(
             _launcher(self.hosts.state, args),
             cwd=REPO,
-            env=_launcher_env(self.hosts.state) if token else _stranger_env(self.hosts.state),
+            env={**(_launcher_env(self.hosts.state) if token else _stranger_env(self.hosts.state)), **(env or {})},
             capture_output=True,
             text=True,
             timeout=timeout,
