@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import grpc
 import psutil
 import pytest
 import ray
-from ray.core.generated import core_worker_pb2, core_worker_pb2_grpc
+from ray.core.generated import core_worker_pb2
+from ray.serve.generated import serve_pb2
 
 from tests.integration.conftest import Stack
 
@@ -36,12 +38,18 @@ def _worker_ports() -> dict[int, str]:
     }
 
 
-def _call(port: int, metadata: list[tuple[str, str]]) -> grpc.StatusCode:
+# a method of each gRPC service a worker serves: a core worker's, and a Serve replica's own server's (a
+# method a server does not have is UNIMPLEMENTED before Ray's interceptor looks at the token)
+CORE_WORKER = ("/ray.rpc.CoreWorkerService/NumPendingTasks", core_worker_pb2.NumPendingTasksRequest())
+SERVE_REPLICA = ("/ray.serve.ASGIService/HandleRequest", serve_pb2.ASGIRequest())
+
+
+def _call(port: int, method: tuple[str, Any], metadata: list[tuple[str, str]]) -> grpc.StatusCode:
+    path, request = method
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:  # the port listens on every address
+        call = channel.unary_unary(path, request_serializer=type(request).SerializeToString)
         try:
-            core_worker_pb2_grpc.CoreWorkerServiceStub(channel).NumPendingTasks(
-                core_worker_pb2.NumPendingTasksRequest(), timeout=10, metadata=metadata
-            )
+            call(request, timeout=10, metadata=metadata)
         except grpc.RpcError as exc:
             return exc.code()  # type: ignore[no-any-return]
     return grpc.StatusCode.OK
@@ -49,8 +57,8 @@ def _call(port: int, metadata: list[tuple[str, str]]) -> grpc.StatusCode:
 
 def test_ray_ports_refuse_unauthenticated_callers_of_the_local_ray(stack: Stack, tmp_path: Path) -> None:
     """A caller without the token (no RAY_AUTH_* variables, a HOME without ~/.ray/auth_token): the GCS
-    refuses `ray status` and every RPC port of every worker answers UNAUTHENTICATED; with the token the
-    same `ray status` works and the workers' RPC answers."""
+    refuses `ray status` and every worker's RPC port (a core worker's, a Serve replica's own gRPC server)
+    answers UNAUTHENTICATED; with the token the same `ray status` works and the core workers answer."""
     gcs = ray.get_runtime_context().gcs_address
     command = [sys.executable, "-m", "ray.scripts.scripts", "status", "--address", gcs]
     stranger = {k: v for k, v in os.environ.items() if k not in RAY_AUTH_VARS} | {"HOME": str(tmp_path)}
@@ -63,9 +71,10 @@ def test_ray_ports_refuse_unauthenticated_callers_of_the_local_ray(stack: Stack,
     ports = _worker_ports()
     print(f"workers' ports beyond loopback: {sorted(ports.items())}")  # the record of what listens where
     assert any("SpilloverGateway" in title for title in ports.values()), ports
-    anonymous = {port: _call(port, []) for port in ports}
-    assert set(anonymous.values()) == {grpc.StatusCode.UNAUTHENTICATED}, anonymous
+    anonymous = {port: {_call(port, method, []) for method in (CORE_WORKER, SERVE_REPLICA)} for port in ports}
+    refused = {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.UNIMPLEMENTED}  # the other service's method
+    assert all(grpc.StatusCode.UNAUTHENTICATED in codes and codes <= refused for codes in anonymous.values()), anonymous
     token = (Path.home() / ".ray" / "auth_token").read_text().strip()
-    with_token = {port: _call(port, [("authorization", f"Bearer {token}")]) for port in ports}
-    # a core worker answers; a Serve replica's own gRPC port has no such method, but let the call in
-    assert grpc.StatusCode.OK in with_token.values() and grpc.StatusCode.UNAUTHENTICATED not in with_token.values()
+    bearer = [("authorization", f"Bearer {token}")]
+    answered = {port: _call(port, CORE_WORKER, bearer) for port in ports}
+    assert grpc.StatusCode.OK in answered.values(), answered  # the core workers' RPC, with the token
