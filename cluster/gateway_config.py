@@ -42,6 +42,38 @@ class CheckSection(StrictModel):
     )
 
 
+class HttpLimits(StrictModel):
+    """What the HTTP server in front of the gateway accepts before any route runs (Ray Serve's proxy, the
+    cloud simulator): serve_apps/http_limits.py enforces it where the bytes arrive, docs/security.md says
+    where each bound holds."""
+
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, le=16 * 1024 * 1024, description="a request's line and headers together; more: 431"
+    )
+    max_headers: int = Field(100, ge=8, le=10_000, description="header fields in one request; more: 431")
+    header_timeout_s: float = Field(
+        10,
+        gt=0,
+        le=600,
+        description="a request's line and headers must arrive within this, counted from the connection's opening "
+        "(or a kept-alive connection's next byte); later: 408 and the connection closed",
+    )
+    body_timeout_s: float = Field(
+        60,
+        gt=0,
+        le=3600,
+        description="a request's whole body must arrive within this after its headers; later: 408 (or the "
+        "connection closed, once an answer has begun)",
+    )
+    idle_timeout_s: int = Field(
+        30,
+        ge=1,
+        le=3600,
+        description="a kept-alive connection with no request on it is closed after this many seconds (behind a "
+        "load balancer, set it above the balancer's own idle timeout)",
+    )
+
+
 class GatewaySection(StrictModel):
     host: str = Field(
         "127.0.0.1",
@@ -72,6 +104,9 @@ class GatewaySection(StrictModel):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger: 413")
     checks: CheckSection = Field(
         CheckSection(), description="threads for the CPU-bound request checks, shared fairly by tenants"
+    )
+    http_limits: HttpLimits = Field(
+        HttpLimits(), description="header size and count, and slow or idle clients, bounded where HTTP is served"
     )
 
     @model_validator(mode="after")

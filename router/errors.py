@@ -15,6 +15,8 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── IdempotencyConflict  409   a request with the same Idempotency-Key is still running
         ├── FeedbackExists       409   a second feedback report of one source on one request
         ├── RequestTooLarge      413   the body passed gateway.max_body_bytes (found while reading it)
+        ├── HeadersTooLarge      431   the request's headers passed gateway.http_limits (size or count)
+        ├── RequestBodyTimeout   408   the body did not arrive within gateway.http_limits.body_timeout_s
         ├── Unauthorized         401   gateway auth is on and the API key is missing or wrong
         ├── Forbidden            403   the tenant may not call an operator endpoint
         ├── TenantRateLimited    429   the tenant passed its requests_per_minute (`retry_after_s`)
@@ -173,6 +175,16 @@ class FeedbackExists(RequestError):
 class RequestTooLarge(RequestError):
     status_code = 413
     code = "request_too_large"
+
+
+class HeadersTooLarge(RequestError):
+    status_code = 431
+    code = "request_headers_too_large"
+
+
+class RequestBodyTimeout(RequestError):
+    status_code = 408
+    code = "request_body_timeout"
 
 
 class LocalCapacityExhausted(RequestError):

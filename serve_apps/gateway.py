@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import time
 import uuid
 from typing import Any
@@ -203,7 +204,8 @@ class Gateway:
             idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
             ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote(), forget=parts.traffic.forget),
             max_body_bytes=gateway.max_body_bytes,
-            redact=client_redactions(self._config),
+            http_limits=gateway.http_limits,
+            redact=client_redactions(self._config, socket.gethostname()),
             golden=golden,
             tenant_limits=limits,
             traffic=parts.routes,

@@ -6,7 +6,8 @@ Routes
     GET  /v1/models             every configured model, then every route (`routes:`)
     GET  /healthz               the gateway process answers (liveness)
     GET  /readyz                every model deployment passes its health check and its start-up golden
-                                check (serve_apps/golden_gate.py); 503 names each model's reason
+                                check (serve_apps/golden_gate.py); 503 names each model's reason (with
+                                auth on, to an admin tenant only: others get the bare status)
     GET  /metrics               Prometheus metrics (serve_apps/metrics.py)
     GET  /openapi.json          this surface as OpenAPI 3.0 (serve_apps/openapi.py)
     GET  /v1/spillover/cluster    the latest ClusterSnapshot: engine stats, age, saturation per replica,
@@ -50,11 +51,11 @@ from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from cluster.gateway_config import HttpLimits
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.decision import DecisionStore
@@ -68,7 +69,7 @@ from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
-from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, BodyLimit, ClientText, request_id_of, within
+from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, ClientText, request_guards, request_id_of, within
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.learning import plain_derive
 from serve_apps.learning_routes import LearningRoutes
@@ -119,6 +120,7 @@ class GatewayHTTP:
         idempotent: IdempotentReplies | None = None,
         ops: OpsRoutes | None = None,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        http_limits: HttpLimits | None = None,  # headers 431 and the body's deadline 408 (serve_apps/http_guards.py)
         redact: Iterable[str] = (),
         golden: GoldenGate | None = None,
         tenant_limits: TenantLimits | None = None,
@@ -175,7 +177,7 @@ class GatewayHTTP:
                 *(traffic.routes(self._authorize, self._headers_for, self._public) if traffic is not None else []),
                 *(learning.routes(self._authorize, self._headers_for, self._public) if learning is not None else []),
             ],
-            middleware=[Middleware(BodyLimit, max_bytes=max_body_bytes)],
+            middleware=request_guards(max_body_bytes, http_limits),
             exception_handlers={
                 HTTPException: self._http_exception,
                 RequestError: self._request_error,
@@ -307,7 +309,7 @@ class GatewayHTTP:
         error event and `[DONE]` (the request is never re-sent)."""
         try:
             async for chunk in chunks:
-                yield chunk
+                yield self._client_text.events(chunk)  # an engine's error event names no host either
         except RequestError as exc:
             log.warning("request %s failed mid-stream: %s", request_id, exc.message)
             yield f"data: {_json(self._public(exc))}\n\ndata: [DONE]\n\n"
@@ -345,6 +347,8 @@ class GatewayHTTP:
 
     async def _readyz(self, request: Request) -> Response:
         ready, body = await self._readiness.check()  # serve_apps/readiness.py
+        if self._auth is not None and self._denied(request, admin=True) is not None:
+            body = {"status": body["status"]}  # with auth on, the per-model reasons are an admin's to read
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
 
     async def _cluster(self, request: Request) -> Response:

@@ -4,7 +4,13 @@
                  `content-length` is refused at the first read, a body that grows past the limit
                  while it streams in is refused at the chunk that crosses it (`RequestTooLarge`,
                  413), so the gateway never buffers more than the limit. Routes read the body
-                 only after they checked the caller's key, so a 401 reads no byte at all.
+                 only after they checked the caller's key, so a 401 reads no byte at all. With
+                 `timeout_s`, the whole body must arrive that long after the route began, else
+                 `RequestBodyTimeout` (408).
+`HeadLimit`      ASGI middleware: a request with more header fields or header bytes than
+                 `gateway.http_limits` allows is answered 431 before any route runs (the server
+                 in front enforces the same limits as the bytes arrive: serve_apps/http_limits.py;
+                 this is the gateway's own check, whatever serves it).
 `request_id_of`  the client's `x-request-id` when it is 1-128 visible ASCII characters (it goes
                  into response headers and to the engines and providers), else None.
 `within`         awaits a request's work for at most `gateway.request_timeout_s`; past it the work is
@@ -20,15 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
-from collections.abc import Awaitable, Iterable
+import time
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cluster.config import SpilloverConfig
-from router.errors import RequestTimeout, RequestTooLarge
+from cluster.gateway_config import HttpLimits
+from router.errors import HeadersTooLarge, RequestBodyTimeout, RequestError, RequestTimeout, RequestTooLarge
 
 T = TypeVar("T")
 
@@ -49,9 +59,17 @@ def _declared_length(scope: Scope) -> int | None:
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        timeout_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._app = app
         self._max = max_bytes
+        self._timeout_s = timeout_s
+        self._clock = clock
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -59,15 +77,27 @@ class BodyLimit:
             return
         declared = _declared_length(scope)
         seen = 0
+        complete = False
+        deadline = None if self._timeout_s is None else self._clock() + self._timeout_s
         too_large = f"the request body is larger than gateway.max_body_bytes = {self._max} bytes"
 
         async def limited() -> Message:
-            nonlocal seen
+            nonlocal seen, complete
             if declared is not None and declared > self._max:
                 raise RequestTooLarge(too_large)
-            message = await receive()
+            if complete or deadline is None:  # after the body, a read waits for the client to leave
+                message = await receive()
+            else:
+                try:
+                    message = await asyncio.wait_for(receive(), max(0.0, deadline - self._clock()))
+                except TimeoutError:
+                    raise RequestBodyTimeout(
+                        f"the request body did not arrive within gateway.http_limits.body_timeout_s = "
+                        f"{self._timeout_s:g}s"
+                    ) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
+                complete = not message.get("more_body", False)
                 if seen > self._max:
                     raise RequestTooLarge(too_large)
             return message
@@ -92,10 +122,60 @@ async def within(work: Awaitable[T], timeout_s: float) -> T:
     return task.result()
 
 
+PROXY_HEADERS = 4  # fields a proxy in front adds to what a client sent (Serve's adds x-request-id)
+
+
+class HeadLimit:
+    def __init__(self, app: ASGIApp, limits: HttpLimits) -> None:
+        self._app = app
+        self._limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and (refused := self._refusal(scope)) is not None:
+            body = json.dumps(refused.to_openai()).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": refused.status_code, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self._app(scope, receive, send)
+
+    def _refusal(self, scope: Scope) -> RequestError | None:
+        headers = scope.get("headers", ())
+        limits = self._limits
+        if len(headers) > limits.max_headers + PROXY_HEADERS:
+            return HeadersTooLarge(
+                f"the request has more than gateway.http_limits.max_headers = {limits.max_headers} header fields"
+            )
+        size = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        size += sum(len(name) + len(value) + 4 for name, value in headers)
+        if size > limits.max_header_bytes:
+            return HeadersTooLarge(
+                f"the request's headers are larger than gateway.http_limits.max_header_bytes = "
+                f"{limits.max_header_bytes}"
+            )
+        return None
+
+
+def request_guards(max_body_bytes: int, http_limits: HttpLimits | None) -> list[Middleware]:
+    """The gateway app's middleware: `HeadLimit` (with `http_limits`), then `BodyLimit`."""
+    timeout_s = http_limits.body_timeout_s if http_limits is not None else None
+    head = [Middleware(HeadLimit, limits=http_limits)] if http_limits is not None else []
+    return [*head, Middleware(BodyLimit, max_bytes=max_body_bytes, timeout_s=timeout_s)]
+
+
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>)]+", re.IGNORECASE)
 _IPV4 = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b")
+_IPV6_PORT = re.compile(r"\[[0-9a-f:.]*:[0-9a-f:.]*(?:%\w+)?\](?::\d{1,5})?", re.IGNORECASE)  # [fd00::7]:8000
 _IPV6 = re.compile(
     r"(?<![\w:])(?:[0-9a-f]{1,4}:){3,7}[0-9a-f]{1,4}\b|(?<![\w:])[0-9a-f]{0,4}::[0-9a-f:]*", re.IGNORECASE
+)
+# a name with a port and no scheme ("gpu-box-7:8000", "localhost:8265"): a host, whatever the name (it has
+# a letter, so "12:30:45" stays)
+_HOST_PORT = re.compile(r"(?<![\w.@/-])(?=[a-z0-9.-]*[a-z])[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?:\d{2,5}\b(?!:)", re.I)
+# names only a private network resolves, and cloud providers' default machine names ("ip-10-0-1-5")
+_PRIVATE_NAME = re.compile(
+    r"\b(?:[a-z0-9-]+\.)+(?:internal|local|localdomain|lan|corp|intranet|home\.arpa|svc)\b|\bip-\d{1,3}(?:-\d{1,3}){3}\b",
+    re.IGNORECASE,
 )
 # OpenAI-style organisation / project / user ids, Stripe-style account ids (with a digit, so that
 # words like "user-supplied" stay), AWS account numbers
@@ -103,17 +183,22 @@ _ACCOUNT = re.compile(r"\b(?:org|proj|user|acct|account)[-_](?=[A-Za-z0-9]*\d)[A
 
 
 class ClientText:
-    """Scrubs the strings of an error body before a client sees it."""
+    """Scrubs the strings of an error body (and of a stream's error events) before a client sees it.
+    `words` (key variables, provider hosts, this machine's name) are matched as whole names."""
 
     def __init__(self, words: Iterable[str] = ()) -> None:
         names = sorted({w for w in words if w and len(w) >= 3}, key=len, reverse=True)
-        self._words = re.compile("|".join(re.escape(w) for w in names)) if names else None
+        pattern = "|".join(re.escape(w) for w in names)
+        self._words = re.compile(f"(?<![\\w.-])(?:{pattern})(?![\\w-])") if names else None
 
     def text(self, value: str) -> str:
         if self._words is not None:
             value = self._words.sub("[configured name]", value)
         value = _URL.sub("[url]", value)
+        value = _HOST_PORT.sub("[host]", value)
+        value = _PRIVATE_NAME.sub("[host]", value)
         value = _IPV4.sub("[host]", value)
+        value = _IPV6_PORT.sub("[host]", value)
         value = _IPV6.sub("[host]", value)
         return _ACCOUNT.sub("[account id]", value)
 
@@ -127,10 +212,27 @@ class ClientText:
             return [self.body(v) for v in value]
         return value
 
+    def events(self, chunk: str) -> str:
+        """A stream's chunk with each `data: {"error": ...}` event scrubbed like an error body (an engine's
+        error after the first token arrives as such an event); every other event is left as it is."""
+        if '"error"' not in chunk:
+            return chunk
+        lines = chunk.split("\n")
+        for index, line in enumerate(lines):
+            if not line.startswith("data: {") or '"error"' not in line:
+                continue
+            try:
+                event = json.loads(line[len("data: ") :])
+            except ValueError:
+                continue
+            if isinstance(event, dict) and "error" in event:
+                lines[index] = "data: " + json.dumps(self.body(event), separators=(",", ":"))
+        return "\n".join(lines)
 
-def client_redactions(config: SpilloverConfig) -> list[str]:
-    """Names an error text must not show a client: key variables and provider hosts."""
-    names = [t.api_key_env for t in config.tenants]
+
+def client_redactions(config: SpilloverConfig, hostname: str = "") -> list[str]:
+    """Names an error text must not show a client: key variables, provider hosts, this machine's name."""
+    names = [hostname, *(t.api_key_env for t in config.tenants)]
     for provider in config.cloud.providers:
         names += [provider.api_key_env or "", urlsplit(provider.base_url).hostname or ""]
     return [n for n in names if n]

@@ -21,15 +21,17 @@ from cluster.config import SpilloverConfig
 from cluster.models import CATALOG, prepare
 from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_sim import prepare_simulated_gpus
-from cluster.render import APP_NAME, application
+from cluster.render import APP_NAME, application, http_options
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.breaker_exchange import kill_exchange
+from serve_apps.http_limits import proxy_env
 from serve_apps.session_actor import kill_pins
 from serve_apps.telemetry_board import kill_board
 from serve_apps.traffic_board import kill_traffic_board
 
 Say = Callable[[str], None]
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 
 @dataclass
@@ -57,11 +59,17 @@ def prepare_models(config: SpilloverConfig, say: Say) -> None:
 
 
 def connect_ray(config: SpilloverConfig, say: Say) -> bool:
-    """Connect to the configured/running Ray, else start a local one. True if started here."""
+    """Connect to the configured/running Ray, else start a local one. True if started here.
+
+    The job's environment carries `gateway.http_limits` to the Serve proxies it starts (they inherit
+    the controller's, which inherits the job's). A local Ray listens on this machine's addresses (Ray
+    2.60 takes the routable one as the node's even when told loopback): Ray's token authentication,
+    on by default for a new local cluster, is what guards its ports; with it turned off
+    (RAY_AUTH_MODE=disabled) this says so."""
     if ray.is_initialized():
         return False
     address = config.cluster.address
-    env = {"env_vars": {"RAY_DEDUP_LOGS": "1"}}
+    env = {"env_vars": {"RAY_DEDUP_LOGS": "1", **proxy_env(config.gateway.http_limits)}}
     if address:
         say(f"connecting to Ray at {address}")
         _probe(address)
@@ -83,6 +91,8 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
         log_to_driver=False,
         include_dashboard=False,
     )
+    if os.environ.get(AUTH_MODE_ENV, "token").lower() != "token":  # Ray 2.60 sets "token" for a new cluster
+        say(f"  warning: {AUTH_MODE_ENV}={os.environ[AUTH_MODE_ENV]}: Ray's ports take anyone who reaches this machine")
     return True
 
 
@@ -104,7 +114,7 @@ def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float
     started = connect_ray(config, say)
     build_app(config, config_path)  # config errors surface here; after ray.init: building may auto-init a Ray
     host, port = config.gateway.host, config.gateway.port
-    serve.start(proxy_location="EveryNode", http_options={"host": host, "port": port})
+    serve.start(proxy_location="EveryNode", http_options=http_options(config))
     # Applied as `serve deploy` applies a config file (cluster/render.py): a redeploy that changes only
     # the gateway's replica count resizes that deployment and leaves the engines running; `serve.run`
     # would give every deployment a new random version and restart every replica.

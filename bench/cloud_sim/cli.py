@@ -3,7 +3,8 @@
 `add_cloud_sim_parser(subparsers)` registers the `cloud-sim` subcommand (its `func` default
 is `run_cloud_sim`); `add_cloud_sim_arguments(parser)` adds the same flags to any parser.
 Flags left out keep `SimSettings`' defaults. `run_cloud_sim(args)` serves with uvicorn
-until SIGINT/SIGTERM, after printing `cloud-sim listening on http://HOST:PORT/v1`
+(`server_config`: header size and count, slow and idle clients bounded by `gateway.http_limits`'
+defaults) until SIGINT/SIGTERM, after printing `cloud-sim listening on http://HOST:PORT/v1`
 (`--port 0` picks a free port and prints it). Exit codes: 0 stopped, 2 bad flags.
 """
 
@@ -22,6 +23,8 @@ import uvicorn
 from bench.cloud_sim.faults import SimulatedCut
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
+from cluster.gateway_config import HttpLimits
+from serve_apps.http_limits import uvicorn_options
 
 DEFAULT_PORT = 9100
 
@@ -118,13 +121,18 @@ def run_cloud_sim(args: argparse.Namespace) -> int:
         print(f"error: cloud-sim: {exc}", file=sys.stderr, flush=True)
         return 2
     app = build_app(settings, rng=random.Random(args.seed), log_path=args.log, log_bodies=args.log_bodies)
-    config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", access_log=False, lifespan="off",
-        timeout_graceful_shutdown=2,
-    )  # fmt: skip
     logging.getLogger("uvicorn.error").addFilter(_DropSimulatedCuts())
-    asyncio.run(_serve(uvicorn.Server(config), args.host))
+    asyncio.run(_serve(uvicorn.Server(server_config(app, args.host, args.port)), args.host))
     return 0
+
+
+def server_config(app: Any, host: str, port: int, limits: HttpLimits | None = None) -> uvicorn.Config:
+    """The simulator's uvicorn server, its headers and slow or idle clients bounded like the gateway's
+    (`gateway.http_limits`' defaults unless `limits`: serve_apps/http_limits.py)."""
+    return uvicorn.Config(
+        app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+        timeout_graceful_shutdown=2, **uvicorn_options(limits or HttpLimits()),
+    )  # fmt: skip
 
 
 async def _serve(server: uvicorn.Server, host: str) -> None:

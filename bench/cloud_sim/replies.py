@@ -293,3 +293,24 @@ def _json_schema(response_format: Any) -> Any:
             raise BadChatRequest("response_format.json_schema.schema must be an object", param="response_format")
         return schema
     raise BadChatRequest("response_format.type must be text, json_object or json_schema", param="response_format")
+
+
+CONTENT_FILTERED = (
+    "The response was filtered due to the prompt triggering the content management policy (simulated). "
+    "Please modify your prompt and retry."
+)
+
+
+def content_filter(pattern: str | None, body: dict[str, Any]) -> None:
+    """Raise the 400 a provider's content policy answers when a message's text matches `pattern`."""
+    if pattern is None:
+        return
+    texts: list[str] = []
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [str(part.get("text", "")) for part in content if isinstance(part, dict)]
+    if re.search(pattern, "\n".join(texts), re.IGNORECASE):
+        raise BadChatRequest(CONTENT_FILTERED, param="prompt", code="content_filter")

@@ -6,6 +6,7 @@ Routes
     POST /v1/messages           the same in the Messages API's shapes, see `anthropic_api` (api anthropic)
     GET  /v1/models             the configured model names
     GET  /healthz               liveness (no key needed)
+    *    /control/*             need the key the simulator started with, if any (as /v1 takes it)
     GET  /control/faults        the current settings (never the key itself)
     POST /control/faults        merge a JSON object into the settings (400 on a bad value)
     POST /control/reset         back to the settings the app was built with
@@ -30,10 +31,10 @@ import itertools
 import json
 import math
 import random
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,13 @@ from starlette.types import Receive, Scope, Send
 
 from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault
 from bench.cloud_sim.prefill import checked_plan
-from bench.cloud_sim.replies import BadChatRequest, ReplyPlan, request_model, with_wrong_tool_arguments
+from bench.cloud_sim.replies import (
+    BadChatRequest,
+    ReplyPlan,
+    content_filter,
+    request_model,
+    with_wrong_tool_arguments,
+)
 from bench.cloud_sim.request_log import RequestLog, logged_headers, prompt_shape
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
 from bench.cloud_sim.stream_faults import faulty_stream
@@ -100,11 +107,11 @@ class CloudSim:
                 Route(self._wire.path, self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/healthz", self._healthz, methods=["GET"]),
-                Route("/control/faults", self._get_faults, methods=["GET"]),
-                Route("/control/faults", self._set_faults, methods=["POST"]),
-                Route("/control/reset", self._reset, methods=["POST"]),
-                Route("/control/stats", self._stats, methods=["GET"]),
-                Route("/control/log", self._log_rows, methods=["GET"]),
+                Route("/control/faults", partial(self._keyed, self._get_faults), methods=["GET"]),
+                Route("/control/faults", partial(self._keyed, self._set_faults), methods=["POST"]),
+                Route("/control/reset", partial(self._keyed, self._reset), methods=["POST"]),
+                Route("/control/stats", partial(self._keyed, self._stats), methods=["GET"]),
+                Route("/control/log", partial(self._keyed, self._log_rows), methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._http_exception},
         )
@@ -133,7 +140,7 @@ class CloudSim:
             if body is _NOT_JSON:
                 raise BadChatRequest("request body is not valid JSON")
             plan = checked_plan(self._wire.plan(body, settings.models, f"call_{sim_id}"), body, settings)
-            _content_filter(settings.content_filter, body)
+            content_filter(settings.content_filter, body)
         except BadChatRequest as exc:
             payload = self._wire.error(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
             return self._answer(record, JSONResponse(payload, exc.status, self._headers(sim_id)), exc.code)
@@ -218,6 +225,11 @@ class CloudSim:
         return JSONResponse({"status": "ok"})
 
     # -- /control ------------------------------------------------------------------------
+
+    async def _keyed(self, route: Callable[[Request], Awaitable[Response]], request: Request) -> Response:
+        """`route` behind the key the simulator started with (one set later through /control/faults is /v1's)."""
+        denied = self._check_key(request, self.initial_settings, "control")
+        return denied[0] if denied is not None else await route(request)
 
     async def _get_faults(self, request: Request) -> Response:
         return JSONResponse(self.settings.public())
@@ -305,27 +317,6 @@ class CloudSim:
             "retry-after-ms": str(round(settings.retry_after_s * 1000)),
         }
         return JSONResponse(self._wire.error(429, message, "requests", code, None), 429, headers)
-
-
-CONTENT_FILTERED = (
-    "The response was filtered due to the prompt triggering the content management policy (simulated). "
-    "Please modify your prompt and retry."
-)
-
-
-def _content_filter(pattern: str | None, body: dict[str, Any]) -> None:
-    """Raise the 400 a provider's content policy answers when a message's text matches `pattern`."""
-    if pattern is None:
-        return
-    texts: list[str] = []
-    for message in body.get("messages") or []:
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            texts += [str(part.get("text", "")) for part in content if isinstance(part, dict)]
-    if re.search(pattern, "\n".join(texts), re.IGNORECASE):
-        raise BadChatRequest(CONTENT_FILTERED, param="prompt", code="content_filter")
 
 
 ABORT_SCOPE_KEY = "cloud_sim.abort"

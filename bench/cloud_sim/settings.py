@@ -11,6 +11,7 @@ one fault, so the rates must add up to at most 1.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -117,7 +118,8 @@ class SimSettings(BaseModel):
         return self.api_key is not None
 
     def key_matches(self, presented: str) -> bool:
-        return self.api_key is not None and presented == self.api_key.get_secret_value()
+        wanted = self.api_key.get_secret_value() if self.api_key is not None else None
+        return wanted is not None and hmac.compare_digest(presented.encode(), wanted.encode())
 
     def public(self) -> dict[str, Any]:
         """JSON-safe view for `GET /control/faults`: everything but the key itself."""

@@ -19,6 +19,8 @@ import pytest
 from bench.faults import TOOL  # the weather tool every tool request of the tests uses
 from tests.cloud_routes.conftest import ANTHROPIC_KEY, CloudOnly
 
+CONTROL_HEADERS = {"x-api-key": ANTHROPIC_KEY}  # the Anthropic sim's /control routes need its key
+
 pytestmark = pytest.mark.integration
 
 ASK = [{"role": "user", "content": "What is the capital of France?"}]
@@ -34,7 +36,7 @@ def clean(cloud_only: CloudOnly) -> Iterator[None]:
     """Faults off and the gateway's resilience state reset after a test that injected faults."""
     yield
     for sim in (cloud_only.openai_sim, cloud_only.anthropic_sim, cloud_only.spare_sim):
-        httpx.post(f"{sim}/control/reset", timeout=10).raise_for_status()
+        httpx.post(f"{sim}/control/reset", headers=CONTROL_HEADERS, timeout=10).raise_for_status()
     httpx.post(f"{cloud_only.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
 
@@ -44,7 +46,8 @@ def record(cloud_only: CloudOnly, request_id: str) -> dict:
 
 
 def sim_rows(sim: str, request_id: str) -> list[dict]:
-    rows: list[dict] = httpx.get(f"{sim}/control/log", params={"x_request_id": request_id}, timeout=10).json()["rows"]
+    found = httpx.get(f"{sim}/control/log", params={"x_request_id": request_id}, headers=CONTROL_HEADERS, timeout=10)
+    rows: list[dict] = found.json()["rows"]
     return rows
 
 

@@ -35,6 +35,7 @@ WORKER = Host("spl-worker1", f"{SUBNET}.11", cpus=4)
 MODEL_CPUS = 2  # more than the head has: the replica can only run on the worker
 KEY_ENV = "SPILLOVER_LAUNCH_KEY"
 PASSED_ON = ("SPILLOVER_CACHE", "XDG_CACHE_HOME")  # where the machine's models are, if set
+RAY_AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
 
 
 def say(text: str) -> None:
@@ -55,18 +56,43 @@ class Launched:
 
     def ray(self, *args: str, timeout: float = 300, check: bool = True) -> str:
         """`ray ARGS` on the launching machine (private /tmp and HOME); returns stdout+stderr."""
-        done = subprocess.run(
-            _launcher(self.hosts.state, ["ray", *args]),
-            cwd=REPO,
-            env=_launcher_env(self.hosts.state),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        done = self.local(["ray", *args], timeout=timeout)
         output = done.stdout + done.stderr
         if check and done.returncode != 0:
             raise AssertionError(f"`ray {shlex.join(args)}` exited {done.returncode}:\n{output[-6000:]}")
         return output
+
+    def local(
+        self, args: list[str], *, timeout: float, token: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`args` on the launching machine (with `env` added); without `token`, as a stranger there: no Ray
+        token anywhere (an empty HOME, no RAY_AUTH_* variables), what anyone who reaches the cluster's
+        network has."""
+        return subprocess.run(
+            _launcher(self.hosts.state, args),
+            cwd=REPO,
+            env={**(_launcher_env(self.hosts.state) if token else _stranger_env(self.hosts.state)), **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def stranger(self, args: list[str]) -> subprocess.Popen[str]:
+        """`args` started on the launching machine as a stranger (see `local`), output in a pipe."""
+        return subprocess.Popen(
+            _launcher(self.hosts.state, args),
+            cwd=REPO,
+            env=_stranger_env(self.hosts.state),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+    @property
+    def token(self) -> str:
+        """The cluster's Ray token, as the launching machine holds it (~/.ray/auth_token, shipped by `ray up`)."""
+        return (self.hosts.state / "launcher" / "home" / ".ray" / "auth_token").read_text().strip()
 
     def on_head(self, command: str, timeout: float = 300, check: bool = True) -> str:
         """A shell command on the head node through `ray exec` (in the checkout, venv on PATH)."""
@@ -102,6 +128,13 @@ def _launcher_env(state: Path) -> dict[str, str]:
     home.mkdir(parents=True, exist_ok=True)
     path = f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     return {**os.environ, "HOME": str(home), "PATH": path, "RAY_USAGE_STATS_ENABLED": "0"}
+
+
+def _stranger_env(state: Path) -> dict[str, str]:
+    home = state / "launcher" / "stranger"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in _launcher_env(state).items() if k not in RAY_AUTH_VARS}
+    return {**env, "HOME": str(home)}
 
 
 @pytest.fixture(scope="module")
@@ -152,6 +185,9 @@ def launched(hosts: TestHosts, tenant_key: str) -> Iterator[Launched]:
     spillover_config = hosts.state / "spillover-launch.yaml"
     spillover_config.write_text(yaml.safe_dump(spillover_variant(local, key_env=KEY_ENV, model_cpus=MODEL_CPUS)))
     run = Launched(hosts, config, spillover_config, tenant_key)
+    # docs/gpu-hosts.md's first step: the cluster's Ray token, made here; `ray up` ships it to the nodes
+    made = run.local(["sh", "-c", "umask 077 && exec ray get-auth-token --generate >/dev/null"], timeout=60)
+    assert made.returncode == 0 and len(run.token) >= 32, made.stderr[-2000:]
     try:
         yield run
     finally:

@@ -23,8 +23,10 @@ import httpx
 import pytest
 from openai import OpenAI
 
+from tests import http_attacks as attack
 from tests.cluster_launch.cluster_report import MARKER
 from tests.cluster_launch.conftest import HEAD, REPO, WORKER, Launched, say
+from tests.cluster_launch.testhosts import Host
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
@@ -97,16 +99,20 @@ def test_dashboard_listens_on_the_head_loopback_only_and_ray_dashboard_reaches_i
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     tunnel = up.dashboard_tunnel(port)
+    base = f"http://127.0.0.1:{port}"
+    bearer = {"Authorization": f"Bearer {up.token}"}
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                version = httpx.get(f"http://127.0.0.1:{port}/api/version", timeout=5).json()
+                version = httpx.get(f"{base}/api/version", headers=bearer, timeout=5).json()
                 break
             except (httpx.HTTPError, ValueError):
                 assert tunnel.poll() is None, "`ray dashboard` exited"
                 assert time.monotonic() < deadline, "no dashboard through `ray dashboard`"
                 time.sleep(1)
+        anonymous = httpx.get(f"{base}/api/version", timeout=10)
+        job = httpx.post(f"{base}/api/jobs/", json={"entrypoint": "touch /tmp/spillover-pwned"}, timeout=10)
     finally:  # what Ctrl-C does to `ray dashboard`: signal its whole process group (ray and its ssh)
         os.killpg(tunnel.pid, signal.SIGINT)
         try:
@@ -115,7 +121,73 @@ def test_dashboard_listens_on_the_head_loopback_only_and_ray_dashboard_reaches_i
             os.killpg(tunnel.pid, signal.SIGKILL)
             tunnel.wait(timeout=15)
     say(f"dashboard through `ray dashboard` (127.0.0.1:{port} here -> head loopback): {version}")
+    say(f"without the token: /api/version {anonymous.status_code}, job submission {job.status_code}")
     assert version["ray_version"].startswith("2.")
+    assert anonymous.status_code == job.status_code == 401  # even through the tunnel, the token is needed
+
+
+STRANGER_INIT = "import ray; ray.init(address={address!r}, log_to_driver=False); print('CONNECTED')"
+
+
+def test_ray_ports_refuse_unauthenticated_callers_from_another_namespace(up: Launched) -> None:
+    """From the launching machine (another network namespace, on the cluster's network): without the
+    token, `ray.init` of the GCS address and of the Ray Client address fails, the GCS refuses `ray
+    status`, and every node's agent refuses its job API (401, 403 for a wrong token); with the token
+    the same GCS answers and the same agent lets the request through (404: no such job). What Ray lets
+    be bound is bound: the dashboard to loopback, the agent's HTTP and the Ray Client to the node's
+    address; the GCS, raylet and worker ports listen on every address of the node (Ray 2.60 has no
+    option for one address) and are guarded by the token alone."""
+    gcs, client = f"{HEAD.ip}:6379", f"ray://{HEAD.ip}:10001"
+    started = time.monotonic()
+    inits = {address: up.stranger(["python", "-c", STRANGER_INIT.format(address=address)]) for address in (gcs, client)}
+    try:
+        refused = up.local(["ray", "status", "--address", gcs], timeout=120, token=False)
+        allowed = up.local(["ray", "status", "--address", gcs], timeout=120, env={"RAY_AUTH_MODE": "token"})
+        say(f"`ray status --address {gcs}` without the token: exit {refused.returncode}; with it: {allowed.returncode}")
+        assert refused.returncode != 0
+        assert "Authentication token is missing or incorrect" in refused.stdout + refused.stderr
+        assert allowed.returncode == 0 and "Node status" in allowed.stdout, allowed.stderr[-2000:]
+        for host in (HEAD, WORKER):
+            jobs = f"http://{host.ip}:52365/api/job_agent/jobs/"
+            submit = {"entrypoint": "touch /tmp/spillover-pwned"}
+            anonymous = httpx.post(jobs, json=submit, timeout=10)
+            wrong = httpx.post(jobs, json=submit, headers={"Authorization": "Bearer " + "0" * 64}, timeout=10)
+            bearer = {"Authorization": f"Bearer {up.token}"}
+            known = httpx.get(f"{jobs}no-such-job/logs", headers=bearer, timeout=10)
+            statuses = (anonymous.status_code, wrong.status_code, known.status_code)
+            say(f"{host.name}'s agent job API without a token, with a wrong one, with the cluster's: {statuses}")
+            assert statuses == (401, 403, 404)
+        listening = _listening(HEAD)
+        say(f"listening on {HEAD.name}: {sorted(listening.items())}")
+        assert listening[8265] == {"127.0.0.1"}
+        assert not listening[52365] & ANY_ADDRESS and not listening[10001] & ANY_ADDRESS
+        for address, init in inits.items():
+            output, _ = init.communicate(timeout=240)
+            say(f"`ray.init({address!r})` without the token: exit {init.returncode} after "
+                f"{time.monotonic() - started:.0f}s: {output.strip().splitlines()[-1:]}")  # fmt: skip
+            assert init.returncode != 0 and "CONNECTED" not in output
+    finally:
+        for init in inits.values():
+            if init.poll() is None:
+                os.killpg(init.pid, signal.SIGKILL)
+                init.wait(timeout=15)
+
+
+ANY_ADDRESS = {"0.0.0.0", "*", "::"}
+
+
+def _listening(host: Host) -> dict[int, set[str]]:
+    """The TCP ports listening on `host` and the addresses each is bound to (`ss` in its namespace)."""
+    done = subprocess.run(
+        ["ip", "netns", "exec", host.netns, "ss", "-Hltn"], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    found: dict[int, set[str]] = {}
+    for line in done.stdout.splitlines():
+        local = line.split()[3]
+        address, _, port = local.rpartition(":")
+        found.setdefault(int(port), set()).add(address.strip("[]").removeprefix("::ffff:"))
+    return found
 
 
 def test_spillover_deploy_serves_chat_through_the_gateway_with_the_model_on_a_worker(up: Launched) -> None:
@@ -132,6 +204,17 @@ def test_spillover_deploy_serves_chat_through_the_gateway_with_the_model_on_a_wo
     say(f"Serve replicas (class, node IP) as Ray reports them: {placement}")
     (replica,) = model_replicas(report)
     assert replica["ip"] == WORKER.ip
+    assert_proxies_bounded("`spillover deploy`")
+
+
+def assert_proxies_bounded(deployed_by: str) -> None:
+    """Every node's Serve proxy serves with gateway.http_limits (the defaults here): a 32 MiB header is
+    refused and a connection that sends nothing is closed (header_timeout_s, 10 s)."""
+    huge = attack.huge_header(HEAD.ip, 8000, within_s=60)
+    silent = {host.name: attack.idle(host.ip, 8000, within_s=60) for host in (HEAD, WORKER)}
+    say(f"Serve proxies after {deployed_by}: 32 MiB header {huge}; silent connections {silent}")
+    assert huge.refused and huge.status in (None, 431), huge
+    assert all(outcome.refused for outcome in silent.values()), silent
 
 
 def gateway_replicas(report: dict) -> list[dict]:
@@ -177,6 +260,7 @@ def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: L
     assert "paris" in answer.lower()
     (replica,) = model_replicas(cluster_report(up))
     assert replica["ip"] == WORKER.ip
+    assert_proxies_bounded("`serve deploy` of the rendered file")
 
 
 def test_serve_shutdown_ray_down_and_ray_stop_on_workers_leave_only_sshd(up: Launched) -> None:

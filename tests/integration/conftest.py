@@ -70,6 +70,9 @@ ROUTE_CLOUDS = ("cloud-sim-b", "cloud-sim")
 SPARE_KEY = "sk-spare-sim-key-4f1c"
 ANTHROPIC_KEY = "sk-ant-sim-key-must-never-be-printed-7b3a"
 BAD_KEY = "sk-wrong-key-must-never-be-printed-9d2e"
+# the /control routes of a sim started with a key need it, as its /v1 takes it: cloud-sim-b's as a bearer
+# token, the Anthropic sim's in x-api-key (each reads only its own header; the keyless cloud-sim neither)
+CONTROL_HEADERS = {"authorization": f"Bearer {SPARE_KEY}", "x-api-key": ANTHROPIC_KEY}
 RESILIENCE = {
     "retry": {"max_attempts": 3},
     "breaker": {"window_s": 10, "min_requests": 3, "open_s": 3},
@@ -96,6 +99,11 @@ SESSIONS = {
 }
 
 
+# the proxy's slow-client bounds, short so that tests/integration/test_http_limits_proxy.py's attacks end
+# soon; long enough that no other test's client comes near them (header sizes keep the defaults)
+HTTP_LIMITS = {"header_timeout_s": 5, "body_timeout_s": 10, "idle_timeout_s": 5}
+
+
 @dataclass(frozen=True)
 class Stack:
     base_url: str
@@ -117,6 +125,7 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["models"].append(QWEN_TINY)
     raw["gateway"]["port"] = free_port()
+    raw["gateway"]["http_limits"] = HTTP_LIMITS
     (provider,) = raw["cloud"]["providers"]
     provider.update(enabled=True, base_url=f"http://127.0.0.1:{cloud_port}/v1", api_key_env=None, timeout_s=2)
     provider["models"]["qwen2-tiny-random"] = {**provider["models"]["smollm2-135m-instruct"], "name": "sim-qwen"}
@@ -207,7 +216,7 @@ def reset_sims_and_resilience(stack: Stack, *sim_urls: str) -> None:
     """Faults off on the given cloud-sims (default: cloud-sim and cloud-sim-b) and the gateway's resilience
     state (breakers, health) reset: how a test that injected faults leaves the shared stack."""
     for url in sim_urls or (stack.sim_url, stack.spare_url):
-        httpx.post(f"{url.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
+        httpx.post(f"{url.removesuffix('/v1')}/control/reset", headers=CONTROL_HEADERS, timeout=10).raise_for_status()
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
 

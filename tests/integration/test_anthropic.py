@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from bench.faults import TOOL  # the weather tool every tool request of the tests uses
-from tests.integration.conftest import ANTHROPIC_KEY, Stack, reset_sims_and_resilience
+from tests.integration.conftest import ANTHROPIC_KEY, CONTROL_HEADERS, Stack, reset_sims_and_resilience
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,9 @@ def clean(stack: Stack) -> Iterator[None]:
 
 def anthropic_log(stack: Stack, request_id: str) -> list[dict]:
     url = f"{stack.anthropic_url.removesuffix('/v1')}/control/log"
-    rows: list[dict] = httpx.get(url, params={"x_request_id": request_id}, timeout=10).json()["rows"]
+    rows: list[dict] = httpx.get(url, params={"x_request_id": request_id}, headers=CONTROL_HEADERS, timeout=10).json()[
+        "rows"
+    ]
     return rows
 
 
@@ -135,7 +137,8 @@ def test_server_errors_and_overload_fail_over_to_the_openai_protocol_provider(
     stack: Stack, client: openai.OpenAI, clean: None
 ) -> None:
     control = f"{stack.anthropic_url.removesuffix('/v1')}/control/faults"
-    httpx.post(control, json={"error_5xx_rate": 1.0, "retry_after_s": 0}, timeout=10).raise_for_status()
+    faults = {"error_5xx_rate": 1.0, "retry_after_s": 0}
+    httpx.post(control, json=faults, headers=CONTROL_HEADERS, timeout=10).raise_for_status()
     headers = {"x-business-scenario": "cheap", "x-spillover-providers": "cloud-anthropic,cloud-sim"}
     codes: list[str] = []
     for _ in range(4):

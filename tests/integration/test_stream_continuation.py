@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import Stack, reset_sims_and_resilience
+from tests.integration.conftest import CONTROL_HEADERS, Stack, reset_sims_and_resilience
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -41,7 +41,7 @@ def sims(stack: Stack) -> Iterator[dict[str, str]]:
 
 
 def fault(sim: str, **settings: Any) -> None:
-    httpx.post(f"{sim}/control/faults", json=settings, timeout=10).raise_for_status()
+    httpx.post(f"{sim}/control/faults", json=settings, headers=CONTROL_HEADERS, timeout=10).raise_for_status()
 
 
 def client(stack: Stack) -> openai.OpenAI:
@@ -205,9 +205,11 @@ def test_a_short_retry_after_is_waited_out_under_cost_and_failed_over_otherwise(
     def heal_after_the_first_429() -> None:  # the provider's limit resets within its Retry-After
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            rows = httpx.get(f"{sims['faulty']}/control/log", params={"x_request_id": cost}, timeout=10).json()
+            rows = httpx.get(
+                f"{sims['faulty']}/control/log", params={"x_request_id": cost}, headers=CONTROL_HEADERS, timeout=10
+            ).json()
             if any(r["status"] == 429 for r in rows["rows"]):
-                httpx.post(f"{sims['faulty']}/control/reset", timeout=10).raise_for_status()
+                httpx.post(f"{sims['faulty']}/control/reset", headers=CONTROL_HEADERS, timeout=10).raise_for_status()
                 return
             time.sleep(0.05)
 

@@ -21,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import CONTROL_HEADERS, Stack
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -48,14 +48,15 @@ def _cli(*argv: str) -> str:
 
 
 def _faults(sim_url: str, **faults: Any) -> None:
-    httpx.post(f"{sim_url.removesuffix('/v1')}/control/faults", json=faults, timeout=10).raise_for_status()
+    control = f"{sim_url.removesuffix('/v1')}/control/faults"
+    httpx.post(control, json=faults, headers=CONTROL_HEADERS, timeout=10).raise_for_status()
 
 
 @pytest.fixture
 def clean(stack: Stack) -> Iterator[None]:
     yield
     for sim in (stack.sim_url, stack.spare_url):
-        httpx.post(f"{sim.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
+        httpx.post(f"{sim.removesuffix('/v1')}/control/reset", headers=CONTROL_HEADERS, timeout=10).raise_for_status()
     doc = _traffic(stack).json()
     for target in doc["drains"]:
         _traffic(stack, {"action": "undrain", "target": target}).raise_for_status()

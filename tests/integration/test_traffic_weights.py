@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import CONTROL_HEADERS, Stack
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -29,7 +29,8 @@ WEIGHT = re.compile(rf"weight: {re.escape(FIRST)} (\d+) \(score")
 
 
 def _faults(sim_url: str, **faults: object) -> None:
-    httpx.post(f"{sim_url.removesuffix('/v1')}/control/faults", json=faults, timeout=10).raise_for_status()
+    control = f"{sim_url.removesuffix('/v1')}/control/faults"
+    httpx.post(control, json=faults, headers=CONTROL_HEADERS, timeout=10).raise_for_status()
 
 
 def _traffic(stack: Stack, body: dict[str, str] | None = None) -> httpx.Response:
@@ -41,7 +42,7 @@ def _traffic(stack: Stack, body: dict[str, str] | None = None) -> httpx.Response
 def clean(stack: Stack) -> Iterator[None]:
     yield
     for sim in (stack.sim_url, stack.spare_url):
-        httpx.post(f"{sim.removesuffix('/v1')}/control/reset", timeout=10).raise_for_status()
+        httpx.post(f"{sim.removesuffix('/v1')}/control/reset", headers=CONTROL_HEADERS, timeout=10).raise_for_status()
     _traffic(stack, {"action": "undrain", "target": f"local:{SMOL}"}).raise_for_status()
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 

@@ -39,6 +39,7 @@ CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
 KEYS = {"APPS_KEY": "sk-apps", "OTHER_KEY": "sk-other", "OPS_KEY": "sk-ops"}
 APPS, OTHER, OPS = ({"authorization": f"Bearer {k}"} for k in KEYS.values())
 BOUND_S = 20.0  # generous: a hang or a blow-up, not a slow CI box
+HOSTNAME = "gpu-head-01"  # the gateway machine's name (serve_apps/gateway.py passes socket.gethostname())
 
 
 def config(
@@ -141,7 +142,7 @@ def build(
         authenticator=authenticator_for(cfg, env),
         ops=OpsRoutes(resilience),
         max_body_bytes=cfg.gateway.max_body_bytes,
-        redact=client_redactions(cfg),
+        redact=client_redactions(cfg, HOSTNAME),
         request_timeout_s=10,
         idempotent=IdempotentReplies(IdempotencyStore(clock=lambda: 0.0), wait_s=1.0)
         if idempotent is True

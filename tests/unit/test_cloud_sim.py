@@ -335,6 +335,43 @@ async def test_control_endpoint_changes_faults_at_runtime_and_resets() -> None:
         assert (await client.post("/v1/chat/completions", json=chat())).status_code == 200
 
 
+CONTROL_ROUTES = [
+    ("GET", "/control/faults"),
+    ("POST", "/control/faults"),
+    ("POST", "/control/reset"),
+    ("GET", "/control/stats"),
+    ("GET", "/control/log"),
+]
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong", "Basic s3cret", "Bearer s3cret-and-more"])
+async def test_cloud_sim_control_requires_key_when_it_has_one(authorization: str | None) -> None:
+    """A sim started with a key refuses every /control route without it (401, the /v1 shape), and
+    nothing changes: faults stay off, the log is not read. With the key they work; a key set later
+    through /control/faults is /v1's, not the control routes'."""
+    sim = make_sim(api_key="s3cret")
+    headers = {"authorization": authorization} if authorization else {}
+    async with client_for(sim, **headers) as stranger:
+        refused = [await stranger.request(m, path, json={"error_5xx_rate": 1.0}) for m, path in CONTROL_ROUTES]
+    assert [r.status_code for r in refused] == [401] * len(CONTROL_ROUTES)
+    assert all(r.json()["error"]["code"] in ("missing_api_key", "invalid_api_key") for r in refused)
+    assert sim.settings == sim.initial_settings
+    async with client_for(sim, authorization="Bearer s3cret") as operator:
+        shown = [await operator.request(m, path) for m, path in CONTROL_ROUTES if m == "GET"]
+        assert [r.status_code for r in shown] == [200, 200, 200]
+        changed = await operator.post("/control/faults", json={"api_key": "rotated"})
+        assert changed.status_code == 200
+        assert (await operator.get("/control/stats")).status_code == 200  # still the start key
+    async with client_for(sim, authorization="Bearer rotated") as rotated:
+        assert (await rotated.post("/v1/chat/completions", json=chat())).status_code == 200
+        assert (await rotated.post("/control/reset")).status_code == 401
+
+
+async def test_cloud_sim_control_is_open_without_a_key() -> None:
+    async with client_for(make_sim()) as client:
+        assert (await client.post("/control/faults", json={"rate_limit_rate": 1.0})).status_code == 200
+
+
 async def test_request_log_has_one_line_per_request_and_no_credentials(tmp_path: Path) -> None:
     log_path = tmp_path / "requests.jsonl"
     sim = make_sim(log_path, api_key="s3cret", midstream_cut_rate=0.5)

@@ -134,7 +134,7 @@ def test_the_api_flag_and_its_fixed_protocol() -> None:
 
 async def test_the_protocol_cannot_change_at_run_time() -> None:
     transport = httpx.ASGITransport(app=make_sim().app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://sim", headers={"x-api-key": KEY}) as client:
         refused = await client.post("/control/faults", json={"api": "openai"})
         kept = await client.post("/control/faults", json={"api": "anthropic", "error_5xx_rate": 0.5})
     assert refused.status_code == 400 and "fixed" in refused.text

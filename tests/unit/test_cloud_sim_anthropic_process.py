@@ -37,7 +37,7 @@ def sim_url() -> Iterator[str]:
 def faults(sim_url: str) -> Iterator[str]:
     control = sim_url.removesuffix("/v1") + "/control"
     yield f"{control}/faults"
-    httpx.post(f"{control}/reset", timeout=5).raise_for_status()
+    httpx.post(f"{control}/reset", headers={"x-api-key": KEY}, timeout=5).raise_for_status()
 
 
 def provider(url: str) -> CloudProvider:
@@ -64,7 +64,7 @@ async def test_json_and_stream_over_real_tcp(sim_url: str) -> None:
     ],
 )
 async def test_faults_over_real_tcp(faults: str, fault: dict[str, float], codes: set[str]) -> None:
-    httpx.post(faults, json=fault, timeout=5).raise_for_status()
+    httpx.post(faults, json=fault, headers={"x-api-key": KEY}, timeout=5).raise_for_status()
     seen = set()
     async with provider_for(provider(faults.removesuffix("/control/faults") + "/v1"), env={"K": KEY}) as anth:
         for i in range(8 if "error_5xx_rate" in fault else 1):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from bench.cloud_sim.server import CONTENT_FILTERED
+from bench.cloud_sim.replies import CONTENT_FILTERED
 from cluster.cloud_config import CloudProvider
 from router.errors import ProviderRejected, UpstreamError
 from router.failure import FailureClass, classify

@@ -22,6 +22,7 @@ from tests.unit.test_cloud_sim import chat
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France?"
+KEYED = {"authorization": "Bearer sk-real-sim"}  # the real sim's key: its /control routes need it too
 
 
 # -- the real server, as a subprocess ----------------------------------------------------
@@ -91,7 +92,7 @@ async def test_real_server_timeout_and_cut_reach_the_provider_as_errors(real_sim
     )
     body = chat(model="local")
     async with (
-        httpx.AsyncClient(base_url=base) as control,
+        httpx.AsyncClient(base_url=base, headers=KEYED) as control,
         OpenAICompatProvider(config, env={"SIM_KEY": "sk-real-sim"}) as provider,
     ):
         try:
@@ -126,7 +127,7 @@ async def test_real_server_reset_drops_the_connection_before_any_byte(real_sim: 
         name="real-sim", base_url=f"{base}/v1", api_key_env="SIM_KEY", timeout_s=5, models={"local": "sim-smollm2"}
     )
     async with (
-        httpx.AsyncClient(base_url=base) as control,
+        httpx.AsyncClient(base_url=base, headers=KEYED) as control,
         OpenAICompatProvider(config, env={"SIM_KEY": "sk-real-sim"}) as provider,
     ):
         try:
@@ -145,3 +146,19 @@ async def test_real_server_reset_drops_the_connection_before_any_byte(real_sim: 
     record = next(json.loads(line) for line in log_path.read_text().splitlines() if "req-reset" in line)
     assert record["fault"] == "reset" and record["status"] == 0
     assert "Traceback" not in output_path.read_text()
+
+
+def test_cloud_sim_control_requires_key_of_the_real_server(real_sim: tuple[str, Path, Path]) -> None:
+    """Started with a key, the real server's /control routes refuse a caller without it: a stranger
+    cannot turn faults on for every client, nor read the request log."""
+    base, _, _ = real_sim
+    steer = {"error_5xx_rate": 1.0}
+    refused = [
+        httpx.post(f"{base}/control/faults", json=steer, timeout=10),
+        httpx.post(f"{base}/control/reset", headers={"authorization": "Bearer wrong"}, timeout=10),
+        httpx.get(f"{base}/control/log", timeout=10),
+    ]
+    assert [r.status_code for r in refused] == [401, 401, 401]
+    assert all("sk-real-sim" not in r.text for r in refused)
+    shown = httpx.get(f"{base}/control/faults", headers=KEYED, timeout=10)
+    assert shown.status_code == 200 and shown.json()["error_5xx_rate"] == 0.0  # nothing changed

@@ -96,8 +96,9 @@ def _prose(path: Path) -> str:
 
 
 def anchor(heading: str) -> str:
-    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces to hyphens."""
-    text = re.sub(r"[`*_]|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    """GitHub's anchor of a heading: lower case, markup and punctuation dropped, spaces to hyphens (an
+    underscore inside a word, as in a config key, is text and stays)."""
+    text = re.sub(r"[`*]|(?<!\w)_|_(?!\w)|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+TOKEN = "~/.ray/auth_token"
 
 
 def _validate(config: dict) -> dict:
@@ -48,6 +49,29 @@ def test_ray_dashboard_binds_loopback() -> None:
     assert "0.0.0.0" not in json.dumps(config)
 
 
+def test_every_ray_start_turns_on_token_auth_with_the_shipped_token_file() -> None:
+    """Ray's ports (GCS, raylets, workers, Ray Client, dashboard, each node's agent and its job API) run
+    code for whoever reaches them unless RAY_AUTH_MODE=token: both start lines set it, the nodes' shells
+    too (the Ray CLIs run there), and the token travels as a file from the launching machine, never in
+    this file (tests/cluster_launch shows the ports refusing a caller without it)."""
+    config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c]
+    assert len(starts) == 2
+    assert all("RAY_AUTH_MODE=token" in c for c in starts)
+    assert any("export RAY_AUTH_MODE=token" in c for c in config["setup_commands"])
+    assert config["file_mounts"][TOKEN] == TOKEN
+    assert "RAY_AUTH_TOKEN" not in json.dumps(config)  # no token (nor a path to one) in the file
+
+
+def test_every_ray_start_bounds_the_serve_proxies() -> None:
+    """Serve's proxies on every node serve with gateway.http_limits (serve_apps/http_limits.py)."""
+    from serve_apps.http_limits import CALLBACK, CALLBACK_ENV
+
+    config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
+    starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c]
+    assert all(f"{CALLBACK_ENV}={CALLBACK}" in c for c in starts)
+
+
 def test_launch_test_variant_differs_only_in_hosts_user_key_and_paths() -> None:
     from tests.cluster_launch.launch_config import CHECKOUT, cluster_variant
 
@@ -58,7 +82,7 @@ def test_launch_test_variant_differs_only_in_hosts_user_key_and_paths() -> None:
     )
     assert variant["provider"] == {"type": "local", "head_ip": "10.0.0.1", "worker_ips": ["10.0.0.2"]}
     assert variant["auth"] == {"ssh_user": "root", "ssh_private_key": "/k"}
-    assert variant["file_mounts"] == {str(checkout): "."}
+    assert variant["file_mounts"] == {str(checkout): ".", TOKEN: TOKEN}
     back = json.loads(json.dumps(variant).replace(str(checkout), CHECKOUT))
     for key in ("provider", "auth"):
         back[key] = real[key]
