@@ -48,6 +48,7 @@ def add_factual_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add("--reference", default=None, metavar="FILE", help="reuse the reference.json of an earlier run")
     add("--reference-only", action="store_true", help="only compute the float32 reference (no --url)")
+    add("--limit", type=_number(int, 1), default=None, metavar="N", help="only the first N prompts (a quick check)")
     add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=120.0, help="per request (120)")
     add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
     add("--out", default=None, help="report directory (default bench/results/factual-<model>-<time>)")
@@ -67,6 +68,7 @@ def cmd_factual(args: argparse.Namespace) -> int:
             residency=args.residency,
             reference=args.reference,
             reference_only=args.reference_only,
+            limit=args.limit,
             request_timeout_s=args.request_timeout_s,
             api_key=api_key_from_env(args.api_key_env),
             out_dir=args.out,
@@ -142,7 +144,12 @@ def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
     add("--drain-s", type=_number(float, 0), default=60.0, help="for requests in flight at the end (60)")
     add("--growth-limit", type=_number(float, 0), default=0.05, help="RSS / FD growth allowed after warm-up (0.05)")
     add("--p99-ratio", type=_number(float, 0, exclusive=True), default=1.5, help="last / second window p99 (1.5)")
-    add("--request-timeout-s", type=_number(float, 0, exclusive=True), default=300.0, help="per request (300)")
+    add(
+        "--request-timeout-s",
+        type=_number(float, 0, exclusive=True),
+        default=mix.request_timeout_s,
+        help=f"per request; past the gateway's request_timeout_s: its answer comes first ({mix.request_timeout_s:g})",
+    )
     add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
     add("--seed", type=int, default=0, help="workload seed (default 0)")
     add("--out", default=None, help="report directory (default bench/results/soak-<model>-<time>)")

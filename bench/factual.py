@@ -54,6 +54,7 @@ class FactualOptions:
     residency: str = "local_only"  # x-spillover-residency of served requests; "any": not sent
     reference: str | None = None  # a reference.json to reuse instead of running transformers
     reference_only: bool = False
+    limit: int | None = None  # only the first N prompts of the set (a quick check; the acceptance is over those)
     request_timeout_s: float = 120.0
     api_key: str | None = field(default=None, repr=False)
     out_dir: str | None = None
@@ -112,17 +113,18 @@ class FactualOutcome:
 
 
 def load_reference(path: Path, prompts: tuple[FactualPrompt, ...]) -> tuple[dict[str, Answer], dict[str, Any]]:
-    """A reference.json written by an earlier run; refused (exit 2) when it is of another set."""
+    """A reference.json written by an earlier run; refused (exit 2) when it lacks a prompt of `prompts` or
+    asked it another way (a file of another version of the set)."""
     try:
         data = json.loads(path.read_text())
         answers = {k: Answer.from_dict(v) for k, v in data["answers"].items()}
         info = dict(data.get("info") or {})
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise FactualError(f"--reference {path}: not a reference file of bench factual ({exc})", 2) from None
-    wanted = {p.id: p.question for p in prompts}
-    if data.get("questions") != wanted:
+    questions = data.get("questions") or {}
+    if any(questions.get(p.id) != p.question or p.id not in answers for p in prompts):
         raise FactualError(f"--reference {path}: written for another factual set; run the reference again", 2)
-    return answers, {**info, "read_from": str(path)}
+    return {p.id: answers[p.id] for p in prompts}, {**info, "read_from": str(path)}
 
 
 def write_reference(
@@ -150,6 +152,8 @@ def check_options(options: FactualOptions) -> str | None:
         problems.append("concurrency levels must be >= 1")
     if options.max_tokens < 1:
         problems.append("max_tokens must be >= 1")
+    if options.limit is not None and not 1 <= options.limit <= len(PROMPTS):
+        problems.append(f"limit must be in [1, {len(PROMPTS)}]")
     if options.reference_only and options.reference:
         problems.append("--reference-only computes the reference; --reference reads one: give one of them")
     if not options.reference_only and not options.url:
@@ -178,7 +182,7 @@ def run_factual(
     say = progress_printer(options.progress)
     started = now()
     out = _out_dir(options, started)
-    prompts = PROMPTS
+    prompts = PROMPTS[: options.limit] if options.limit else PROMPTS
     if options.reference:
         reference, info = load_reference(Path(options.reference), prompts)
         say(f"reference: {len(reference)} answers read from {options.reference}")
@@ -190,7 +194,7 @@ def run_factual(
     passes: dict[str, dict[str, Answer]] = {}
     replicas: dict[str, Any] = {"error": "not asked (--reference-only)", "replicas": []}
     if url is not None:
-        passes, replicas = asyncio.run(_served(options, url, transport, say))
+        passes, replicas = asyncio.run(_served(options, prompts, url, transport, say))
     run = FactualRun(
         options=options,
         started_at=started.isoformat(timespec="seconds"),
@@ -215,7 +219,11 @@ def _catalog_dir(model: str) -> Path:
 
 
 async def _served(
-    options: FactualOptions, url: str, transport: httpx.AsyncBaseTransport | None, say: Callable[[str], None]
+    options: FactualOptions,
+    prompts: tuple[FactualPrompt, ...],
+    url: str,
+    transport: httpx.AsyncBaseTransport | None,
+    say: Callable[[str], None],
 ) -> tuple[dict[str, dict[str, Answer]], dict[str, Any]]:
     headers = {} if options.residency == "any" else {hdr.RESIDENCY: options.residency}
     client = make_client(url, transport=transport, api_key=options.api_key, read_timeout_s=options.request_timeout_s)
@@ -231,11 +239,11 @@ async def _served(
             )
         for level in options.concurrency:
             label = f"c={level}"
-            say(f"[served {label}] {len(PROMPTS)} prompts through {url} ...")
+            say(f"[served {label}] {len(prompts)} prompts through {url} ...")
             passes[label] = await served_pass(
                 client,
                 options.model,
-                PROMPTS,
+                prompts,
                 concurrency=level,
                 max_tokens=options.max_tokens,
                 headers=headers,

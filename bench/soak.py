@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from bench.soak_report import SoakRun
 
 Sampler = Callable[[float], list[ProcSample]]
+ERROR_PAUSE_S = 0.5  # a worker waits this long after a failed request before its next one
 
 
 class SoakError(BenchError):
@@ -256,11 +257,15 @@ async def _worker(traffic: SoakTraffic, state: SoakState, stop: asyncio.Event) -
         item, kind, share = traffic.draw()
         start = traffic.elapsed()
         try:
-            state.requests.append(await traffic.send(item, kind, share))
+            sent = await traffic.send(item, kind, share)
         except asyncio.CancelledError:
             cut = RequestResult(item.index, start, traffic.elapsed() - start, error=CANCELLED)
             state.requests.append(SoakRequest(kind, share, cut))
             raise
+        state.requests.append(sent)
+        if not sent.result.ok:  # a client backs off: a gateway that is down is not hammered in a tight loop
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=ERROR_PAUSE_S)
 
 
 async def _probes(traffic: SoakTraffic, state: SoakState, stop: asyncio.Event, every_s: float) -> None:

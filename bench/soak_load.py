@@ -44,7 +44,7 @@ class TrafficMix:
     cloud_region: str = "local-sim"
     probe_prompt: str = "What is the capital of France?"
     probe_max_tokens: int = 16
-    request_timeout_s: float = 300.0
+    request_timeout_s: float = 360.0  # beyond the gateway's request_timeout_s (300 by default)
 
 
 class SoakTraffic:

@@ -12,6 +12,7 @@ cpu_class, numerics, fault, notes). Its "model" answers from a script: right, wr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -152,8 +153,11 @@ def test_a_reference_file_round_trips_and_one_of_another_set_is_refused(tmp_path
     write_reference(path, answers, {"engine": "transformers x", "dtype": "float32"}, PROMPTS)
     read, info = load_reference(path, PROMPTS)
     assert read == answers and info["dtype"] == "float32" and info["read_from"] == str(path)
+    first, _ = load_reference(path, PROMPTS[:10])  # a --limit run reads the answers it needs
+    assert list(first) == [p.id for p in PROMPTS[:10]]
+    reworded = (dataclasses.replace(PROMPTS[0], question="What, then, is the capital of France?"), *PROMPTS[1:])
     with pytest.raises(FactualError, match="another factual set") as caught:
-        load_reference(path, PROMPTS[:10])
+        load_reference(path, reworded)
     assert caught.value.exit_code == 2
     (tmp_path / "bad.json").write_text("[]")
     with pytest.raises(FactualError, match="not a reference file"):
@@ -270,6 +274,14 @@ def test_a_wrong_a_refused_and_a_looping_answer_fail_the_acceptance(tmp_path: Pa
     assert "**FAILED**: 3 violation(s)" in report and "local_capacity_exhausted" in report
 
 
+def test_limit_takes_the_first_prompts_and_judges_only_those(tmp_path: Path) -> None:
+    gateway = FakeGateway({p.question: p.answer for p in PROMPTS})
+    options = _options(tmp_path, limit=12, concurrency=(3,))
+    outcome = run_factual(options, transport=httpx.ASGITransport(gateway.app),
+                          reference_fn=_reference({p.id for p in PROMPTS}))  # fmt: skip
+    assert outcome.exit_code == 0 and len(gateway.seen) == 12 and len(outcome.run.reference) == 12
+
+
 def test_reference_only_needs_no_url_and_a_reused_reference_skips_transformers(tmp_path: Path) -> None:
     options = _options(tmp_path, url=None, reference_only=True)
     outcome = run_factual(options, reference_fn=_reference({p.id for p in PROMPTS[:10]}))
@@ -292,6 +304,7 @@ def test_reference_only_needs_no_url_and_a_reused_reference_skips_transformers(t
         ({"url": "ftp://x"}, "not an http"),
         ({"reference_only": True, "reference": "x.json"}, "give one of them"),
         ({"concurrency": ()}, "concurrency"),
+        ({"limit": 201}, "limit must be"),
     ],
 )
 def test_bad_input_is_exit_2(tmp_path: Path, kw: dict[str, Any], message: str) -> None:
