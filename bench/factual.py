@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from bench.factual_check import Answer, Violation, violations
+from bench.factual_check import Answer, Violation, shared_loops, violations
 from bench.factual_run import reference_answers, replica_view, served_pass
 from bench.factual_set import PROMPTS, FactualPrompt
 from bench.loadgen import BadBaseUrl, check_base_url, make_client
@@ -95,7 +95,11 @@ class FactualRun:
             "reference": {k: a.to_dict() for k, a in self.reference.items()},
             "passes": {label: {k: a.to_dict() for k, a in answers.items()} for label, answers in self.passes.items()},
             "replicas": self.replicas,
-            "acceptance": {"passed": self.accepted, "violations": [v.to_dict() for v in self.violations]},
+            "acceptance": {
+                "passed": self.accepted,
+                "violations": [v.to_dict() for v in self.violations],
+                "shared_loops": [list(pair) for pair in shared_loops(self.prompts, self.reference, self.passes)],
+            },
             "environment": self.environment,
         }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bench.factual_check import phrasing_spread, summarize_run
+from bench.factual_check import phrasing_spread, shared_loops, summarize_run
 from bench.factual_set import SHARED_SYSTEM, TOPICS
 from bench.report import environment_and_plots, write_results
 
@@ -122,6 +122,11 @@ def render_markdown(run: FactualRun) -> str:
                 f"| {v.run} | {v.id} | {v.kind} | {_cell(v.question)} | {v.expected} | "
                 f"{_cell(v.reference)} | {_cell(v.served)} | {_cell(v.detail)} |"
             )
+    own_loops = shared_loops(run.prompts, run.reference, run.passes)
+    if own_loops:
+        ids = sorted({prompt_id for _, prompt_id in own_loops})
+        lines += ["", f"The model's own loops, no violation: {len(own_loops)} served answer(s) loop on prompts where "
+                  f"the float32 reference loops too ({', '.join(ids)})."]  # fmt: skip
     lines += ["", "## Every prompt", "", "✓ right, ✗ wrong, ∞ degenerate, – no answer.", ""]
     lines += [
         "| prompt | question | reference answer | " + " | ".join(runs) + " |",

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from bench.cli import build_parser
 from bench.factual import FactualError, FactualOptions, load_reference, run_factual, write_reference
-from bench.factual_check import Answer, graded, phrasing_spread, summarize_run, violations
+from bench.factual_check import Answer, graded, phrasing_spread, shared_loops, summarize_run, violations
 from bench.factual_set import PROMPTS, SHARED_SYSTEM, TOPICS, FactualPrompt
 from router import headers as hdr
 
@@ -112,7 +112,7 @@ def test_violations_wrong_missing_and_degenerate_where_the_reference_is_right() 
             "t-0": graded(SMALL[0], "Lyon."),  # wrong
             "t-1": graded(SMALL[1], None, error="local_capacity_exhausted"),  # no answer
             "t-2": graded(SMALL[2], LOOP),  # right but degenerate
-            "t-3": graded(SMALL[3], LOOP),  # degenerate where the reference is wrong: still a violation
+            "t-3": graded(SMALL[3], LOOP),  # degenerate where the reference is wrong (no loop): a violation
         },
     }
     found = violations(SMALL, reference, served)
@@ -124,6 +124,14 @@ def test_violations_wrong_missing_and_degenerate_where_the_reference_is_right() 
     ]
     assert found[1].detail == "local_capacity_exhausted"
     assert found[0].reference == "Paris." and found[0].served == "Lyon."
+
+
+def test_a_loop_the_float32_reference_shares_is_the_models_not_a_violation() -> None:
+    reference = {"t-0": graded(SMALL[0], LOOP), "t-1": graded(SMALL[1], "Paris.")}
+    served = {"c=1": {"t-0": graded(SMALL[0], LOOP), "t-1": graded(SMALL[1], LOOP)}}
+    assert reference["t-0"].degenerate and reference["t-0"].right  # the loop starts with the right word
+    assert [(v.id, v.kind) for v in violations(SMALL[:2], reference, served)] == [("t-1", "degenerate")]
+    assert shared_loops(SMALL[:2], reference, served) == [("c=1", "t-0")]
 
 
 def test_no_violation_when_served_is_right_wherever_the_reference_is_and_may_beat_it() -> None:
@@ -245,7 +253,7 @@ def test_served_passes_that_agree_with_the_reference_pass(tmp_path: Path) -> Non
     assert first["body"]["temperature"] == 0 and first["body"]["max_tokens"] == 32
     assert first["headers"][hdr.RESIDENCY] == "local_only"
     data = json.loads((tmp_path / "out/results.json").read_text())
-    assert data["acceptance"] == {"passed": True, "violations": []}
+    assert data["acceptance"] == {"passed": True, "violations": [], "shared_loops": []}
     assert data["summaries"]["reference"]["right"] == 150 and data["summaries"]["c=8"]["right"] == 200
     assert data["summaries"]["c=1"]["routes"] == {"local": 200}
     assert data["summaries"]["c=8"]["cached_share"] > 0.5  # the second pass meets every prompt again
