@@ -219,10 +219,11 @@ async def run_soak_async(
             f"faults {'into ' + sim if sim else 'off (no --sim)'}"
         )
         tasks = [asyncio.create_task(_worker(traffic, state, stop)) for _ in range(o.concurrency)]
-        extras = [asyncio.create_task(_probes(traffic, state, stop, o.probe_every_s))]
+        tasks.append(asyncio.create_task(_probes(traffic, state, stop, o.probe_every_s)))
+        faulting = []  # never cancelled: on `stop` an episode ends at once and puts the simulator's settings back
         if sim is not None and o.faults.max_episodes:
             episodes = fault_episodes(control, sim, o.faults, original, stop, traffic.elapsed, state.episodes)
-            extras.append(asyncio.create_task(episodes))
+            faulting.append(asyncio.create_task(episodes))
         base = url.removesuffix("/v1")
         next_sample = 0.0
         while True:
@@ -236,12 +237,12 @@ async def run_soak_async(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=max(0.0, wait))
         stop.set()
-        await asyncio.wait(extras)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=0 if state.interrupted else o.drain_s)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if faulting:
+            await asyncio.wait(faulting)
+        _, pending = await asyncio.wait(tasks, timeout=0 if state.interrupted else o.drain_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         state.end_s = traffic.elapsed()
         await _sample(state, sampler, client, base, o, state.end_s)
     finally:
