@@ -207,9 +207,17 @@ def run_factual(
         reference_info=info,
         passes=passes,
         replicas=replicas,
-        environment=environment(),
+        environment={**environment(), **({"engine": engine} if (engine := engine_in(replicas)) else {})},
     )
     return FactualOutcome(run, write_factual_report(run, out))
+
+
+def engine_in(replicas: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The precision and CPU class of the first replica that says (the report's environment section)."""
+    for row in replicas.get("replicas") or []:
+        if row.get("precision"):
+            return {"precision": row["precision"], "cpu_class": row.get("cpu_class")}
+    return None
 
 
 def _catalog_dir(model: str) -> Path:

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from bench.factual import engine_in
 from bench.loadgen import BadBaseUrl, check_base_url, make_client
 from bench.report import environment, progress_printer
 from bench.request_result import CANCELLED, RequestResult
@@ -302,5 +303,7 @@ def run_soak(o: SoakOptions, *, sampler: Sampler | None = None, **kwargs: Any) -
     opts = {k: v for k, v in asdict(o).items() if k != "api_key"}
     judged_until = max(min(state.end_s, o.duration_s), 1e-9)  # what ends in the drain counts in the last window
     bounds = window_bounds(o.window_s, judged_until)
-    run = SoakRun(opts, started.isoformat(timespec="seconds"), state, bounds, environment())
+    engine = next((engine_in(sample) for sample in state.replicas if engine_in(sample)), None)
+    env = {**environment(), **({"engine": engine} if engine else {})}
+    run = SoakRun(opts, started.isoformat(timespec="seconds"), state, bounds, env)
     return SoakOutcome(run, write_soak_report(run, out))

@@ -261,6 +261,8 @@ def test_served_passes_that_agree_with_the_reference_pass(tmp_path: Path) -> Non
     assert data["environment"]["cpu"]["class"]
     report = (tmp_path / "out/report.md").read_text()
     assert "**PASSED**" in report and "float32 eager" in report and "avx2" in report and "CPU:" in report
+    assert data["environment"]["engine"] == {"precision": "float32 eager", "cpu_class": "avx2"}
+    assert "Engine: float32 eager on avx2." in report
     assert (tmp_path / "out/reference.json").exists()
 
 

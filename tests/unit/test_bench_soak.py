@@ -438,6 +438,7 @@ def test_soak_end_to_end_through_the_command_line(tmp_path: Path, capsys: pytest
     sims = {s["pid"] for s in data["samples"] if s["role"] == "cloud-sim"}
     assert len(sims) == 1  # the simulator on --sim's port, sampled
     assert len(data["windows"]) == 4 and data["replicas"][0]["replicas"][0]["numerics"] == "ok"
+    assert data["environment"]["engine"] == {"precision": "float32", "cpu_class": "avx2"}
     assert "local-sim" in gateway.residencies and "local_only" in gateway.residencies
     report = (tmp_path / "soak/report.md").read_text()
     assert "## Verdicts" in report and "growth after warm-up" in report and "cloud-sim [" in report
