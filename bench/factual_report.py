@@ -35,13 +35,16 @@ def _replica_lines(replicas: dict[str, Any]) -> list[str]:
     rows = replicas.get("replicas") or []
     if not rows:
         return [f"Served replica: not readable ({replicas.get('error') or 'no replica of the model listed'})."]
-    lines = ["| replica | precision | CPU class | numerics | fault | notes |", "|---|---|---|---|---|---|"]
+    lines = ["| replica | precision | CPU class | numerics | fault |", "|---|---|---|---|---|"]
+    notes = []
     for r in rows:
-        notes = "; ".join(r.get("notes") or []) or "–"
         lines.append(
             f"| {r.get('replica_id')} | {r.get('precision') or '–'} | {r.get('cpu_class') or '–'} | "
-            f"{r.get('numerics') or '–'} | {r.get('fault') or '–'} | {_cell(notes, 120)} |"
+            f"{r.get('numerics') or '–'} | {r.get('fault') or '–'} |"
         )
+        notes += [f"- {r.get('replica_id')}: {' '.join(str(note).split())}" for note in r.get("notes") or []]
+    if notes:
+        lines += ["", "What the replica says of itself:", "", *notes]
     after = replicas.get("after") or {}
     changed = [r for r in after.get("replicas") or [] if r not in rows]
     if changed:
@@ -91,6 +94,8 @@ def render_markdown(run: FactualRun) -> str:
     lines += ["", "| topic | prompts | " + " | ".join(runs) + " |", "|---|---|" + "---|" * len(runs)]
     for topic in TOPICS:
         subset = [p for p in run.prompts if p.topic == topic]
+        if not subset:  # a --limit run
+            continue
         marks = [sum(1 for p in subset if (a := answers.get(p.id)) and a.right) for answers in runs.values()]
         lines.append(f"| {topic} | {len(subset)} | " + " | ".join(str(m) for m in marks) + " |")
     lines += ["", "Facts asked in several phrasings, right in every phrasing / in some / in none:", ""]
@@ -105,7 +110,8 @@ def render_markdown(run: FactualRun) -> str:
     elif not found:
         lines.append(
             f"**PASSED**: every one of the {right_ref} prompts the float32 reference answers right was "
-            f"answered right in every served pass ({', '.join(run.passes)}); no served answer degenerated."
+            f"answered right in every served pass ({', '.join(run.passes)}); no served answer degenerated "
+            "where the reference did not."
         )
     else:
         lines.append(

@@ -13,7 +13,8 @@ ends with an error event, is an *error*, not lost. A *wrong* answer is a probe (
 temperature 0) whose text differs from the first probe's answer.
 
 Windows are `window_s` long from the start; a request belongs to the window it ended in; the last
-window is kept when at least half of it ran (what ends later, in the drain, counts in the last one).
+window is kept when at least half of it ran (what ends later, in the drain, counts in the last one, but
+not in its latencies: the requests still in flight at the end are the long ones).
 Window 0 is the warm-up: growth and the p99 are judged from window 1 (the "second window") to the last
 one:
 
@@ -159,8 +160,9 @@ def windows(requests: Sequence[SoakRequest], bounds: Sequence[tuple[float, float
 def _window(index: int, bounds: tuple[float, float], group: Sequence[SoakRequest]) -> Window:
     load = [r for r in group if r.kind != "probe"]
     good = [r.result for r in load if r.result.ok]
-    e2e = [r.e2e_s for r in good]
-    ttft = [t for r in load if r.kind == "stream" and r.result.ok and (t := r.result.ttft_s) is not None]
+    timed = [r for r in load if r.result.end_s <= bounds[1]]  # what ended in the drain counts, but is not timed
+    e2e = [r.result.e2e_s for r in timed if r.result.ok]
+    ttft = [t for r in timed if r.kind == "stream" and r.result.ok and (t := r.result.ttft_s) is not None]
     failed = [r for r in group if not r.result.ok and not r.result.cancelled]
     codes: dict[str, int] = {}
     for r in failed:
@@ -297,8 +299,8 @@ def _growth_verdict(window_list: Sequence[Window], growths: Sequence[Growth], li
     worst = max(measured, key=lambda g: max(g.rss_growth or 0.0, g.fds_growth or 0.0))
     text = (
         f"growth after warm-up (window 1 → {len(window_list) - 1}): {len(measured) - len(failed)} of "
-        f"{len(measured)} processes under {limit:.0%} in RSS and open FDs; largest {worst.key} RSS "
-        f"{_signed(worst.rss_growth)}, FDs {_signed(worst.fds_growth)}"
+        f"{len(measured)} processes within {limit:.0%} (or 8 MiB / 2 FDs) in RSS and open FDs; largest "
+        f"{worst.key} RSS {_signed(worst.rss_growth)}, FDs {_signed(worst.fds_growth)}"
     )
     if failed:
         text += "; over the limit or gone: " + ", ".join(
