@@ -1,7 +1,8 @@
 """PNG plots of a soak run (`bench soak`), with matplotlib's Agg canvas (no pyplot), in the styles of
 `bench.plots`; window boundaries are dotted vertical lines, the warm-up window is shaded:
 
-    soak_rss.png    RSS (MiB) of every sampled process over time, one line per process (largest first)
+    soak_rss.png    RSS (MiB, log scale: a relative growth looks the same for every size) of every sampled
+                    process over time, one line per process (largest first)
     soak_fds.png    open file descriptors of every sampled process over time
     soak_p99.png    e2e p50 / p99 and stream TTFT p99 per window
 """
@@ -22,10 +23,11 @@ if TYPE_CHECKING:
     from bench.soak_report import SoakRun
 
 MAX_LINES = 14  # more processes than this: the smallest share one "others (sum)" line
+MAX_LABEL = 52
 
 
 def _figure(run: SoakRun, title: str, ylabel: str) -> tuple[Figure, Axes]:
-    fig = Figure(figsize=(9, 4.8), dpi=100, layout="constrained")
+    fig = Figure(figsize=(11, 5), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.set_title(title)
@@ -46,13 +48,25 @@ def _series(samples: list[ProcSample], value: Callable[[ProcSample], float]) -> 
     return by_key
 
 
-def _plot_processes(run: SoakRun, path: Path, value: Callable[[ProcSample], float], title: str, ylabel: str) -> Path:
+def _label(key: str) -> str:
+    """`ServeReplica:spillover:SpilloverLLMServer:smollm2-135m-instruct [9920]` without its app, then shortened
+    in the middle when still long."""
+    if key.startswith("ServeReplica:") and key.count(":") >= 2:
+        key = key.split(":", 2)[2]
+    return key if len(key) <= MAX_LABEL else key[: MAX_LABEL - 12] + "…" + key[-11:]
+
+
+def _plot_processes(
+    run: SoakRun, path: Path, value: Callable[[ProcSample], float], title: str, ylabel: str, *, log: bool = False
+) -> Path:
     fig, ax = _figure(run, title, ylabel)
     series = _series(run.state.samples, value)
     ranked = sorted(series, key=lambda k: -max(v for _, v in series[k]))
     for key in ranked[:MAX_LINES]:
         points = series[key]
-        ax.plot([t for t, _ in points], [v for _, v in points], marker=".", markersize=3, linewidth=1, label=key)
+        ax.plot(
+            [t for t, _ in points], [v for _, v in points], marker=".", markersize=3, linewidth=1, label=_label(key)
+        )
     rest = ranked[MAX_LINES:]
     if rest:
         totals: dict[float, float] = {}
@@ -61,7 +75,10 @@ def _plot_processes(run: SoakRun, path: Path, value: Callable[[ProcSample], floa
                 totals[t] = totals.get(t, 0.0) + v
         times = sorted(totals)
         ax.plot(times, [totals[t] for t in times], linestyle="--", color="black", label=f"{len(rest)} others (sum)")
-    ax.set_ylim(bottom=0)
+    if log and series:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
     if series:
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.savefig(path)
@@ -97,7 +114,12 @@ def plot_p99(run: SoakRun, path: Path) -> Path:
 def write_plots(run: SoakRun, out_dir: Path) -> dict[str, Path]:
     return {
         "soak_rss.png": _plot_processes(
-            run, out_dir / "soak_rss.png", lambda s: s.rss_bytes / MIB, "RSS per process", "RSS (MiB)"
+            run,
+            out_dir / "soak_rss.png",
+            lambda s: s.rss_bytes / MIB,
+            "RSS per process",
+            "RSS (MiB, log scale)",
+            log=True,
         ),
         "soak_fds.png": _plot_processes(
             run, out_dir / "soak_fds.png", lambda s: float(s.fds), "Open file descriptors per process", "open FDs"
