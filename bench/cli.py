@@ -31,7 +31,7 @@
 
     factual   [--url http://127.0.0.1:8000/v1] [--model smollm2-135m-instruct] [--concurrency 1,8]
               [--max-tokens 32] [--residency local_only|any] [--reference FILE | --reference-only]
-              [--model-dir DIR] [--out DIR] [--api-key-env NAME] [--no-progress]
+              [--limit N] [--model-dir DIR] [--out DIR] [--api-key-env NAME] [--no-progress]
 
     soak      --url http://127.0.0.1:8000/v1 --model NAME [--duration-s 1800] [--concurrency N |
               --config PATH [--overlay PATH]] [--sample-s 30] [--window-s 300] [--stream-share 0.5]
