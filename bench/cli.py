@@ -29,10 +29,20 @@
               [--prefix-words 600] [--requests 96] [--concurrency 2] [--out DIR] [--seed 0]
               (against `spillover serve --config configs/bench-affinity.yaml`)
 
+    factual   [--url http://127.0.0.1:8000/v1] [--model smollm2-135m-instruct] [--concurrency 1,8]
+              [--max-tokens 32] [--residency local_only|any] [--reference FILE | --reference-only]
+              [--limit N] [--model-dir DIR] [--out DIR] [--api-key-env NAME] [--no-progress]
+
+    soak      --url http://127.0.0.1:8000/v1 --model NAME [--duration-s 1800] [--concurrency N |
+              --config PATH [--overlay PATH]] [--sample-s 30] [--window-s 300] [--stream-share 0.5]
+              [--cloud-share 0.1] [--cloud-region local-sim] [--sim http://127.0.0.1:9100 [--faults ...]
+              [--fault-rate 0.25] [--fault-every-s 150] [--fault-s 30] [--max-fault-episodes 20]]
+              [--probe-every-s 60] [--out DIR] ...   (see bench/cli_trust.py)
+
 Exit codes: 0 a knee was found and the overlay written (overload: the report written and something
-answered; faults: nothing lost or re-sent), 1 no knee / nothing answered / a request lost / a URL
-unreachable / other failure, 2 bad input (flags, config, a model the URL does not serve). Errors are
-one line, no traceback.
+answered; faults: nothing lost or re-sent; factual: the acceptance held; soak: every verdict passed),
+1 no knee / nothing answered / a request lost / a URL unreachable / a verdict failed / other failure,
+2 bad input (flags, config, a model the URL does not serve). Errors are one line, no traceback.
 """
 
 from __future__ import annotations
@@ -52,6 +62,7 @@ from bench.cli_gateway import (
     cmd_faults,
     cmd_overhead,
 )
+from bench.cli_trust import add_trust_subcommands
 from bench.fit import parse_shapes
 from bench.knee import DEFAULT_MAX_ERROR_RATE
 from bench.overload import DEFAULT_MULTIPLES, OverloadOptions, run_overload
@@ -250,7 +261,7 @@ def cmd_overload(args: argparse.Namespace) -> int:
 
 
 def add_bench_subcommands(subparsers: Any) -> None:
-    """Add `calibrate` and `overload` to a subparsers object (of `python -m bench` or of `spillover bench`)."""
+    """Add the bench subcommands to a subparsers object (of `python -m bench` or of `spillover bench`)."""
     calibrate_parser = subparsers.add_parser(
         "calibrate",
         help="load-test a model and the gateway, find the knee, compare with the formula, write an overlay",
@@ -292,13 +303,14 @@ def add_bench_subcommands(subparsers: Any) -> None:
     )
     add_affinity_arguments(affinity_parser)
     affinity_parser.set_defaults(func=cmd_affinity)
+    add_trust_subcommands(subparsers)
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register `bench` (`calibrate`, `overload`, `faults`, `overhead`, `affinity`) on the spillover CLI's subparsers;
-    the handler is `args.func`."""
+    """Register `bench` (`calibrate`, `overload`, `faults`, `overhead`, `affinity`, `factual`, `soak`) on the
+    spillover CLI's subparsers; the handler is `args.func`."""
     parser = subparsers.add_parser(
-        "bench", help="load tests: calibrate the formulas, measure overload, run the fault matrix"
+        "bench", help="load tests: calibrate the formulas, measure overload, run the fault matrix, factual, soak"
     )
     add_bench_subcommands(parser.add_subparsers(dest="bench_command", required=True))
     return parser

@@ -201,16 +201,19 @@ class LoadGenerator:
         self._progress.advance(result.ok)
         return result
 
-    async def send(self, item: WorkItem, *, warmup: bool = False) -> RequestResult:
-        """One streamed chat completion, measured."""
+    async def send(
+        self, item: WorkItem, *, warmup: bool = False, headers: Mapping[str, str] | None = None
+    ) -> RequestResult:
+        """One streamed chat completion, measured; `headers` are added to the client's for this request."""
         start = self._now()
         stream = _StreamState()
         status: int | None = None
-        headers: Mapping[str, str] = {}
+        answered: Mapping[str, str] = {}
         error: str | None
         try:
-            async with self._client.stream("POST", "chat/completions", json=self.body(item)) as response:
-                status, headers = response.status_code, response.headers
+            request = self._client.stream("POST", "chat/completions", json=self.body(item), headers=headers)
+            async with request as response:
+                status, answered = response.status_code, response.headers
                 if status != 200:
                     error = error_code(await response.aread(), status)
                 else:
@@ -238,8 +241,8 @@ class LoadGenerator:
             cached_tokens=_int_or_none(cached),
             status=status,
             error=error,
-            route=headers.get(ROUTE_HEADER),
-            target=headers.get(TARGET_HEADER),
+            route=answered.get(ROUTE_HEADER),
+            target=answered.get(TARGET_HEADER),
             warmup=warmup,
         )
 
