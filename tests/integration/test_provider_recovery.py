@@ -29,7 +29,7 @@ import openai
 import pytest
 
 from bench.faults import TOOL  # the weather tool every tool request of the tests uses
-from tests.integration.conftest import Stack
+from tests.integration.conftest import CONTROL_HEADERS, Stack
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -70,14 +70,15 @@ def _control(sim_url: str) -> str:
 
 
 def _faults(stack: Stack, **settings: object) -> None:
-    httpx.post(f"{_control(stack.sim_url)}/faults", json=settings, timeout=10).raise_for_status()
+    url = f"{_control(stack.sim_url)}/faults"
+    httpx.post(url, json=settings, headers=CONTROL_HEADERS, timeout=10).raise_for_status()
 
 
 @pytest.fixture
 def clean(stack: Stack) -> Iterator[None]:
     def reset() -> None:
         for sim in (stack.sim_url, stack.spare_url):
-            httpx.post(f"{_control(sim)}/reset", timeout=10).raise_for_status()
+            httpx.post(f"{_control(sim)}/reset", headers=CONTROL_HEADERS, timeout=10).raise_for_status()
         httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
     reset()
