@@ -142,7 +142,8 @@ def test_a_content_filter_400_reaches_the_client_and_probes_keep_the_provider_gr
     record = httpx.get(f"{stack.openai_base}/spillover/decisions/{request_id}", timeout=10).json()
     tried = [(a["target"], a["outcome"], a["error"]) for a in record["attempts"]]
     assert tried == [(f"{PRIMARY}/{SMOL}", "error", "provider_rejected")], tried
-    spare_log = httpx.get(f"{_control(stack.spare_url)}/log", params={"x_request_id": request_id}, timeout=10).json()
+    params = {"x_request_id": request_id}  # the spare sim's control routes need its key
+    spare_log = httpx.get(f"{_control(stack.spare_url)}/log", params=params, headers=CONTROL_HEADERS, timeout=10).json()
     assert spare_log["rows"] == []  # no silent detour to the spare
 
     assert _ask(client).target == PRIMARY  # a prompt the filter lets through is served there as before
