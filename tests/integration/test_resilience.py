@@ -16,7 +16,7 @@ import pytest
 
 from bench.faults import FaultOptions, FaultRun, markdown_table, run_matrix, write_fault_report
 from bench.report import environment
-from tests.integration.conftest import BAD_KEY, Stack
+from tests.integration.conftest import BAD_KEY, SPARE_KEY, Stack
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -75,6 +75,7 @@ def test_fault_matrix_loses_nothing_and_never_resends_a_started_stream(stack: St
         streams=4,
         concurrency=4,
         hang_s=4.0,  # > cloud-sim's timeout_s of 2 s in the test config
+        api_key=SPARE_KEY,  # the spare's control routes need its key (the first sim has none)
     )
     rows = asyncio.run(run_matrix(options, lambda line: print(line, flush=True)))
     table = markdown_table(rows)
