@@ -156,7 +156,8 @@ def cmd_capacity(
         status, notes, report = plan_model(spec, workload, gpu_mem, cpu_caps)
         admission = None
         perf = spec.perf
-        if perf is not None and spec.runs_vllm_cpu and (mismatch := _perf_mismatch(spec, cpu_caps)) is not None:
+        mismatch = _perf_mismatch(spec, cpu_caps) if perf is not None and spec.runs_vllm_cpu else None
+        if mismatch is not None:
             notes = [*notes, f"compute bound off on this machine: {mismatch} (run bench calibrate here)"]
             perf = None  # never a fit from another CPU or precision silently applied (the gateway does the same)
         if report is not None:
@@ -169,6 +170,7 @@ def cmd_capacity(
                 slo_e2e_p95_s=args.slo_e2e_p95_s,
                 slo_ttft_p95_s=args.slo_ttft_p95_s,
                 limits=default_limits(spec.accelerator, spec.engine_args, gib),
+                unfitted="the fit is from another CPU or precision" if mismatch else None,
             )
         rows.append((spec, status, notes, report, admission))
     if args.json:

@@ -61,11 +61,14 @@ def plan_admission(
     slo_e2e_p95_s: float | None = None,
     slo_ttft_p95_s: float | None = None,
     limits: EngineLimits | None = None,
+    unfitted: str | None = None,
 ) -> AdmissionPlan:
     """min(memory, compute) for one replica; the SLO arguments override perf's own. `limits`: the
-    engine's scheduler limits (cluster/engine_sim.py `default_limits`; None: vLLM's CPU defaults)."""
+    engine's scheduler limits (cluster/engine_sim.py `default_limits`; None: vLLM's CPU defaults).
+    `unfitted`: why a perf that exists does not apply here (another CPU or precision); pass perf None."""
     if perf is None:
-        note = "uncalibrated: no models[].perf, so only the memory bound is known (bench calibrate --fit-shapes)"
+        why = unfitted or "no models[].perf"
+        note = f"uncalibrated: {why}, so only the memory bound is known (bench calibrate --fit-shapes)"
         return AdmissionPlan(memory_limit, "memory", "uncalibrated", memory_limit, None, (note,))
     given = slo_e2e_p95_s is not None or slo_ttft_p95_s is not None
     e2e = slo_e2e_p95_s if given else perf.slo_e2e_p95_s

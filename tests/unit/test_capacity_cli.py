@@ -13,9 +13,10 @@ import pytest
 from cli.capacity import add_capacity_parser, cmd_capacity
 from cluster.cpu_caps import CpuCaps
 from cluster.model_shape import QWEN2_5_7B, SMOLLM2_135M
-from cluster.models import MARKER
+from cluster.models import MARKER, model_dir
 from cluster.nvml import GpuReader, PynvmlReader
 from cluster.nvml_fake import GIB, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from cluster.precision_local import engine_version, precision_memory
 from router.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -125,10 +126,44 @@ def test_local_config_table(prepared_smollm2: Path) -> None:
     assert "93,184" in text
     assert "kv_cache_space_gib = 2 GiB (VLLM_CPU_KVCACHE_SPACE)" in text
     # shared 256, per sequence 256 + 256 = 512: ⌊(93,184 − 256) / 512⌋ = 181; ⌊0.8 × 181⌋ = 144
+    # a fresh machine with native bf16 would run bf16 first; the committed fit is float32 eager, so it is off
+    assert "compute bound off on this machine: perf was fitted with float32 eager" in text
+    assert "uncalibrated: the fit is from another CPU or precision" in text
+    assert "no models[].perf" not in text
     assert (
-        "admission limit 144 concurrent sequences (memory 144 of a KV max 181, compute no SLO given; bound: memory)"
+        "admission limit 144 concurrent sequences (memory 144 of a KV max 181, compute uncalibrated; bound: memory)"
         in text
     )
+
+
+def record_bf16_failed(caps: CpuCaps = NATIVE_BF16) -> None:
+    """What a replica writes when SmolLM2's bf16 engine fails its numerics check on this CPU."""
+    memory = precision_memory(str(model_dir("smollm2-135m-instruct")), caps, engine_version())
+    memory.record_bf16_failure("test: 5/8 agree")
+
+
+def test_local_fit_applies_once_bf16_failed_here(prepared_smollm2: Path) -> None:
+    """After bf16 failed its numerics check on this CPU, auto runs float32 eager: the committed fit applies."""
+    record_bf16_failed()
+    code, text = run(
+        "--config",
+        LOCAL,
+        "--json",
+        "--prompt-tokens",
+        "300",
+        "--output-tokens",
+        "64",
+        "--slo-e2e-p95-s",
+        "10",
+        cpu=NATIVE_BF16,
+    )
+    assert code == 0
+    (model,) = json.loads(text)["models"]
+    assert model["report"]["kv_bytes_per_token"] == 46_080  # float32
+    assert not any("compute bound off" in n for n in model["notes"])
+    admission = model["admission"]
+    assert admission["status"] == "calibrated" and admission["bound"] == "compute"
+    assert 1 <= admission["compute_limit"] <= 4  # the float32 fit's knee for 300 x 64 at 10 s is ~2
 
 
 def test_local_config_unprepared_model_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
