@@ -25,6 +25,7 @@ import httpx
 from bench.factual_check import Answer, graded
 from bench.factual_set import FactualPrompt
 from bench.loadgen import error_code
+from cluster.capacity_plan import home_relative
 from router import headers as hdr
 
 Progress = Callable[[str], None]
@@ -69,7 +70,7 @@ def reference_answers(
         "engine": f"transformers {transformers.__version__}",
         "torch": torch.__version__,
         "dtype": "float32",
-        "model_dir": str(folder),
+        "model_dir": home_relative(str(folder)),  # a report names no machine path
         "max_new_tokens": max_new_tokens,
         "seconds": round(time.monotonic() - began, 1),
     }
