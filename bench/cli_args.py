@@ -24,6 +24,29 @@ def number(kind: type, minimum: float, *, exclusive: bool = False, maximum: floa
     return parse
 
 
+def levels(text: str) -> tuple[int, ...]:
+    """A comma list of concurrency levels, each >= 1 (`--concurrency 1,8`)."""
+    try:
+        parsed = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        parsed = ()
+    if not parsed or any(level < 1 for level in parsed):
+        raise argparse.ArgumentTypeError(f"comma list of concurrencies >= 1: {text!r}")
+    return parsed
+
+
+def choices(names: tuple[str, ...], what: str) -> Callable[[str], tuple[str, ...]]:
+    """A comma list of some of `names`, without repeats (`--faults error_5xx,reset`)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        picked = tuple(part.strip() for part in text.split(",") if part.strip())
+        if not picked or any(p not in names for p in picked) or len(set(picked)) != len(picked):
+            raise argparse.ArgumentTypeError(f"{what} are some of {','.join(names)} without repeats: {text!r}")
+        return picked
+
+    return parse
+
+
 def run(command: Callable[[], Any], summary: Callable[[Any], list[str]]) -> int:
     """Run a bench command: its summary on stdout, or its error as one line on stderr."""
     try:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from bench.affinity import AffinityOptions, run_affinity_command
 from bench.affinity import summary_lines as affinity_summary
+from bench.cli_args import choices
+from bench.cli_args import levels as _levels
 from bench.cli_args import number as _number
 from bench.cli_args import run as _run
 from bench.faults import FAULTS, FaultOptions, FaultRun, run_faults
@@ -22,20 +24,13 @@ from bench.overhead_streams import DEFAULT_LEVELS, StreamOptions
 from bench.target import BenchError, api_key_from_env
 
 
-def _faults(text: str) -> tuple[str, ...]:
-    faults = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not faults or any(f not in FAULTS for f in faults) or len(set(faults)) != len(faults):
-        raise argparse.ArgumentTypeError(f"faults are some of {','.join(FAULTS)} without repeats: {text!r}")
-    return faults
-
-
 def add_faults_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add("--url", required=True, help="OpenAI-compatible base URL of the gateway, e.g. http://127.0.0.1:8000/v1")
     add("--model", required=True, help="model name to request (tool requests: they go to the cloud targets)")
     add("--sim", action="append", required=True, metavar="URL",
         help="a cloud-sim the gateway uses; the first gets the faults and must rank first (repeatable)")  # fmt: skip
-    add("--faults", type=_faults, default=FAULTS, help=f"which faults (default {','.join(FAULTS)})")
+    add("--faults", type=choices(FAULTS, "faults"), default=FAULTS, help=f"which faults (default {','.join(FAULTS)})")
     add("--requests", type=_number(int, 0), default=12, help="non-streamed requests per fault (12)")
     add("--streams", type=_number(int, 0), default=4, help="streamed requests per fault (4)")
     add("--concurrency", type=_number(int, 1), default=4, help="requests in flight (4)")
@@ -103,16 +98,6 @@ def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
     add("--throughput-levels", type=_levels, default=THROUGHPUT_LEVELS, help="closed-loop concurrencies (1,8,32)")
     add("--throughput-s", type=_number(float, 0, exclusive=True), default=10.0, help="seconds per path and level (10)")
     add("--no-progress", action="store_true", help="no progress lines on stderr")
-
-
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        levels = ()
-    if not levels or any(level < 1 for level in levels):
-        raise argparse.ArgumentTypeError(f"comma list of concurrencies >= 1: {text!r}")
-    return levels
 
 
 def cmd_overhead(args: argparse.Namespace) -> int:

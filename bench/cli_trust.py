@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from bench.cli_args import choices
+from bench.cli_args import levels as _levels
 from bench.cli_args import number as _number
 from bench.cli_args import run as _run
 from bench.factual import DEFAULT_MODEL, FactualOptions, FactualOutcome, run_factual
@@ -15,23 +17,6 @@ from bench.soak import SoakError, SoakOptions, SoakOutcome, run_soak
 from bench.soak_load import DEFAULT_FAULTS, FAULT_NAMES, FaultPlan, TrafficMix
 from bench.soak_report import summary_lines as soak_summary
 from bench.target import BenchError, api_key_from_env
-
-
-def _levels(text: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        levels = ()
-    if not levels or any(level < 1 for level in levels):
-        raise argparse.ArgumentTypeError(f"comma list of concurrencies >= 1: {text!r}")
-    return levels
-
-
-def _faults(text: str) -> tuple[str, ...]:
-    faults = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not faults or any(f not in FAULT_NAMES for f in faults) or len(set(faults)) != len(faults):
-        raise argparse.ArgumentTypeError(f"faults are some of {','.join(FAULT_NAMES)} without repeats: {text!r}")
-    return faults
 
 
 def add_factual_arguments(parser: argparse.ArgumentParser) -> None:
@@ -118,7 +103,12 @@ def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="the cloud simulator the gateway uses (faults go there), e.g. http://127.0.0.1:9100; none: no faults",
     )
-    add("--faults", type=_faults, default=DEFAULT_FAULTS, help=f"in turn ({','.join(DEFAULT_FAULTS)})")
+    add(
+        "--faults",
+        type=choices(FAULT_NAMES, "faults"),
+        default=DEFAULT_FAULTS,
+        help=f"in turn ({','.join(DEFAULT_FAULTS)})",
+    )
     add(
         "--fault-rate",
         type=_number(float, 0, exclusive=True, maximum=1),
