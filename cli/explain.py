@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from cli.gateway_client import add_key_argument, gateway_url, get_json
+from cli.terminal import printable
 from cluster.config import load_config
 
 NEEDS = ("needs_tools", "needs_parallel_tools", "needs_json_schema", "needs_json_mode", "needs_streaming")
@@ -69,7 +70,7 @@ def render(record: dict[str, Any]) -> str:
         )
     if record.get("total_cost_usd") is not None:
         lines.append(f"  total cost (failures included): ${record['total_cost_usd']:.6f}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # ids, reasons and targets come from clients
 
 
 def cmd_explain(args: argparse.Namespace) -> int:

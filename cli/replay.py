@@ -15,10 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import unicodedata
 from collections.abc import Callable
 from typing import Any
 
+from cli.terminal import printable
 from cluster.decision_log_reader import DEFAULT_MAX_BYTES, load_replay_config, read_decision_log
 from cluster.tenants import tenant_policies
 from router.capabilities import Registry
@@ -94,19 +94,6 @@ def render(report: ReplayReport, examples: list[str]) -> str:
     tripped = s["tripped"]
     lines.append("guards: " + ("TRIPPED: " + "; ".join(tripped) if tripped else "ok"))
     return "\n".join(printable(line) for line in lines)
-
-
-def printable(text: str) -> str:
-    """`text` safe for a terminal: control and format characters (ESC, CR, C1 controls such as CSI,
-    bidirectional overrides) from the log are shown escaped (`\\x1b`), never sent raw."""
-    if text.isascii() and text.isprintable():
-        return text
-    return "".join(_escaped(c) if unicodedata.category(c) in ("Cc", "Cf") else c for c in text)
-
-
-def _escaped(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def write_json(report: ReplayReport, write: Callable[[str], Any]) -> None:

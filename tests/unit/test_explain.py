@@ -35,3 +35,14 @@ def test_render_says_when_a_stream_was_counted_and_what_the_contract_flagged() -
     text = render(DecisionRecord.from_json(record.to_json()).to_dict())
     assert "attempt 1: cloud:sim/m -> cut (provider_cut) in 1.500s, 40+7 tokens (counted from the stream)" in text
     assert "attempt 2: cloud:sim/m -> ok in 0.500s, 10+5 tokens, $0.000004, output contract: schema: 2 errors" in text
+
+
+def test_render_escapes_terminal_controls_from_the_record() -> None:
+    """Hostile input: a request id or reason a client chose cannot move the operator's cursor or recolour
+    the terminal (ESC, CR, the C1 CSI, a bidirectional override are shown escaped)."""
+    hostile = "r-\x1b[2J\rfake\x9b31m\u202e"
+    removed = Candidate("local:m", "removed", "tools", "reason \x1b]0;owned\x07")
+    record = DecisionRecord(hostile, "local-1", {"model": "m\x1b[31m"}, (removed,), (), 1.0)
+    text = render(record.to_dict())
+    assert not any(ch in text for ch in "\x1b\r\x9b\u202e\x07")
+    assert "r-\\x1b[2J\\x0dfake\\x9b31m\\u202e" in text and "reason \\x1b]0;owned\\x07" in text
