@@ -12,6 +12,9 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── InvalidRequest       400   malformed JSON, missing/invalid fields
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
         ├── ModelNotFound        404   the requested model alias is not configured
+        ├── NotFound             404   a decision record, ticket or feature this gateway does not have
+        │                              (codes not_found, ticket_not_found, no_telemetry, quality_disabled)
+        ├── RouteNotFound        404   no such path (405: not with this method)
         ├── IdempotencyConflict  409   a request with the same Idempotency-Key is still running
         ├── FeedbackExists       409   a second feedback report of one source on one request
         ├── RequestTooLarge      413   the body passed gateway.max_body_bytes (found while reading it)
@@ -33,7 +36,9 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── LocalCapacityExhausted 429 no local room before the deadline and the request may not
         │                              (or cannot) burst; carries `retry_after_s`
         ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
+        ├── InternalError        500   a bug in the gateway (logged with its traceback; the client gets none)
         └── UpstreamError        502   a local engine or cloud provider failed while serving the request
+            ├── TicketAnswerDropped 502  a deferred request's answer was too large to keep
             ├── TargetUnavailable 503  no healthy target can take the request now
             │   ├── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
             │   └── ProviderOverloaded  503  a cloud provider is overloaded for everyone (Anthropic's
@@ -160,6 +165,25 @@ class TenantBudgetExceeded(RequestError):
 class ModelNotFound(RequestError):
     status_code = 404
     code = "model_not_found"
+
+
+class NotFound(RequestError):
+    status_code = 404
+    code = "not_found"
+
+
+class RouteNotFound(RequestError):
+    """No route for the path (404) or the method (405); `status` says which."""
+
+    def __init__(self, message: str, *, status: int = 404, code: str | None = None) -> None:
+        super().__init__(message, code=code or "not_found")
+        self.status_code = status
+
+
+class InternalError(RequestError):
+    status_code = 500
+    error_type = "internal_error"
+    code = "internal_error"
 
 
 class IdempotencyConflict(RequestError):
@@ -340,6 +364,9 @@ class NonCoreShed(TargetUnavailable):
         self.retry_after_s = retry_after_s
 
 
-class TicketNotFound(RequestError):
-    status_code = 404
+class TicketNotFound(NotFound):
     code = "ticket_not_found"
+
+
+class TicketAnswerDropped(UpstreamError):
+    code = "ticket_answer_dropped"

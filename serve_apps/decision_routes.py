@@ -21,13 +21,10 @@ from starlette.routing import Route
 
 from router.auth import TenantPolicy
 from router.decision import DecisionStore
-from router.errors import RequestError, error_body
+from router.errors import NotFound
+from serve_apps.http_edge import HttpEdge
 
 log = logging.getLogger("spillover.gateway")
-
-Authorize = Callable[[Request], TenantPolicy | None]
-HeadersFor = Callable[[Request], dict[str, str]]
-PublicError = Callable[[RequestError], dict[str, Any]]
 
 
 def owner_of(tenant: TenantPolicy | None) -> str:
@@ -52,23 +49,18 @@ class OwnedDecisions:
         if self._store is not None:
             self._store.release(request_id, owner)
 
-    def route(
-        self, authorize: Authorize, headers_for: HeadersFor, public: PublicError, scrub: Callable[[Any], Any]
-    ) -> Route:
+    def route(self, edge: HttpEdge, scrub: Callable[[Any], Any]) -> Route:
         """`scrub` cleans the record's texts (a failed attempt's reason may quote a provider) like errors."""
 
         async def decision(request: Request) -> Response:
-            try:
-                tenant = authorize(request)
-            except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+            tenant = edge.tenant(request)
             wanted = request.path_params["request_id"]
             record = self._store.get(wanted, owner_of(tenant)) if self._store is not None else None
             if record is None:
                 shown = wanted[:128].encode("ascii", "replace").decode()
-                message = f"no decision record for request {shown!r} (kept: your recent ones, on this gateway replica)"
-                body = error_body(message, "invalid_request_error", "not_found")
-                return JSONResponse(body, 404, headers=headers_for(request))
-            return JSONResponse(scrub(record.to_dict()), headers=headers_for(request))
+                raise NotFound(
+                    f"no decision record for request {shown!r} (kept: your recent ones, on this gateway replica)"
+                )
+            return JSONResponse(scrub(record.to_dict()), headers=edge.headers_for(request))
 
-        return Route("/v1/spillover/decisions/{request_id}", decision, methods=["GET"])
+        return Route("/v1/spillover/decisions/{request_id}", edge.endpoint(decision), methods=["GET"])

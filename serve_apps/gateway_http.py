@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -59,7 +58,7 @@ from cluster.gateway_config import HttpLimits
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.decision import DecisionStore
-from router.errors import Forbidden, InvalidRequest, RequestError, RequestTimeout, error_body
+from router.errors import InvalidRequest, NotFound, RequestError, RequestTimeout, UpstreamError
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
 from router.saturation import cluster_view
@@ -69,7 +68,8 @@ from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_routes import OwnedDecisions, owner_of
 from serve_apps.dispatch_types import Dispatch, LocalDispatch
 from serve_apps.golden_gate import GoldenGate
-from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, ClientText, request_guards, request_id_of, within
+from serve_apps.http_edge import HttpEdge, header_text
+from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, ClientText, request_guards, within
 from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
 from serve_apps.learning import plain_derive
 from serve_apps.learning_routes import LearningRoutes
@@ -89,11 +89,6 @@ TARGET = hdr.TARGET
 REASON = hdr.REASON
 USED_ID = hdr.USED_REQUEST_ID
 T = TypeVar("T")
-
-
-def _header_text(text: str) -> str:
-    """A reason as an HTTP header value: printable ASCII, one line, bounded."""
-    return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)[:300]
 
 
 class GatewayHTTP:
@@ -129,16 +124,18 @@ class GatewayHTTP:
         routes: Iterable[ServedRoute] = (),
         checks: RequestChecks | None = None,  # where contracts are derived (serve_apps/check_pool.py)
     ) -> None:
+        self._edge = HttpEdge(  # the one error renderer and operator guard (serve_apps/http_edge.py)
+            authenticator, ClientText(redact), new_id=new_id, set_request_id=set_request_id, counted=self._counted
+        )
         self._checks = checks or RequestChecks()
         self._golden = golden
         self._derive = learning.derive if learning is not None else plain_derive  # typing: serve_apps/learning.py
         self._ops = ops
-        self._client_text = ClientText(redact)
+        self._client_text = self._edge.client_text
         self._tenant_limits = tenant_limits or TenantLimits()
         self._request_timeout_s = request_timeout_s
         self._idempotent = idempotent
         self._metrics = metrics or GatewayMetrics()
-        self._auth = authenticator
         self._policy = policy or Policy()
         self._owned = OwnedDecisions(decisions, new_id)
         self._backend = backend
@@ -149,8 +146,6 @@ class GatewayHTTP:
         self._limits = {m.alias: ModelLimits(m.alias, m.max_model_len) for m in models}
         self._limits |= {r.alias: ModelLimits(r.alias, None) for r in self._routes.values()}
         self._created = created
-        self._new_id = new_id
-        self._set_request_id = set_request_id
         self._snapshot = snapshot
         self._clock = clock
         self._readiness = Readiness(
@@ -166,39 +161,33 @@ class GatewayHTTP:
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/completions", self._completions, methods=["POST"]),
-                Route("/v1/models", self._list_models, methods=["GET"]),
+                Route("/v1/models", self._edge.endpoint(self._list_models), methods=["GET"]),
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/readyz", self._readyz, methods=["GET"]),
-                Route("/v1/spillover/cluster", self._cluster, methods=["GET"]),
-                self._owned.route(self._authorize, self._headers_for, self._public, self._client_text.body),
+                Route("/v1/spillover/cluster", self._edge.endpoint(self._cluster), methods=["GET"]),
+                self._owned.route(self._edge, self._client_text.body),
                 Route("/metrics", self._metrics_page, methods=["GET"]),
                 Route("/openapi.json", self._openapi, methods=["GET"]),
-                *(ops.routes(self._authorize, self._headers_for, self._public) if ops is not None else []),
-                *(traffic.routes(self._authorize, self._headers_for, self._public) if traffic is not None else []),
-                *(learning.routes(self._authorize, self._headers_for, self._public) if learning is not None else []),
+                *(ops.routes(self._edge) if ops is not None else []),
+                *(traffic.routes(self._edge) if traffic is not None else []),
+                *(learning.routes(self._edge) if learning is not None else []),
             ],
             middleware=request_guards(max_body_bytes, http_limits),
             exception_handlers={
-                HTTPException: self._http_exception,
-                RequestError: self._request_error,
-                Exception: self._unexpected,
+                HTTPException: self._edge.on_http_exception,
+                RequestError: self._edge.on_request_error,
+                Exception: self._edge.on_unexpected,
             },
         )
 
     def _headers(self, request_id: str, **extra: str) -> dict[str, str]:
-        headers = {REQUEST_ID: request_id} if self._set_request_id else {}
-        return {**headers, **extra}
-
-    def _headers_for(self, request: Request) -> dict[str, str]:
-        return self._headers(self._request_id(request))
+        return self._edge.headers(request_id, **extra)
 
     def _request_id(self, request: Request) -> str:
-        return request_id_of(request.headers.get(REQUEST_ID)) or self._new_id()
+        return self._edge.request_id(request)
 
-    def _public(self, exc: RequestError) -> dict[str, Any]:
-        """The error body a client may see (scrubbed of hosts, URLs, account ids, configured names)."""
-        body: dict[str, Any] = self._client_text.body(exc.to_openai())
-        return body
+    def _counted(self, exc: RequestError, raw: bytes) -> None:
+        self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")
 
     async def _chat(self, request: Request) -> Response:
         return await self._generate(request, "chat")
@@ -210,7 +199,7 @@ class GatewayHTTP:
         request_id = self._request_id(request)
         slot = None
         try:
-            tenant = self._authorize(request)  # before a single body byte is read
+            tenant = self._edge.tenant(request)  # before a single body byte is read
             slot = self._tenant_limits.admit(tenant)  # budget, concurrency (serve_apps/tenant_limits.py)
             raw = await request.body()  # bounded by BodyLimit
         except RequestError as exc:
@@ -276,8 +265,8 @@ class GatewayHTTP:
         reply = done.reply
         headers = self._headers(
             request_id,
-            **{ROUTE: done.route, TARGET: done.target, REASON: _header_text(self._client_text.text(done.reason))},
-            **{k: _header_text(self._client_text.text(v)) for k, v in done.headers.items()},
+            **{ROUTE: done.route, TARGET: done.target, REASON: header_text(self._client_text.text(done.reason))},
+            **{k: header_text(self._client_text.text(v)) for k, v in done.headers.items()},
         )
         if reply.chunks is not None:
             headers["cache-control"] = "no-cache"
@@ -294,15 +283,7 @@ class GatewayHTTP:
             raise RequestTimeout(f"no answer within gateway.request_timeout_s = {self._request_timeout_s:g}s") from None
 
     def _rejected(self, exc: RequestError, request_id: str, raw: bytes) -> Response:
-        fields = {"request_id": request_id, "status": exc.status_code, "code": exc.code}
-        log.info("rejected: %s", exc.message[:200], extra=fields)
-        self._metrics.answered(self._model_label(raw), "", "", exc.code or "error")
-        headers = self._headers(request_id, **({hdr.DEGRADED: exc.degraded} if exc.degraded else {}))
-        retry_after = getattr(exc, "retry_after_s", None)
-        if retry_after is not None:
-            headers["retry-after"] = str(max(1, math.ceil(retry_after)))
-            headers[REASON] = _header_text(self._client_text.text(exc.message))
-        return JSONResponse(self._public(exc), status_code=exc.status_code, headers=headers)
+        return self._edge.error(exc, request_id, raw=raw)
 
     async def _guard_stream(self, chunks: AsyncIterator[str], request_id: str) -> AsyncIterator[str]:
         """Pass SSE events through; a failure after the first byte ends the stream with an
@@ -312,32 +293,14 @@ class GatewayHTTP:
                 yield self._client_text.events(chunk)  # an engine's error event names no host either
         except RequestError as exc:
             log.warning("request %s failed mid-stream: %s", request_id, exc.message)
-            yield f"data: {_json(self._public(exc))}\n\ndata: [DONE]\n\n"
+            yield f"data: {_json(self._edge.public(exc))}\n\ndata: [DONE]\n\n"
         except Exception:
             log.exception("request %s failed mid-stream", request_id)
-            error = error_body("the model failed while streaming", "upstream_error", "upstream_error")
+            error = self._edge.public(UpstreamError("the model failed while streaming"))
             yield f"data: {_json(error)}\n\ndata: [DONE]\n\n"
 
-    def _authorize(self, request: Request) -> TenantPolicy | None:
-        """The caller's tenant when auth is on (raises Unauthorized), else None."""
-        return None if self._auth is None else self._auth.authenticate(request.headers.get("authorization"))
-
-    def _denied(self, request: Request, *, admin: bool = False) -> Response | None:
-        """None when the caller may go on (`admin`: an operator route); else the error answer."""
-        try:
-            tenant = self._authorize(request)
-            if admin and tenant is not None and not tenant.admin:
-                raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin): operator route")
-        except RequestError as exc:  # Unauthorized, TenantRateLimited, Forbidden
-            headers = self._headers(self._request_id(request))
-            if (retry := getattr(exc, "retry_after_s", None)) is not None:
-                headers["retry-after"] = str(max(1, math.ceil(retry)))
-            return JSONResponse(self._public(exc), exc.status_code, headers=headers)
-        return None
-
     async def _list_models(self, request: Request) -> Response:
-        if (denied := self._denied(request)) is not None:
-            return denied
+        self._edge.tenant(request)
         cards = [m.card(self._created) for m in self._models.values()]
         cards += [r.card(self._created) for r in self._routes.values()]
         return JSONResponse({"object": "list", "data": cards}, headers=self._headers(self._request_id(request)))
@@ -347,17 +310,18 @@ class GatewayHTTP:
 
     async def _readyz(self, request: Request) -> Response:
         ready, body = await self._readiness.check()  # serve_apps/readiness.py
-        if self._auth is not None and self._denied(request, admin=True) is not None:
-            body = {"status": body["status"]}  # with auth on, the per-model reasons are an admin's to read
+        if self._edge.auth_on:
+            try:
+                self._edge.admin(request)
+            except RequestError:  # with auth on, the per-model reasons are an admin's to read
+                body = {"status": body["status"]}
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
 
     async def _cluster(self, request: Request) -> Response:
-        if (denied := self._denied(request, admin=True)) is not None:
-            return denied
+        self._edge.admin(request)
         headers = self._headers(self._request_id(request))
         if self._snapshot is None:
-            body = error_body("this gateway has no telemetry source", "invalid_request_error", "no_telemetry")
-            return JSONResponse(body, status_code=404, headers=headers)
+            raise NotFound("this gateway has no telemetry source", code="no_telemetry")
         now = self._clock()
         body = {"now": now, "models": list(self._models), **cluster_view(self._snapshot(), now)}
         body["golden"] = self._golden.view() if self._golden is not None else {}
@@ -376,24 +340,6 @@ class GatewayHTTP:
         except (RequestError, AttributeError):
             model = None
         return model if isinstance(model, str) and model in self._limits else "unknown"
-
-    async def _http_exception(self, request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, HTTPException)
-        codes = {404: "not_found", 405: "method_not_allowed"}
-        message = f"{request.method} {request.url.path}: {exc.detail}"
-        body = error_body(message, "invalid_request_error", codes.get(exc.status_code, "http_error"))
-        return JSONResponse(body, status_code=exc.status_code, headers=self._headers(self._request_id(request)))
-
-    async def _request_error(self, request: Request, exc: Exception) -> Response:
-        """A RequestError a route let through (e.g. BodyLimit's 413 while an operator route read)."""
-        assert isinstance(exc, RequestError)
-        return self._rejected(exc, self._request_id(request), b"")
-
-    async def _unexpected(self, request: Request, exc: Exception) -> Response:
-        request_id = self._request_id(request)
-        log.error("request %s: internal error", request_id, exc_info=exc)
-        body = error_body(f"internal gateway error (request id {request_id})", "internal_error", "internal_error")
-        return JSONResponse(body, status_code=500, headers=self._headers(request_id))
 
 
 def _json(value: Any) -> str:

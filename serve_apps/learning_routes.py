@@ -17,24 +17,18 @@ is a 404 like any record this replica does not hold.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.auth import TenantPolicy
 from router.decision import DecisionStore
-from router.errors import Forbidden, RequestError, error_body
+from router.errors import NotFound
 from router.feedback import parse_feedback
 from serve_apps.decision_routes import owner_of
+from serve_apps.http_edge import HttpEdge
 from serve_apps.learning import Learning
-
-Authorize = Callable[[Request], TenantPolicy | None]
-HeadersFor = Callable[[Request], dict[str, str]]
-PublicError = Callable[[RequestError], dict[str, Any]]
 
 
 class LearningRoutes:
@@ -43,44 +37,30 @@ class LearningRoutes:
         self.derive = learning.derive
         self._decisions = decisions
 
-    def routes(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> list[Route]:
+    def routes(self, edge: HttpEdge) -> list[Route]:
         async def feedback(request: Request) -> Response:
-            try:
-                tenant = authorize(request)  # before the body is read
-                owner = owner_of(tenant)
-                self.learning.admit_feedback(owner)  # every post costs a token, a refused one too
-                given = parse_feedback(await request.body())  # bounded by BodyLimit, then by parse_feedback
-                record = self._decisions.get(given.request_id, owner)
-                if record is None:
-                    shown = given.request_id[:128]
-                    message = f"no decision record for request {shown!r} (kept: your recent ones, on this replica)"
-                    body = error_body(message, "invalid_request_error", "not_found")
-                    return JSONResponse(body, 404, headers=headers_for(request))
-                shared = tenant is None or tenant.shares_feedback  # without auth every request is one tenant's
-                applied = self.learning.report(given, record, owner, shared=shared)
-            except RequestError as exc:
-                headers = headers_for(request)
-                if (retry := getattr(exc, "retry_after_s", None)) is not None:
-                    headers["retry-after"] = str(max(1, math.ceil(retry)))
-                return JSONResponse(public(exc), exc.status_code, headers=headers)
+            tenant = edge.tenant(request)  # before the body is read
+            owner = owner_of(tenant)
+            self.learning.admit_feedback(owner)  # every post costs a token, a refused one too
+            given = parse_feedback(await request.body())  # bounded by BodyLimit, then by parse_feedback
+            record = self._decisions.get(given.request_id, owner)
+            if record is None:
+                shown = given.request_id[:128]
+                raise NotFound(f"no decision record for request {shown!r} (kept: your recent ones, on this replica)")
+            shared = tenant is None or tenant.shares_feedback  # without auth every request is one tenant's
+            applied = self.learning.report(given, record, owner, shared=shared)
             answer: dict[str, Any] = {"request_id": given.request_id, "outcome": given.outcome, "source": given.source}
             answer |= {"label": given.label, "applied": applied, "scope": "everyone" if shared else "own"}
-            return JSONResponse(answer, headers=headers_for(request))
+            return JSONResponse(answer, headers=edge.headers_for(request))
 
         async def quality(request: Request) -> Response:
-            try:
-                tenant = authorize(request)
-                if tenant is not None and not tenant.admin:
-                    raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin): operator route")
-            except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+            edge.admin(request)
             book = self.learning.quality
             if book is None:
-                body = error_body("learning.quality.enabled is false", "invalid_request_error", "quality_disabled")
-                return JSONResponse(body, 404, headers=headers_for(request))
-            return JSONResponse(book.view(), headers=headers_for(request))
+                raise NotFound("learning.quality.enabled is false", code="quality_disabled")
+            return JSONResponse(book.view(), headers=edge.headers_for(request))
 
         return [
-            Route("/v1/spillover/feedback", feedback, methods=["POST"]),
-            Route("/v1/spillover/quality", quality, methods=["GET"]),
+            Route("/v1/spillover/feedback", edge.endpoint(feedback), methods=["POST"]),
+            Route("/v1/spillover/quality", edge.endpoint(quality), methods=["GET"]),
         ]

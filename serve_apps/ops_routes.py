@@ -24,23 +24,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.auth import TenantPolicy
 from router.capabilities import local_id
-from router.errors import Forbidden, InvalidRequest, RequestError
+from router.errors import InvalidRequest
 from router.health import Health
 from router.openai_request import decode_json
+from serve_apps.http_edge import HttpEdge
 from serve_apps.resilience import Resilience
-
-Authorize = Callable[[Request], TenantPolicy | None]
-HeadersFor = Callable[[Request], dict[str, str]]
-PublicError = Callable[[RequestError], dict[str, Any]]  # the error body a client may see
-
-
-def _admin(authorize: Authorize, request: Request, what: str) -> None:
-    """Raises Unauthorized / TenantRateLimited / Forbidden unless the caller is an operator."""
-    tenant = authorize(request)
-    if tenant is not None and not tenant.admin:
-        raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin) and may not {what}")
 
 
 class OpsRoutes:
@@ -63,28 +52,22 @@ class OpsRoutes:
             return f"health {machine.state.value}: {machine.reason}"
         return None
 
-    def routes(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> list[Route]:
+    def routes(self, edge: HttpEdge) -> list[Route]:
         async def view(request: Request) -> Response:
-            try:
-                _admin(authorize, request, "read the resilience state")
-            except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
-            return JSONResponse(self._resilience.view(), headers=headers_for(request))
+            edge.admin(request, "read the resilience state")
+            return JSONResponse(self._resilience.view(), headers=edge.headers_for(request))
 
         async def reset(request: Request) -> Response:
-            try:
-                _admin(authorize, request, "reset")
-                target = _target(await request.body())  # after the key check; bounded by BodyLimit
-            except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
+            edge.admin(request, "reset")
+            target = _target(await request.body())  # after the key check; bounded by BodyLimit
             reset = self._resilience.reset(target) + (self._forget(target) if self._forget is not None else [])
             if self._on_reset is not None:
                 await self._on_reset()
-            return JSONResponse({"reset": reset}, headers=headers_for(request))
+            return JSONResponse({"reset": reset}, headers=edge.headers_for(request))
 
         return [
-            Route("/v1/spillover/resilience", view, methods=["GET"]),
-            Route("/v1/spillover/resilience/reset", reset, methods=["POST"]),
+            Route("/v1/spillover/resilience", edge.endpoint(view), methods=["GET"]),
+            Route("/v1/spillover/resilience/reset", edge.endpoint(reset), methods=["POST"]),
         ]
 
 

@@ -18,26 +18,21 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router import traffic as doc_ops
-from router.auth import TenantPolicy
-from router.errors import DryRunFailed, Forbidden, InvalidRequest, RequestError, TicketNotFound, error_body
+from router.errors import DryRunFailed, InvalidRequest, RequestError, TicketAnswerDropped, TicketNotFound
 from router.headers import DEGRADED, TICKET
 from serve_apps.deferral import TICKETS_PATH, TieredDispatch
 from serve_apps.dry_run import DryRun
+from serve_apps.http_edge import HttpEdge
 from serve_apps.traffic import Traffic
 from serve_apps.traffic_metrics import TrafficMetrics
 
 log = logging.getLogger("spillover.traffic")
-Authorize = Callable[[Request], TenantPolicy | None]
-HeadersFor = Callable[[Request], dict[str, str]]
-PublicError = Callable[[RequestError], dict[str, Any]]
 
 
 class TrafficRoutes:
@@ -58,61 +53,41 @@ class TrafficRoutes:
         self.tiers = tiers  # set once the tiered dispatch exists (serve_apps/traffic_wiring.py)
         self._metrics = metrics
 
-    def routes(self, authorize: Authorize, headers_for: HeadersFor, public: PublicError) -> list[Route]:
-        def admin(request: Request, what: str) -> None:
-            tenant = authorize(request)
-            if tenant is not None and not tenant.admin:
-                raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin) and may not {what}")
-
+    def routes(self, edge: HttpEdge) -> list[Route]:
         async def view(request: Request) -> Response:
-            try:
-                admin(request, "read the traffic controls")
-            except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
-            return JSONResponse(self._traffic.view(), headers=headers_for(request))
+            edge.admin(request, "read the traffic controls")
+            return JSONResponse(self._traffic.view(), headers=edge.headers_for(request))
 
         async def command(request: Request) -> Response:
-            try:
-                admin(request, "change the traffic controls")
-                raw = await request.body()  # after the key check; bounded by BodyLimit
-                parsed = doc_ops.parse_command(
-                    raw, models=self._models, targets=self._targets, scenarios=self._scenarios
-                )
-                said = await self._apply(parsed)
-            except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers_for(request))
-            return JSONResponse({"result": said, "traffic": self._traffic.view()}, headers=headers_for(request))
+            edge.admin(request, "change the traffic controls")
+            raw = await request.body()  # after the key check; bounded by BodyLimit
+            parsed = doc_ops.parse_command(raw, models=self._models, targets=self._targets, scenarios=self._scenarios)
+            said = await self._apply(parsed)
+            return JSONResponse({"result": said, "traffic": self._traffic.view()}, headers=edge.headers_for(request))
 
         async def ticket(request: Request) -> Response:
-            headers = headers_for(request)
-            try:
-                tenant = authorize(request)
-                found = (
-                    None
-                    if self.tiers is None
-                    else self.tiers.tickets.get(
-                        str(request.path_params["ticket"])[:128], tenant.name if tenant is not None else ""
-                    )
-                )
-                if found is None:
-                    raise TicketNotFound("no such ticket (unknown, expired, or another tenant's)")
-            except RequestError as exc:
-                return JSONResponse(public(exc), exc.status_code, headers=headers)
-            headers = {**headers, TICKET: found.id, DEGRADED: "deferred"}
+            tenant = edge.tenant(request)
+            wanted, owner = str(request.path_params["ticket"])[:128], tenant.name if tenant is not None else ""
+            found = None if self.tiers is None else self.tiers.tickets.get(wanted, owner)
+            if found is None:
+                raise TicketNotFound("no such ticket (unknown, expired, or another tenant's)")
+            request_id = edge.request_id(request)
+            deferred = {TICKET: found.id, DEGRADED: "deferred"}
             if found.state == "pending":
                 waited = {"object": "spillover.ticket", "id": found.id, "status": "pending", "model": found.model}
-                return JSONResponse(waited, 202, headers={**headers, "retry-after": "1"})
+                return JSONResponse(waited, 202, headers=edge.headers(request_id, **deferred, **{"retry-after": "1"}))
             if isinstance(found.body, RequestError):
-                return JSONResponse(public(found.body), found.status, headers=headers)
+                return edge.error(found.body, request_id, status=found.status, headers=deferred)
             if found.body is None:
-                body = error_body("the answer was too large to keep", "upstream_error", "ticket_answer_dropped")
-                return JSONResponse(body, 502, headers=headers)
-            return JSONResponse(found.body, found.status, headers={**headers, **dict(found.headers)})
+                return edge.error(TicketAnswerDropped("the answer was too large to keep"), request_id, headers=deferred)
+            return JSONResponse(
+                found.body, found.status, headers={**edge.headers(request_id, **deferred), **dict(found.headers)}
+            )
 
         return [
-            Route("/v1/spillover/traffic", view, methods=["GET"]),
-            Route("/v1/spillover/traffic", command, methods=["POST"]),
-            Route(TICKETS_PATH + "{ticket}", ticket, methods=["GET"]),
+            Route("/v1/spillover/traffic", edge.endpoint(view), methods=["GET"]),
+            Route("/v1/spillover/traffic", edge.endpoint(command), methods=["POST"]),
+            Route(TICKETS_PATH + "{ticket}", edge.endpoint(ticket), methods=["GET"]),
         ]
 
     async def _apply(self, command: doc_ops.Command) -> str:

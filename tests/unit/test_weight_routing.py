@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 from router.capabilities import Registry, Target
 from router.decision import Attempt
 from router.weight_split import kept_share, reordered, weigh
+from serve_apps.http_edge import HttpEdge
 from serve_apps.live_scores import LiveScores
 from serve_apps.ops_routes import OpsRoutes
 from serve_apps.weight_routing import WeightRouting
@@ -159,7 +160,7 @@ async def test_the_operator_reset_forgets_the_scores() -> None:
     world = TrafficWorld(CONFIG)
     _, parts, res = world.gateway()
     ops = OpsRoutes(res, forget=parts.traffic.forget)
-    app = Starlette(routes=ops.routes(lambda _: None, lambda _: {}, lambda exc: exc.to_openai()))
+    app = Starlette(routes=ops.routes(HttpEdge()))  # no auth: every caller may reset
     parts.traffic.scores.observe("chat", [Attempt(SIM.id, "error", 0.0) for _ in range(5)])
     assert parts.traffic.scores.weight(SIM.id, "chat")[0] == 85.0
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
