@@ -32,6 +32,10 @@ from serve_apps.traffic_board import kill_traffic_board
 
 Say = Callable[[str], None]
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
+# Task events Ray's GCS keeps for its dashboard and `ray list tasks`: every actor call (each request through
+# Serve, each stats push) leaves ~3.4 KiB there, up to Ray's default of 100,000 (~340 MiB); a 30-minute
+# soak saw gcs_server grow 55 -> 132 MiB. 2,000 bounds it near 7 MiB and still shows the recent calls.
+TASK_EVENTS_IN_GCS = 2000
 
 
 @dataclass
@@ -90,6 +94,7 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
         runtime_env=env,
         log_to_driver=False,
         include_dashboard=False,
+        _system_config={"task_events_max_num_task_in_gcs": TASK_EVENTS_IN_GCS},
     )
     if os.environ.get(AUTH_MODE_ENV, "token").lower() != "token":  # Ray 2.60 sets "token" for a new cluster
         say(f"  warning: {AUTH_MODE_ENV}={os.environ[AUTH_MODE_ENV]}: Ray's ports take anyone who reaches this machine")

@@ -88,3 +88,13 @@ def test_launch_test_variant_differs_only_in_hosts_user_key_and_paths() -> None:
         back[key] = real[key]
     assert back == real
     _validate(variant)
+
+
+def test_the_head_bounds_the_task_events_its_gcs_keeps() -> None:
+    """Every actor call (each request through Serve, each stats push) leaves a task event in the GCS; Ray's
+    default keeps 100,000 (~340 MiB): the head keeps what `spillover serve`'s own Ray keeps."""
+    from serve_apps.runner import TASK_EVENTS_IN_GCS
+
+    config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
+    (start,) = [c for c in config["head_start_ray_commands"] if "ray start --head" in c]
+    assert f"RAY_task_events_max_num_task_in_gcs={TASK_EVENTS_IN_GCS}" in start.split()
