@@ -117,7 +117,7 @@ class TieredDispatch:
                     return cached
                 raise
         try:
-            plan = self._inner.plan(contract, kind)
+            plan = self._inner.plan(contract, kind, peek=True)  # planned for real once, by the dispatch
             why = "" if plan.route != "wait" else f"local capacity short and no burst: {plan.reason}"
         except TargetUnavailable as exc:
             why = exc.message

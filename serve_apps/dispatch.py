@@ -4,7 +4,11 @@ The decisions are pure (`router.plan.plan_request`: contract pipeline, then burs
 this module owns the gateway's mutable state for them — per-model in-flight and waiting counts,
 hysteresis latches, the decision store — and the awaiting.
 
-Attempts (`serve_apps.resilience` holds the state, `router.failure` the table):
+Attempts (`serve_apps.resilience` holds the state, `router.failure` the table) walk the candidates with one
+`Walk` per request (serve_apps/dispatch_walk.py: the trail, notes, streams and events it leaves), through
+named doors: arrange the candidates (`_arranged`: the traffic controls), refuse a target (`_gate`: the
+refusals, then the resilience gate), shape the body (`_body_for`), observe the outcome (`_after_failure`,
+`_answered`):
 * candidates are the planned target, then — unless the request is `local_only` — the capable cloud
   targets in ranked order; red/black health or an open breaker keeps a target out of the plan, and
   just before an attempt its gate may still skip it (health share, half-open trial, quota);
@@ -42,7 +46,7 @@ from functools import partial
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.budget import bounded_body, ceiling_refusal, spent_usd
+from router.budget import bounded_body
 from router.burst import Route
 from router.cache_salt import salted
 from router.capabilities import Registry, Target
@@ -51,16 +55,14 @@ from router.decision import Attempt, DecisionStore
 from router.errors import (
     ContractViolation,
     ProviderContextExceeded,
-    ProviderRateLimited,
     RequestError,
-    TargetUnavailable,
 )
 from router.headers import DEGRADED, TRAFFIC
 from router.openai_request import Kind
 from router.output_contract import CONTRACT_HEADER
 from router.plan import Plan, PlanInputs, plan_request
 from router.quality import QualityBook, contract_bucket
-from router.retry import AttemptBudget, RetryAfterChoice, after_failure, before_attempt, retry_after_choice
+from router.retry import AttemptBudget, after_failure, before_attempt
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
 from serve_apps.backend import CloudBackend, ModelBackend
@@ -69,11 +71,12 @@ from serve_apps.dispatch_calls import Calls
 from serve_apps.dispatch_record import Outcome, cut_attempt, cut_reason, executed_record
 from serve_apps.dispatch_streams import ClientStreams, Started
 from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
+from serve_apps.dispatch_walk import Called, Refusal, Walk, candidates, over_cost_ceiling, retry_after_wait
 from serve_apps.output_check import checked, usage
 from serve_apps.output_loops import FLAG as LOOP_FLAG
 from serve_apps.output_loops import LoopCheck
 from serve_apps.resilience import Gate, Resilience
-from serve_apps.sessions import Sessions, Turn
+from serve_apps.sessions import Sessions
 from serve_apps.stream_account import asking_usage, wants_usage
 from serve_apps.stream_contract import held_until_checked, holds_back
 from serve_apps.stream_record import StreamedAttempt
@@ -118,6 +121,7 @@ class Dispatcher:
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
         self._calls = Calls(local, self._providers, self._admission, snapshot, self._wall, poll_s)
         self._loops = LoopCheck(config)
+        self._refusals: tuple[Refusal, ...] = (over_cost_ceiling, self._too_small)  # the door `refuse a target`
         self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
         self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
         self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
@@ -148,8 +152,10 @@ class Dispatcher:
         """The targets of `model` an answer marked `x-spillover-target: <endpoint>` may come from."""
         return tuple(t for t in self._registry.for_alias(model) if t.endpoint == endpoint)
 
-    def plan(self, contract: RequestContract, kind: Kind) -> Plan:
-        # a route's local model (router/capabilities.py): its replicas, admission and latches decide
+    def plan(self, contract: RequestContract, kind: Kind, *, peek: bool = False) -> Plan:
+        """The request's plan. A route's local model (router/capabilities.py): its replicas, admission and
+        latches decide. `peek`: what the plan would be now, leaving the hysteresis latches and the `decided`
+        metric alone (the tiered dispatch's look before it dispatches, serve_apps/deferral.py)."""
         snapshot, now, model = self._snapshot(), self._wall(), self._registry.local_model(contract.model)
         self._resilience.watch_local(model, snapshot, now)
         limit = self._admission.limit_with_reason(model, snapshot, now)
@@ -169,6 +175,8 @@ class Dispatcher:
             },
             quality=self._learned(contract),
         )
+        if peek:
+            return plan_request(inputs, snapshot, now, self._latched[model])
         began = time.perf_counter()
         try:
             plan = plan_request(inputs, snapshot, now, self._latched[model])
@@ -198,31 +206,26 @@ class Dispatcher:
         turn = await self.sessions.open(contract, body, request_id)
         contract, body = turn.contract, turn.body  # with the session's stored turns (sessions.store)
         planned = turn.planner(partial(self.plan, kind=kind))
-        plan = planned()
-        waited = Waited(plan, 0.0, 0)
+        walk = Walk(planned(), kind, body, request_id, contract, started + deadline_s, turn)
+        waited = Waited(walk.plan, 0.0, 0)
         done: Dispatched | None = None
         ended = ""
-        trail: list[Attempt] = []
-        notes: list[str] = []  # the graded switch the request ran under
-        streams: list[StreamedAttempt] = []  # the attempt whose stream the client gets, booked when it ends
-        events: list[dict[str, Any]] = []  # the record's events (a Retry-After waited out or not)
         try:
-            if plan.route == "wait":
-                waited = await self._admission.wait_for_room(local_model, plan, planned, started + deadline_s)
-                plan = waited.plan
-            done = await self._attempts(
-                plan, kind, body, request_id, contract, trail, started + deadline_s, notes, streams, events, turn
-            )
-            await turn.close(trail, done)
+            if walk.plan.route == "wait":
+                waited = await self._admission.wait_for_room(local_model, walk.plan, planned, walk.deadline)
+                walk.plan, walk.reason = waited.plan, waited.plan.reason
+            done = await self._attempts(walk)
+            await turn.close(walk.trail, done)
             return replace(done, waited_s=waited.waited_s)
         except (RequestError, asyncio.CancelledError) as exc:  # the record says why it ended (a timeout's cut too)
             ended = exc.message if isinstance(exc, RequestError) else cut_reason(exc)
             raise
         finally:
-            outcome = Outcome(started_at, waited, trail, done, ended, "".join(notes), events, turn.view())
-            self._record(request_id, contract, plan, outcome, kind, streams)
-            if self._traffic is not None and not (done is not None and streams):
-                self._traffic.observed(contract, trail)  # the switch's gates (a stream's when it ends)
+            notes = "".join(walk.notes)
+            outcome = Outcome(started_at, waited, walk.trail, done, ended, notes, walk.events, turn.view())
+            self._record(request_id, contract, walk.plan, outcome, kind, walk.streams)
+            if self._traffic is not None and not (done is not None and walk.streams):
+                self._traffic.observed(contract, walk.trail)  # the switch's gates (a stream's when it ends)
 
     def _record(
         self,
@@ -253,166 +256,147 @@ class Dispatcher:
         self.decisions.put(finished)
         self._observer.recorded(finished)
 
-    def _candidates(self, plan: Plan, contract: RequestContract) -> list[tuple[Target, str]]:
-        if plan.route == "local" and plan.local is not None:
-            fallback = [] if contract.local_only else [(t, "") for t in plan.cloud]
-            return [(plan.local, plan.reason), *fallback]
-        last = [(plan.local, "")] if plan.local_last and plan.local is not None else []
-        return [(t, plan.reason if i == 0 else "") for i, t in enumerate(plan.cloud)] + last
-
-    async def _attempts(
-        self,
-        plan: Plan,
-        kind: Kind,
-        body: dict[str, Any],
-        request_id: str,
-        contract: RequestContract,
-        trail: list[Attempt],
-        deadline: float,
-        notes: list[str],
-        streams: list[StreamedAttempt],
-        events: list[dict[str, Any]],
-        turn: Turn,
-    ) -> Dispatched:
-        """Walk the candidates, appending every attempt to `trail`. What comes next is decided by
+    async def _attempts(self, walk: Walk) -> Dispatched:
+        """Walk the candidates; every attempt is appended to `walk.trail`. What comes next is decided by
         router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
         same target after a backoff, fail over to the next one, or give up); this loop carries it out."""
         res = self._resilience
         granted = res.budget.try_withdraw  # the gateway-wide retry budget (router/retry.py)
-        candidates = self._candidates(plan, contract)
-        if self._traffic is not None:
-            candidates, note = self._traffic.arrange(contract, candidates)
-            notes.append(note)
-        client_usage, body = wants_usage(body), asking_usage(body)  # a stream's tokens are reported at its end
-        local_body = salted(body, contract.tenant)  # per-tenant prefix cache (router/cache_salt.py)
-        tokens = contract.est_prompt_tokens + contract.max_output_tokens
-        budget = AttemptBudget(max_attempts=res.max_attempts, deadline=deadline)
-        last_error: RequestError | None = None
-        refusals: list[str] = []
-        over_ceiling: list[str] = []
-        reason = plan.reason
-        index = same_retries = 0
+        candidates = self._arranged(walk)
+        budget = AttemptBudget(max_attempts=res.max_attempts, deadline=walk.deadline)
+        index = same = 0
         delay, failed_domain = 0.0, ""
         while index < len(candidates):
             target, planned_reason = candidates[index]
             has_next = index + 1 < len(candidates)
-            attempts = sum(a.outcome != "skipped" for a in trail)
-            into_failed = attempts > 0 and not same_retries and res.domain(target) == failed_domain
+            made = walk.made()
+            into_failed = made > 0 and not same and res.domain(target) == failed_domain
             step = before_attempt(
-                attempts, budget, self._clock(), delay, into_failed_domain=into_failed, retry_granted=granted
+                made, budget, self._clock(), delay, into_failed_domain=into_failed, retry_granted=granted
             )
             if step == "stop":
-                refusals.append(f"attempt budget spent ({attempts} of {budget.max_attempts}, or the deadline)")
+                walk.refusals.append(f"attempt budget spent ({made} of {budget.max_attempts}, or the deadline)")
                 break
             if step == "skip":
-                trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
+                walk.trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
                 index += 1
                 continue
             if delay > 0:  # before the gate: a Retry-After waited out has cooled the target's domain till now
                 await self._sleep(delay)
-            # the cost ceiling less what earlier attempts spent (router/budget.py), a context window the target
-            # refused before (serve_apps/learned_windows.py), then the resilience gate
-            over = ceiling_refusal(contract, target, spent_usd(a.cost_usd for a in trail))
-            too_small = self._resilience.windows.too_small(target, contract.min_context)
-            if over is not None:
-                gate = Gate(f"max cost: {over}")
-                over_ceiling.append(f"{target.id} skipped: max cost: {over}")
-            elif too_small is not None:
-                gate = Gate(too_small)
-            else:
-                gate = res.gate(target, has_alternative=has_next, tokens=tokens)
+            gate = self._gate(walk, target, has_next)
             if gate.refused is not None:
-                trail.append(Attempt(target.id, "skipped", 0.0, error=gate.refused[:200]))
-                refusals.append(gate.refused)
-                reason = f"{target.endpoint} skipped: {gate.refused}"[:300]
-                index, same_retries, delay = index + 1, 0, 0.0
+                walk.skipped(target, gate.refused)
+                index, same, delay = index + 1, 0, 0.0
                 continue
-            reason = planned_reason or reason
+            walk.reason = planned_reason or walk.reason
             began = self._clock()
             try:
-                sent = local_body if target.kind == "local" else bounded_body(body, contract, target)
-                sent = await turn.body_for(target, sent)
-                reply = await self._calls.call(target, kind, sent, request_id, watch_stale=has_next)
-                flagged: list[str] = []
-                if reply.chunks is not None and holds_back(kind, contract):
-                    reply = await held_until_checked(reply, contract, target, self.checks)
-                reply, headers = await checked(kind, reply, contract, target, flagged, self.checks)
-            except asyncio.CancelledError as cut:  # gateway.request_timeout_s, or the client went away
-                trail.append(attempt := cut_attempt(target, cut, self._clock() - began, contract))
-                res.cut(request_id, target, attempt, gate.reservation, tokens, contract.tenant)
-                raise
+                called = await self._call(walk, target, gate, began, has_next)
             except RequestError as exc:
-                rule = res.failed(target, exc)
-                res.settle(gate.reservation, 0)
-                outcome = "contract_violation" if isinstance(exc, ContractViolation) else "error"
-                spent = exc.usage if isinstance(exc, ContractViolation) else (0, 0)
-                attempt = Attempt.priced(target, outcome, self._clock() - began, *spent, exc.code)
-                trail.append(attempt)
-                res.charge(request_id, target, outcome, attempt.cost_usd, contract.tenant)
-                last_error, failed_domain = exc, res.domain(target)
-                if isinstance(exc, ProviderContextExceeded):
-                    self._resilience.windows.refused(target, contract.min_context)
-                wait = self._retry_after(exc, contract, deadline)
-                if wait is not None:
-                    events.append({"kind": "retry_after", "target": target.id, "wait": wait.wait, "why": wait.why})
-                step_after = after_failure(rule, same_retries, granted, wait_out=wait is not None and wait.wait)
+                failed_domain = res.domain(target)
+                step_after, wait_s = self._after_failure(walk, target, gate, exc, began, same)
                 if step_after == "retry_same":
-                    delay = res.backoff.delay_s(same_retries, getattr(exc, "retry_after_s", None))
-                    same_retries += 1
+                    delay, same = wait_s, same + 1
                     continue
                 if step_after == "give_up":
                     raise
-                index, same_retries, delay = index + 1, 0, 0.0
-                if isinstance(exc, ContractViolation):
-                    reason = f"{target.endpoint} broke the output contract"
-                else:
-                    reason = f"{target.endpoint} failed before the first byte: {exc.message}"[:300]
+                walk.failed_over(target, exc)
+                index, same, delay = index + 1, 0, 0.0
                 continue
-            if reply.chunks is not None:
-                streamed = StreamedAttempt(request_id, contract.tenant, target, began, gate.reservation, tokens)
-                streamed.loop = self._loops.for_stream(target, sent)
-                streams.append(streamed)
-                trail.append(Attempt(target.id, "streaming", self._clock() - began))
-                rest = [t for t, _ in candidates[index + 1 :]]
-                made = sum(a.outcome != "skipped" for a in trail)
-                ended = turn.stream_ended if turn.active else None  # the answer for the session's anchor, history
-                started_stream = Started(
-                    kind, contract, body, local_body, streamed, reply.chunks, rest, deadline, made, client_usage, ended
-                )
-                reply = self._streams.reply(started_stream)  # serve_apps/dispatch_streams.py
-                route: Route = "local" if target.kind == "local" else "cloud"
-                if notes and notes[-1]:
-                    headers = {**headers, TRAFFIC: notes[-1]}
-                return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
-            attempt = Attempt.priced(target, "ok", self._clock() - began, *usage(reply))
-            loop = self._loops.loop(target, sent, reply.body)
-            if loop is not None:
-                flagged.append(f"{LOOP_FLAG}: {loop}")
-                headers = {**headers, DEGRADED: LOOP_FLAG}
-            trail.append(replace(attempt, contract=headers.get(CONTRACT_HEADER), contract_errors=tuple(flagged)))
-            res.charge(request_id, target, "ok", attempt.cost_usd, contract.tenant)
-            res.settle(gate.reservation, sum(usage(reply)) or tokens)
-            res.output_failed(target) if loop is not None else res.succeeded(target)
-            route = "local" if target.kind == "local" else "cloud"
-            if notes and notes[-1]:
-                headers = {**headers, TRAFFIC: notes[-1]}
-            return Dispatched(reply, route, target.endpoint, reason, 0.0, headers)
-        if last_error is not None:
-            if over_ceiling:  # the fall-overs the ceiling left out, in the error the client gets
-                last_error.message = "; then ".join([last_error.message, *over_ceiling])[:1000]
-            raise last_error
-        raise TargetUnavailable("no target could take the request: " + "; ".join(refusals)[:500])
+            return self._answered(walk, target, gate, called, [t for t, _ in candidates[index + 1 :]])
+        raise walk.final_error()
 
-    def _retry_after(self, exc: RequestError, contract: RequestContract, deadline: float) -> RetryAfterChoice | None:
-        """The Retry-After rule's choice for a 429 (router/retry.py), None for anything else."""
-        if not isinstance(exc, ProviderRateLimited):
-            return None
-        retry = self._config.resilience.retry
-        return retry_after_choice(
-            exc.retry_after_s,
-            contract.strategy,
-            max_wait_s=retry.retry_after_wait_max_s,
-            waiting_strategies=retry.retry_after_wait_strategies,
-            now=self._clock(),
-            deadline=deadline,
+    def _arranged(self, walk: Walk) -> list[tuple[Target, str]]:
+        """The door `arrange the candidates`: the plan's order, then the traffic controls' (drains, pins,
+        graded switches, live weights: serve_apps/traffic.py)."""
+        arranged = candidates(walk.plan, walk.contract)
+        if self._traffic is not None:
+            arranged, note = self._traffic.arrange(walk.contract, arranged)
+            walk.notes.append(note)
+        return arranged
+
+    def _gate(self, walk: Walk, target: Target, has_next: bool) -> Gate:
+        """The door `refuse a target`: each refusal (serve_apps/dispatch_walk.py), then the resilience gate."""
+        for refusal in self._refusals:
+            if (why := refusal(walk, target)) is not None:
+                return Gate(why)
+        return self._resilience.gate(target, has_alternative=has_next, tokens=walk.tokens)
+
+    def _too_small(self, walk: Walk, target: Target) -> str | None:
+        return self._resilience.windows.too_small(target, walk.contract.min_context)
+
+    def _body_for(self, walk: Walk, target: Target, body: dict[str, Any]) -> dict[str, Any]:
+        """The door `shape the body for a target`: the per-tenant prefix-cache salt for local engines
+        (router/cache_salt.py), the cost ceiling's output bound for providers (router/budget.py)."""
+        return (
+            salted(body, walk.contract.tenant) if target.kind == "local" else bounded_body(body, walk.contract, target)
         )
+
+    async def _call(self, walk: Walk, target: Target, gate: Gate, began: float, has_next: bool) -> Called:
+        """One attempt: the body shaped for `target` and the session's turn, the call, the output checks."""
+        body = asking_usage(walk.body)  # a stream's tokens are reported at its end
+        try:
+            sent = await walk.turn.body_for(target, self._body_for(walk, target, body))
+            reply = await self._calls.call(target, walk.kind, sent, walk.request_id, watch_stale=has_next)
+            flagged: list[str] = []
+            if reply.chunks is not None and holds_back(walk.kind, walk.contract):
+                reply = await held_until_checked(reply, walk.contract, target, self.checks)
+            reply, headers = await checked(walk.kind, reply, walk.contract, target, flagged, self.checks)
+        except asyncio.CancelledError as cut:  # gateway.request_timeout_s, or the client went away
+            walk.trail.append(attempt := cut_attempt(target, cut, self._clock() - began, walk.contract))
+            self._resilience.cut(walk.request_id, target, attempt, gate.reservation, walk.tokens, walk.contract.tenant)
+            raise
+        return Called(sent, reply, headers, flagged, began)
+
+    def _after_failure(
+        self, walk: Walk, target: Target, gate: Gate, exc: RequestError, began: float, same: int
+    ) -> tuple[str, float]:
+        """The door `observe an attempt's outcome`, for a failure: health, quota, spend, learned windows,
+        the Retry-After rule; returns router/retry.py's next step and, to retry the same target, the delay."""
+        res = self._resilience
+        rule = res.failed(target, exc)
+        res.settle(gate.reservation, 0)
+        outcome = "contract_violation" if isinstance(exc, ContractViolation) else "error"
+        spent = exc.usage if isinstance(exc, ContractViolation) else (0, 0)
+        attempt = Attempt.priced(target, outcome, self._clock() - began, *spent, exc.code)
+        walk.trail.append(attempt)
+        res.charge(walk.request_id, target, outcome, attempt.cost_usd, walk.contract.tenant)
+        walk.last_error = exc
+        if isinstance(exc, ProviderContextExceeded):
+            res.windows.refused(target, walk.contract.min_context)
+        wait = retry_after_wait(exc, walk, self._config.resilience.retry, self._clock())
+        if wait is not None:
+            walk.events.append({"kind": "retry_after", "target": target.id, "wait": wait.wait, "why": wait.why})
+        step = after_failure(rule, same, res.budget.try_withdraw, wait_out=wait is not None and wait.wait)
+        delay = res.backoff.delay_s(same, getattr(exc, "retry_after_s", None)) if step == "retry_same" else 0.0
+        return step, delay
+
+    def _answered(self, walk: Walk, target: Target, gate: Gate, called: Called, rest: list[Target]) -> Dispatched:
+        """The door `observe an attempt's outcome`, for an answer: a stream handed to the client streams
+        (booked when it ends), or a complete answer checked for greedy loops, booked and priced now."""
+        res, reply, headers = self._resilience, called.reply, called.headers
+        route: Route = "local" if target.kind == "local" else "cloud"
+        if walk.traffic_note():
+            headers = {**headers, TRAFFIC: walk.traffic_note()}
+        if reply.chunks is not None:
+            contract, began = walk.contract, called.began
+            streamed = StreamedAttempt(walk.request_id, contract.tenant, target, began, gate.reservation, walk.tokens)
+            streamed.loop = self._loops.for_stream(target, called.sent)
+            walk.streams.append(streamed)
+            walk.trail.append(Attempt(target.id, "streaming", self._clock() - began))
+            ended = walk.turn.stream_ended if walk.turn.active else None  # for the session's anchor, history
+            local_body = salted(asking_usage(walk.body), contract.tenant)
+            started = Started(walk.kind, contract, asking_usage(walk.body), local_body, streamed, reply.chunks, rest,
+                              walk.deadline, walk.made(), wants_usage(walk.body), ended)  # fmt: skip
+            return Dispatched(self._streams.reply(started), route, target.endpoint, walk.reason, 0.0, headers)
+        attempt = Attempt.priced(target, "ok", self._clock() - called.began, *usage(reply))
+        loop = self._loops.loop(target, called.sent, reply.body)
+        if loop is not None:
+            called.flagged.append(f"{LOOP_FLAG}: {loop}")
+            headers = {**headers, DEGRADED: LOOP_FLAG}
+        contract_header = headers.get(CONTRACT_HEADER)
+        walk.trail.append(replace(attempt, contract=contract_header, contract_errors=tuple(called.flagged)))
+        res.charge(walk.request_id, target, "ok", attempt.cost_usd, walk.contract.tenant)
+        res.settle(gate.reservation, sum(usage(reply)) or walk.tokens)
+        res.output_failed(target) if loop is not None else res.succeeded(target)
+        return Dispatched(reply, route, target.endpoint, walk.reason, 0.0, headers)

@@ -12,6 +12,13 @@ import pytest
 from router.errors import TargetUnavailable
 from router.tickets import TicketStore
 from serve_apps.deferral import TieredDispatch
+from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_types import NoObserver
+from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.metrics import GatewayMetrics
+from serve_apps.model_card import ServedModel
+from serve_apps.traffic_board import LocalBoard
+from serve_apps.traffic_wiring import traffic_parts
 from tests.fakes import FakeClock
 from tests.unit.traffic_fixture import ADMIN, APP, TrafficWorld, traffic_config
 
@@ -143,3 +150,30 @@ def test_the_ticket_store_is_bounded_by_entries_bytes_and_time() -> None:
 def test_bad_store_bounds(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         TicketStore(**{"max_entries": 1, "max_bytes": 1, "ttl_s": 1, **bad}, clock=FakeClock())  # type: ignore[arg-type]
+
+
+class CountingObserver(NoObserver):
+    def __init__(self) -> None:
+        self.decisions = 0
+
+    def decided(self, seconds: float) -> None:
+        self.decisions += 1
+
+
+@pytest.mark.parametrize("scenario", [CORE, NON_CORE], ids=["core", "non-core"])
+async def test_a_request_is_planned_once_whatever_its_priority(scenario: dict[str, str]) -> None:
+    """The tiered dispatch looks at a non-core request's plan before dispatching it (to defer or shed it
+    under shortage); that look neither counts as a decision nor moves the hysteresis latches."""
+    world = TrafficWorld(traffic_config())
+    seen = CountingObserver()
+    providers = {"sim": world.sim, "spare": world.spare}
+    parts = traffic_parts(world.config, world.local, providers, GatewayMetrics(), "r-a", LocalBoard(world.board),
+                          clock=world.clock, sleep=world.ticket_sleep)  # fmt: skip
+    dispatcher = Dispatcher(world.config, world.local, providers, world.snapshot, clock=world.clock,
+                            sleep=world.sleep, observer=seen, traffic=parts.traffic)  # fmt: skip
+    http = GatewayHTTP(world.local, [ServedModel("m", "llama", "cpu", 4096)], created=1, policy=world.config.policy,
+                       dispatcher=parts.tiered(dispatcher, world.limits), traffic=parts.routes)  # fmt: skip
+    async with world.client(http) as client:
+        answered = await client.post("/v1/chat/completions", json=CHAT, headers=scenario)
+    assert answered.status_code == 200, answered.text
+    assert seen.decisions == 1
