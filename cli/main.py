@@ -163,7 +163,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    width = max(len(r["name"]) for r in rows)
+    width = max(len(str(r["name"])) for r in rows)
     for r in rows:
         state = "prepared" if r["prepared"] else "missing "
         print(f"{r['name']:<{width}}  {state}  {r['path']}")

@@ -172,7 +172,8 @@ class CapacityReport:
 
     def steps(self) -> list[tuple[str, int | float, str]]:
         """(label, value, formula with this report's numbers) for each step, in order."""
-        s, rows = self.shape, []
+        s = self.shape
+        rows: list[tuple[str, int | float, str]] = []
         per_token, budget, tokens = self.kv_bytes_per_token, self.kv_budget_bytes, self.kv_budget_tokens
         dims = f"{s.num_layers} layers × {s.num_kv_heads} kv heads × {s.head_dim} head_dim"
         rows.append(("kv bytes per token", per_token, f"2 × {dims} × {dtype_bytes(s.kv_dtype)} B ({s.kv_dtype})"))

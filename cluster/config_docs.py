@@ -135,7 +135,7 @@ def _default(name: str, field: FieldInfo) -> str:
     default = field.get_default(call_default_factory=True)
     if isinstance(default, BaseModel):
         return "its keys' defaults"
-    value = TypeAdapter(field.annotation).dump_python(default, mode="json")
+    value = TypeAdapter(field.annotation or Any).dump_python(default, mode="json")
     text = f"`{_scalar(value)}`"
     if name.endswith("_bytes") and isinstance(value, int) and value % MIB == 0:
         text += f" ({value // MIB} MiB)"

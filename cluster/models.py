@@ -217,7 +217,7 @@ def _build_qwen2_tiny(work: Path, root: Path | None, progress: Progress) -> None
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
-    model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    model = Qwen2ForCausalLM(config).to(torch.bfloat16)  # type: ignore[arg-type]  # transformers' stubs: device only
     progress(3, total, "writing safetensors, config and tokenizer")
     from safetensors.torch import save_file
 

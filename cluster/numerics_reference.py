@@ -99,8 +99,8 @@ def build_reference(folder: Path, progress: Progress = lambda _: None) -> dict[s
         messages = [{"role": "user", "content": text}]
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         if not isinstance(ids, list):  # newer transformers return a BatchEncoding
-            ids = list(ids["input_ids"])
-        ids = [int(t) for t in ids]
+            ids = list(ids["input_ids"])  # type: ignore[index]
+        ids = [int(t) for t in ids]  # type: ignore[arg-type]
         tokens = greedy(models[torch.float32], ids)
         half = greedy(models[torch.bfloat16], ids)
         prompts.append(

@@ -49,6 +49,10 @@ class ProviderProbe(StrictModel):
     )
 
 
+def _cost_only() -> list[Literal["quality", "cost", "latency"]]:
+    return ["cost"]
+
+
 class RetrySection(StrictModel):
     max_attempts: int = Field(3, ge=1, le=10, description="attempts per request, the first one included")
     backoff_base_s: float = Field(0.1, gt=0, description="full jitter: uniform(0, min(cap, base * 2^n))")
@@ -67,7 +71,7 @@ class RetrySection(StrictModel):
         "same target, for the scenario strategies of retry_after_wait_strategies; 0: always fail over at once",
     )
     retry_after_wait_strategies: list[Literal["quality", "cost", "latency"]] = Field(
-        default_factory=lambda: ["cost"],
+        default_factory=_cost_only,
         description="scenario strategies that wait out a short Retry-After on the same target (cheaper, keeps the "
         "target); the others fail over at once",
     )

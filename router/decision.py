@@ -185,7 +185,7 @@ class DecisionRecord:
         return sum(a.cost_usd for a in self.attempts if a.cost_usd is not None)
 
     def to_dict(self) -> dict[str, Any]:
-        data = _plain(replace(self, blobs={}))
+        data: dict[str, Any] = _plain(replace(self, blobs={}))
         del data["blobs"]
         data["tiers"] = [list(t) for t in self.tiers]
         data["health"] = dict(self.health)
