@@ -206,7 +206,9 @@ class Dispatcher:
         turn = await self.sessions.open(contract, body, request_id)
         contract, body = turn.contract, turn.body  # with the session's stored turns (sessions.store)
         planned = turn.planner(partial(self.plan, kind=kind))
-        walk = Walk(planned(), kind, body, request_id, contract, started + deadline_s, turn)
+        # the body asks for usage once (a stream's tokens are reported at its end); the client's own wish is kept
+        walk = Walk(planned(), kind, asking_usage(body), request_id, contract, started + deadline_s, turn)
+        walk.client_usage = wants_usage(body)
         waited = Waited(walk.plan, 0.0, 0)
         done: Dispatched | None = None
         ended = ""
@@ -334,7 +336,7 @@ class Dispatcher:
 
     async def _call(self, walk: Walk, target: Target, gate: Gate, began: float, has_next: bool) -> Called:
         """One attempt: the body shaped for `target` and the session's turn, the call, the output checks."""
-        body = asking_usage(walk.body)  # a stream's tokens are reported at its end
+        body = walk.body
         try:
             sent = await walk.turn.body_for(target, self._body_for(walk, target, body))
             reply = await self._calls.call(target, walk.kind, sent, walk.request_id, watch_stale=has_next)
@@ -385,9 +387,9 @@ class Dispatcher:
             walk.streams.append(streamed)
             walk.trail.append(Attempt(target.id, "streaming", self._clock() - began))
             ended = walk.turn.stream_ended if walk.turn.active else None  # for the session's anchor, history
-            local_body = salted(asking_usage(walk.body), contract.tenant)
-            started = Started(walk.kind, contract, asking_usage(walk.body), local_body, streamed, reply.chunks, rest,
-                              walk.deadline, walk.made(), wants_usage(walk.body), ended)  # fmt: skip
+            local_body = salted(walk.body, contract.tenant)
+            started = Started(walk.kind, contract, walk.body, local_body, streamed, reply.chunks, rest,
+                              walk.deadline, walk.made(), walk.client_usage, ended)  # fmt: skip
             return Dispatched(self._streams.reply(started), route, target.endpoint, walk.reason, 0.0, headers)
         attempt = Attempt.priced(target, "ok", self._clock() - called.began, *usage(reply))
         loop = self._loops.loop(target, called.sent, reply.body)

@@ -65,6 +65,7 @@ class Walk:
     last_error: RequestError | None = None
     refusals: list[str] = field(default_factory=list)
     over_ceiling: list[str] = field(default_factory=list)
+    client_usage: bool = False  # the client asked for a stream's usage itself (`body` always asks)
 
     def __post_init__(self) -> None:
         self.reason = self.reason or self.plan.reason
