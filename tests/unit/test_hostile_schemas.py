@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+import router.contract as contract_module
 from cluster.config import parse_config
 from router.contract import RequestContract, derive_contract
 from router.errors import InvalidRequest
@@ -263,17 +265,31 @@ async def test_catastrophic_pattern_behind_a_ref_to_a_root_naming_its_dialect_is
     assert time.monotonic() - began < GENEROUS_S
 
 
-async def test_a_large_schema_is_checked_off_the_event_loop() -> None:
+async def test_a_large_schema_is_checked_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Checking a client schema against its metaschema costs ~0.4 ms per subschema in jsonschema:
-    the gateway does it in a worker thread, so a large one does not stall other requests."""
+    the gateway does it in a worker thread, so a large one does not stall other requests. The check is
+    held until three plain requests were answered: had it run on the event loop, none could be (the hold
+    then ends after GENEROUS_S and the assertion fails), whatever the machine's speed."""
     schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(4_000)}}
+    checking, release = threading.Event(), threading.Event()
+    real_check = contract_module.check_client_schema
+
+    def held_check(checked: Any, param: str) -> Any:
+        if len(checked.get("properties", {})) == 4_000:
+            checking.set()
+            release.wait(GENEROUS_S)
+        return real_check(checked, param)
+
+    monkeypatch.setattr(contract_module, "check_client_schema", held_check)
     backend = HostileOrPlain(json.dumps({"p0": "x"}))
     plain = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     async with await _client(backend) as client:
         task = asyncio.create_task(client.post("/v1/chat/completions", json=_json_schema_body(schema)))
-        await asyncio.sleep(0.05)  # let it reach the check
+        while not checking.is_set():  # the check has started, in whichever thread it runs
+            await asyncio.sleep(0.01)
         served = [await client.post("/v1/chat/completions", json=plain) for _ in range(3)]
         served_while_checking = not task.done()
+        release.set()
         response = await task
     assert [r.status_code for r in served] == [200] * 3 and served_while_checking
     assert response.status_code == 200, response.text
