@@ -96,8 +96,8 @@ def render_markdown(run: FactualRun) -> str:
         subset = [p for p in run.prompts if p.topic == topic]
         if not subset:  # a --limit run
             continue
-        marks = [sum(1 for p in subset if (a := answers.get(p.id)) and a.right) for answers in runs.values()]
-        lines.append(f"| {topic} | {len(subset)} | " + " | ".join(str(m) for m in marks) + " |")
+        rights = [sum(1 for p in subset if (a := answers.get(p.id)) and a.right) for answers in runs.values()]
+        lines.append(f"| {topic} | {len(subset)} | " + " | ".join(str(n) for n in rights) + " |")
     lines += ["", "Facts asked in several phrasings, right in every phrasing / in some / in none:", ""]
     for label, answers in runs.items():
         spread = phrasing_spread(run.prompts, answers)

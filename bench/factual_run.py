@@ -47,7 +47,7 @@ def reference_answers(
     for n, prompt in enumerate(prompts, 1):
         ids = tokenizer.apply_chat_template(prompt.messages(), add_generation_prompt=True, tokenize=True)
         if not isinstance(ids, list):  # newer transformers return a BatchEncoding
-            ids = list(ids["input_ids"])
+            ids = list(ids["input_ids"])  # type: ignore[index]  # transformers' stubs: a str only when tokenize=False
         start = time.monotonic()
         with torch.no_grad():
             out = model.generate(
@@ -59,7 +59,7 @@ def reference_answers(
             )
         tokens = [int(t) for t in out[0][len(ids) :]]
         finish = "stop" if tokens and tokens[-1] == tokenizer.eos_token_id else "length"
-        text = tokenizer.decode(tokens, skip_special_tokens=True).strip()
+        text = tokenizer.decode(tokens, skip_special_tokens=True).strip()  # type: ignore[union-attr]  # one sequence: a str
         answers[prompt.id] = graded(
             prompt, text, finish_reason=finish, prompt_tokens=len(ids), latency_s=time.monotonic() - start
         )

@@ -26,11 +26,12 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -155,10 +156,13 @@ async def _sim_rows(client: httpx.AsyncClient, sim: str, request_id: str) -> lis
     return list(response.json()["rows"])
 
 
-async def _bounded(concurrency: int, jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+_T = TypeVar("_T")
+
+
+async def _bounded(concurrency: int, jobs: Sequence[Callable[[], Awaitable[_T]]]) -> list[_T]:
     gate = asyncio.Semaphore(concurrency)
 
-    async def one(job: Callable[[], Any]) -> Any:
+    async def one(job: Callable[[], Awaitable[_T]]) -> _T:
         async with gate:
             return await job()
 
@@ -184,10 +188,10 @@ async def run_fault(client: httpx.AsyncClient, opts: FaultOptions, fault: str) -
         tag = uuid.uuid4().hex[:8]
         json_ids = [f"faults-{fault}-json-{i}-{tag}" for i in range(opts.requests)]
         stream_ids = [f"faults-{fault}-stream-{i}-{tag}" for i in range(opts.streams)]
-        json_results = await _bounded(opts.concurrency, [lambda i=i: _json_request(client, opts, i) for i in json_ids])
+        json_results = await _bounded(opts.concurrency, [partial(_json_request, client, opts, i) for i in json_ids])
         await _reset_gateway(client, gateway)  # the streams meet the fault too, not an already open breaker
         stream_results = await _bounded(
-            opts.concurrency, [lambda i=i: _stream_request(client, opts, i) for i in stream_ids]
+            opts.concurrency, [partial(_stream_request, client, opts, i) for i in stream_ids]
         )
     finally:
         (await client.post(f"{faulty}/control/reset")).raise_for_status()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from types import MappingProxyType
+from typing import Final, TypedDict
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -24,8 +24,17 @@ from matplotlib.ticker import FuncFormatter
 
 from bench.sweep import StageResult
 
-LIMIT_STYLE = MappingProxyType({"color": "tab:red", "linestyle": "--", "linewidth": 1.2})
-SLO_STYLE = MappingProxyType({"color": "tab:orange", "linestyle": ":", "linewidth": 1.5})
+
+class LineStyle(TypedDict):
+    """Keywords of a reference line (`Axes.axvline` / `axhline`), passed as `**style`."""
+
+    color: str
+    linestyle: str
+    linewidth: float
+
+
+LIMIT_STYLE: Final[LineStyle] = {"color": "tab:red", "linestyle": "--", "linewidth": 1.2}
+SLO_STYLE: Final[LineStyle] = {"color": "tab:orange", "linestyle": ":", "linewidth": 1.5}
 
 
 def _figure() -> Figure:

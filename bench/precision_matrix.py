@@ -27,7 +27,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vllm.inputs import TokensPrompt
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "fp32-eager": {"dtype": "float32", "enforce_eager": True},
@@ -44,7 +47,7 @@ def _emulate_avx2() -> None:
 
     for name in ("_is_avx512_supported", "_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         setattr(torch.cpu, name, lambda: False)
-    torch._C._cpu._is_amx_tile_supported = lambda: False
+    torch._C._cpu._is_amx_tile_supported = lambda: False  # type: ignore[attr-defined]  # torch/_C/_cpu.pyi omits it
 
 
 def run_variant(name: str, folder: str, emulate: bool) -> dict[str, Any]:
@@ -66,7 +69,7 @@ def run_variant(name: str, folder: str, emulate: bool) -> dict[str, Any]:
     began = time.perf_counter()
     llm = LLM(folder, max_model_len=2048, enable_prefix_caching=True, **VARIANTS[name])
     start_s = time.perf_counter() - began
-    prompts = [{"prompt_token_ids": p["prompt_token_ids"]} for p in reference["prompts"]]
+    prompts: list[TokensPrompt] = [{"prompt_token_ids": p["prompt_token_ids"]} for p in reference["prompts"]]
     outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=int(reference["max_tokens"])))
     got = [list(o.outputs[0].token_ids) for o in outs]
     settings = NumericsSettings()
@@ -77,7 +80,9 @@ def run_variant(name: str, folder: str, emulate: bool) -> dict[str, Any]:
     base = reference["prompts"][-1]["prompt_token_ids"][:300]
     speed = {}
     for concurrency in (1, 4):
-        batch = [{"prompt_token_ids": [1000 + i + 10 * concurrency, *base[1:]]} for i in range(concurrency)]
+        batch: list[TokensPrompt] = [
+            {"prompt_token_ids": [1000 + i + 10 * concurrency, *base[1:]]} for i in range(concurrency)
+        ]
         t = time.perf_counter()
         done = llm.generate(batch, SamplingParams(temperature=0, max_tokens=64, ignore_eos=True))
         speed[str(concurrency)] = round(sum(len(x.outputs[0].token_ids) for x in done) / (time.perf_counter() - t), 1)

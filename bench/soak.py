@@ -190,7 +190,7 @@ async def run_soak_async(
     control = httpx.AsyncClient(timeout=10.0, trust_env=False, follow_redirects=False)
     state, stop = SoakState(), asyncio.Event()
     loop = asyncio.get_running_loop()
-    handled: list[int] = []
+    handled: list[signal.Signals] = []
 
     def on_signal(signum: int) -> None:
         state.interrupted = signal.Signals(signum).name

@@ -130,7 +130,8 @@ def window_bounds(window_s: float, end_s: float) -> list[tuple[float, float]]:
     """[start, end) of each window; a last partial window is kept when at least half of it ran."""
     if window_s <= 0:
         raise ValueError(f"window_s must be > 0, got {window_s}")
-    bounds, start = [], 0.0
+    bounds: list[tuple[float, float]] = []
+    start = 0.0
     while start < end_s:
         stop = min(start + window_s, end_s)
         if stop - start >= window_s / 2 or not bounds:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypedDict
 
 MAX_ECHO_WORDS = 32
 _PIECE = re.compile(r"\s*\S+")
@@ -58,6 +58,14 @@ class ReplyPlan:
         return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens, "total_tokens": total}
 
 
+class _PlanCommon(TypedDict):
+    """The `ReplyPlan` fields every kind of reply shares (passed as `**common`)."""
+
+    model: str
+    prompt_tokens: int
+    include_usage: bool
+
+
 def request_model(body: Any) -> str | None:
     model = body.get("model") if isinstance(body, dict) else None
     return model if isinstance(model, str) else None
@@ -81,7 +89,7 @@ def plan_reply(body: Any, models: tuple[str, ...], call_id: str) -> ReplyPlan:
     include_usage = isinstance(stream_options, dict) and stream_options.get("include_usage") is True
     words = _last_user_text(messages).split()[:MAX_ECHO_WORDS] or ["ok"]
     prompt_tokens = max(1, sum(len(_text(m.get("content")).split()) for m in messages))
-    common = {"model": model, "prompt_tokens": prompt_tokens, "include_usage": include_usage}
+    common: _PlanCommon = {"model": model, "prompt_tokens": prompt_tokens, "include_usage": include_usage}
 
     tool = _chosen_tool(body)
     if tool is not None:
@@ -176,7 +184,9 @@ def example_value(schema: Any, words: list[str], root: Any, depth: int = 0) -> A
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = schema.get("properties")
+        if not isinstance(props, dict):
+            props = {}
         return {name: example_value(sub, words, root, depth + 1) for name, sub in props.items()}
     if kind == "array":
         count = schema.get("minItems", 1) if isinstance(schema.get("minItems", 1), int) else 1
@@ -270,9 +280,10 @@ def _chosen_tool(body: dict[str, Any]) -> tuple[str, Any] | None:
         name = next(iter(functions))
     elif isinstance(choice, dict):
         function = choice.get("function")
-        name = function.get("name") if isinstance(function, dict) else None
-        if name not in functions:
-            raise BadChatRequest(f"tool_choice names an unknown function {name!r}", param="tool_choice")
+        chosen = function.get("name") if isinstance(function, dict) else None
+        if chosen not in functions or not isinstance(chosen, str):  # a key of `functions` is a str
+            raise BadChatRequest(f"tool_choice names an unknown function {chosen!r}", param="tool_choice")
+        name = chosen
     else:
         return None
     return name, functions[name]

@@ -187,8 +187,9 @@ class CloudSim:
             delays = [0.0] * (first - 1) + [settings.ttft_s] + [per_token] * n_tokens
             delays += [0.0] * (len(events) - len(delays))
             malformed = self._wire.malformed_event(completion_id)
-            options = {"first": first, "n_tokens": n_tokens, "malformed": malformed, "settings": settings}
-            events, delays = faulty_stream(fault, events, delays, **options)
+            events, delays = faulty_stream(
+                fault, events, delays, first=first, n_tokens=n_tokens, malformed=malformed, settings=settings
+            )
             headers["cache-control"] = "no-cache"
             return StreamingResponse(self._paced(events, delays, cut), media_type="text/event-stream", headers=headers)
         total_delay = settings.ttft_s + per_token * n_tokens

@@ -47,7 +47,7 @@ class OpenAIWire:
     path = "/v1/chat/completions"
     id_prefix = "chatcmpl-"
     first_token_event = 1
-    server_error_statuses = SERVER_ERROR_STATUSES
+    server_error_statuses: tuple[int, ...] = SERVER_ERROR_STATUSES  # as `Wire` (a settable member is invariant)
 
     def check_headers(self, headers: Mapping[str, str]) -> None:
         return None
@@ -80,7 +80,7 @@ class AnthropicWire:
     path = "/v1/messages"
     id_prefix = "msg_"
     first_token_event = anthropic_api.FIRST_TOKEN_EVENT
-    server_error_statuses = (500, 529)
+    server_error_statuses: tuple[int, ...] = (500, 529)
 
     def check_headers(self, headers: Mapping[str, str]) -> None:
         if not headers.get("anthropic-version"):
