@@ -2,7 +2,7 @@
 
     python -m bench.gateway_profile [--requests 2000] [--top 30] [--out DIR]
 
-The gateway is built as `serve_apps/gateway.py` builds it — `GatewayHTTP`, the `Dispatcher` with
+The gateway is built as `serve_apps/gateway_build.py` builds it — `GatewayHTTP`, the `Dispatcher` with
 the contract pipeline, admission, `Resilience`, decision store, metrics — from `configs/local.yaml`
 with its cloud provider enabled. Both ends answer at once: the local engine is an in-process
 `ModelBackend` that returns a fixed chat completion (or a 3-chunk stream), the provider's server an
@@ -35,7 +35,9 @@ from router.openai_request import Kind
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
 
@@ -80,16 +82,17 @@ def build(config_path: str) -> tuple[Any, str, str]:
     snapshot = ClusterSnapshot(taken_at=time.time(), replicas=(replica,), max_age_s=1e12)
     engine = InstantEngine()
     resilience = Resilience(config)
-    dispatcher = Dispatcher(config, engine, {adapter.name: adapter}, lambda: snapshot, resilience=resilience)
+    dispatcher = Dispatcher(
+        config, engine, {adapter.name: adapter}, lambda: snapshot, parts=DispatchParts(resilience=resilience)
+    )
     http = GatewayHTTP(
         engine,
         [ServedModel(spec.alias, spec.family, spec.accelerator, spec.engine_args.get("max_model_len"))],
+        dispatcher,
         created=0,
-        dispatcher=dispatcher,
-        policy=config.policy,
-        snapshot=lambda: snapshot,
-        decisions=dispatcher.decisions,
-        max_body_bytes=config.gateway.max_body_bytes,
+        edge=EdgeSettings(max_body_bytes=config.gateway.max_body_bytes),
+        parts=GatewayParts(policy=config.policy, decisions=dispatcher.decisions),
+        operator=OperatorParts(snapshot=lambda: snapshot),
     )
     return http.app, spec.alias, region
 

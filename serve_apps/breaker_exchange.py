@@ -32,7 +32,7 @@ import ray
 from ray.actor import ActorHandle
 
 from router.breaker import Breakers
-from serve_apps.telemetry_board import HEAD_NODE
+from serve_apps.head_actor import on_head
 
 log = logging.getLogger("spillover.breaker_exchange")
 
@@ -67,9 +67,7 @@ class BreakerExchange:
 
 def get_or_create_exchange() -> ActorHandle:
     actor = ray.remote(num_cpus=0, max_concurrency=16)(BreakerExchange)  # type: ignore[call-overload]  # see board
-    return actor.options(
-        name=EXCHANGE_NAME, namespace=EXCHANGE_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
-    ).remote()
+    return on_head(actor, EXCHANGE_NAME, EXCHANGE_NAMESPACE)
 
 
 def kill_exchange() -> None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from cluster.traffic_config import CacheSection, TicketSection
@@ -45,6 +45,7 @@ from router.response_cache import ResponseCache, cache_key, could_have_answered
 from router.tickets import TicketStore
 from router.tiers import priority_of, under_shortage
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.tenant_limits import Slot, TenantLimits
@@ -65,42 +66,47 @@ def _short(exc: RequestError) -> bool:
     return isinstance(exc, TargetUnavailable | LocalCapacityExhausted | UpstreamError)
 
 
+def response_cache(section: CacheSection, clock: Callable[[], float]) -> ResponseCache | None:
+    """The recent answers' cache of `traffic.cache`; None when it is off."""
+    if not section.enabled:
+        return None
+    return ResponseCache(max_entries=section.max_entries, max_bytes=section.max_bytes, ttl_s=section.ttl_s, clock=clock)
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Where the tiered dispatch keeps answers: the deferred requests' tickets (router/tickets.py; the same
+    store serve_apps/traffic_routes.py reads them from) and the recent answers' cache, if any."""
+
+    tickets: TicketStore
+    cache: ResponseCache | None = None
+
+
 class TieredDispatch:
     def __init__(
         self,
         inner: Dispatcher,
         policy: Policy,
         settings: TicketSection,
+        kept: Kept,
         *,
         metrics: TrafficMetrics | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clocks: Clocks | None = None,  # the monotonic clock and the retries' sleep
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-        cache: CacheSection | None = None,
         limits: TenantLimits | None = None,
-        tenant_share: float = 1.0,
     ) -> None:
+        clocks = clocks or Clocks()
         self._inner = inner
         self._policy = policy
         self._settings = settings
         self._metrics = metrics
-        self._clock = clock
-        self._sleep = sleep
+        self._clock = clocks.clock
+        self._sleep = clocks.sleep
         self._new_id = new_id
         self._limits = limits  # the HTTP edge's: a pending ticket is one of its tenant's requests in flight
-        self.tickets = TicketStore(
-            max_entries=settings.max_entries,
-            max_bytes=settings.max_bytes,
-            ttl_s=settings.ttl_s,
-            clock=clock,
-            tenant_share=tenant_share,
-        )
+        self.tickets = kept.tickets
         self._tasks: set[asyncio.Task[None]] = set()
-        self.cache = (
-            ResponseCache(max_entries=cache.max_entries, max_bytes=cache.max_bytes, ttl_s=cache.ttl_s, clock=clock)
-            if cache is not None and cache.enabled
-            else None
-        )
+        self.cache = kept.cache
 
     async def dispatch(
         self, kind: Kind, body: dict[str, Any], request_id: str, *, contract: RequestContract, deadline_s: float

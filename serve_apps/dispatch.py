@@ -40,7 +40,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -61,16 +61,18 @@ from router.headers import DEGRADED, TRAFFIC
 from router.openai_request import Kind
 from router.output_contract import CONTRACT_HEADER
 from router.plan import Plan, PlanInputs, plan_request
-from router.quality import QualityBook, contract_bucket
+from router.quality import contract_bucket
 from router.retry import AttemptBudget, after_failure, before_attempt
 from router.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
 from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.check_pool import CheckPool
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch_calls import Calls
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_record import Outcome, cut_attempt, cut_reason, executed_record
 from serve_apps.dispatch_streams import ClientStreams, Started
-from serve_apps.dispatch_types import Dispatched, DispatchObserver, NoObserver
+from serve_apps.dispatch_types import Dispatched, NoObserver
 from serve_apps.dispatch_walk import Called, Refusal, Walk, candidates, over_cost_ceiling, retry_after_wait
 from serve_apps.output_check import checked, usage
 from serve_apps.output_loops import FLAG as LOOP_FLAG
@@ -80,10 +82,14 @@ from serve_apps.sessions import Sessions
 from serve_apps.stream_account import asking_usage, wants_usage
 from serve_apps.stream_contract import held_until_checked, holds_back
 from serve_apps.stream_record import StreamedAttempt
-from serve_apps.traffic import Traffic
 
 
 class Dispatcher:
+    """One gateway replica's dispatch. `clocks` (serve_apps/clocks.py): deadlines, waits and latencies on
+    the monotonic clock, record timestamps and stats freshness on the wall clock; `poll_s`: how often a
+    wait for local room and a call waiting for its first byte look again; `parts`
+    (serve_apps/dispatch_parts.py): what it shares with the rest of its gateway."""
+
     def __init__(
         self,
         config: SpilloverConfig,
@@ -91,51 +97,38 @@ class Dispatcher:
         providers: Mapping[str, CloudBackend],
         snapshot: Callable[[], ClusterSnapshot],
         *,
-        clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], float] | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clocks: Clocks | None = None,
         poll_s: float = 0.05,
-        observer: DispatchObserver | None = None,
-        decisions: DecisionStore | None = None,
-        resilience: Resilience | None = None,
-        traffic: Traffic | None = None,
-        sessions: Sessions | None = None,
-        quality: QualityBook | None = None,
-        checks: CheckPool | None = None,
+        parts: DispatchParts | None = None,
     ) -> None:
+        clocks, parts = clocks or Clocks(), parts or DispatchParts()
         self._config = config
         self._providers = dict(providers)
-        self._registry = Registry.from_config(
-            config.models, [p for p in config.cloud.providers if p.name in self._providers], routes=config.routes
-        )
+        enabled = [p for p in config.cloud.providers if p.name in self._providers]
+        self._registry = parts.registry or Registry.from_config(config.models, enabled, routes=config.routes)
         self._snapshot = snapshot
-        # deadlines, waits, latencies on `clock` (monotonic: a wall-clock step must not end or stretch a request);
-        # record timestamps and stats freshness (the snapshot's `read_at`) on `wall`; a lone injected `clock`: both
-        self._clock = clock
-        self._wall = wall if wall is not None else time.time if clock is time.monotonic else clock
-        self._sleep = sleep
-        self._observer = observer or NoObserver()
-        self.decisions = decisions if decisions is not None else DecisionStore()  # an empty store is falsy
-        self._resilience = resilience or Resilience(config, clock=clock, wall=self._wall)
-        self._admission = Admission(config, self._observer, clock=clock, sleep=sleep, poll_s=poll_s)
+        self._clock, self._wall, self._sleep = clocks.clock, clocks.wall, clocks.sleep
+        self._observer = parts.observer or NoObserver()
+        self.decisions = parts.decisions if parts.decisions is not None else DecisionStore()  # an empty one is falsy
+        self._resilience = parts.resilience or Resilience(config, clock=clocks.clock, wall=clocks.wall)
+        self._admission = Admission(config, self._observer, clock=clocks.clock, sleep=clocks.sleep, poll_s=poll_s)
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
         self._calls = Calls(local, self._providers, self._admission, snapshot, self._wall, poll_s)
         self._loops = LoopCheck(config)
         self._refusals: tuple[Refusal, ...] = (over_cost_ceiling, self._too_small)  # the door `refuse a target`
-        self._traffic = traffic  # operator drains / pins and graded switches (serve_apps/traffic.py)
-        self.sessions = sessions or Sessions(config, local)  # pins, anchor, compression (serve_apps/sessions.py)
-        self._quality = quality  # learned per-bucket quality for the quality scorer (router/quality.py)
-        self.checks = checks or CheckPool(name="schema-checks")  # output checks (serve_apps/check_pool.py)
+        self._traffic = parts.traffic
+        self.sessions = parts.sessions or Sessions(config, local)
+        self._quality = parts.quality
+        self.checks = parts.checks or CheckPool(name="schema-checks")
         self._streams = ClientStreams(
             config,
-            continuation=self._calls.continuation,
+            self._calls.continuation,
             resilience=self._resilience,
             decisions=self.decisions,
             observer=self._observer,
-            clock=clock,
-            wall=self._wall,
-            traffic=traffic,
+            traffic=self._traffic,
             checks=self.checks,
+            clocks=clocks,
         )
 
     def inflight(self, model: str) -> int:

@@ -19,6 +19,7 @@ from router.openai_request import Kind
 from router.tool_calls import StreamedMessage
 from serve_apps.backend import BackendReply
 from serve_apps.check_pool import CheckRunner
+from serve_apps.clocks import Clocks
 from serve_apps.continuation import Splicer, StreamJob
 from serve_apps.dispatch_types import DispatchObserver
 from serve_apps.resilience import Resilience
@@ -49,30 +50,29 @@ class ClientStreams:
     def __init__(
         self,
         config: SpilloverConfig,
-        *,
         continuation: Callable[[Target, dict[str, Any], str], Awaitable[BackendReply]],
+        *,
         resilience: Resilience,
         decisions: DecisionStore,
         observer: DispatchObserver,
-        clock: Callable[[], float],
         traffic: Traffic | None,
         checks: CheckRunner,
-        wall: Callable[[], float] | None = None,
+        clocks: Clocks,
     ) -> None:
         self._config = config
         self._checks = checks  # the schema-check pool (serve_apps/check_pool.py)
         self._resilience = resilience
         self._decisions = decisions
         self._observer = observer
-        self._clock = clock  # latencies and the deadline (monotonic)
-        self._wall = wall or clock  # the record's finished_at
+        self._clock = clocks.clock  # latencies and the deadline (monotonic)
+        self._wall = clocks.wall  # the record's finished_at
         self._traffic = traffic
         self._splicer = Splicer(
             call=continuation,
             resilience=resilience,
             decisions=decisions,
             observer=observer,
-            clock=clock,
+            clock=clocks.clock,
             max_attempts=resilience.max_attempts,
         )
 

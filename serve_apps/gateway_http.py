@@ -24,17 +24,18 @@ cloud provider, or a bounded wait for local room); answers carry `x-spillover-ro
 of a recent request. A non-streamed request with `Idempotency-Key` is answered once and replayed for
 repeats (serve_apps/idempotent.py).
 
-With an `authenticator`, every /v1/* route needs `Authorization: Bearer <tenant key>` (401 in the OpenAI
-shape otherwise), a tenant's generation requests are held to its concurrency limit and monthly budget
-(serve_apps/tenant_limits.py), the tenant's residency / providers narrow the contract, and the operator routes
-(`/v1/spillover/cluster`, `/v1/spillover/resilience*`) need an `admin` tenant (403). The key is checked
-before the body is read; a body is read only up to `max_body_bytes` (413); error texts are scrubbed of URLs,
-hosts, account ids and `redact` names (serve_apps/http_guards.py); decision records are per tenant.
+With an authenticator (`EdgeSettings`, serve_apps/gateway_parts.py), every /v1/* route needs
+`Authorization: Bearer <tenant key>` (401 in the OpenAI shape otherwise), a tenant's generation
+requests are held to its concurrency limit and monthly budget (serve_apps/tenant_limits.py), the
+tenant's residency / providers narrow the contract, and the operator routes (`/v1/spillover/cluster`,
+`/v1/spillover/resilience*`) need an `admin` tenant (403). The key is checked before the body is read;
+a body is read only up to `max_body_bytes` (413); error texts are scrubbed of URLs, hosts, account ids
+and `redact` names (serve_apps/http_guards.py); decision records are per tenant.
 
 Every response carries `x-request-id` (the client's, or a new one). Behind the Ray Serve proxy the
 proxy itself sets that header (and passes the same id in the request headers), so the deployment runs
-with `set_request_id=False` to avoid a duplicate header. Responses that a model produced also carry
-`x-spillover-route` and `x-spillover-target`. Every error uses the OpenAI shape
+with `EdgeSettings(set_request_id=False)` to avoid a duplicate header. Responses that a model produced
+also carry `x-spillover-route` and `x-spillover-target`. Every error uses the OpenAI shape
 `{"error": {"message", "type", "param", "code"}}`; no traceback ever reaches a client.
 """
 
@@ -42,9 +43,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Iterable
 from functools import partial
 from typing import Any, TypeVar
 
@@ -54,32 +53,26 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from cluster.gateway_config import HttpLimits
 from router import headers as hdr
-from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
-from router.decision import DecisionStore
+from router.auth import TenantPolicy, narrow_for_tenant
 from router.errors import InvalidRequest, NotFound, RequestError, RequestTimeout, UpstreamError
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
 from router.saturation import cluster_view
-from router.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_routes import OwnedDecisions, owner_of
-from serve_apps.dispatch_types import Dispatch, LocalDispatch
-from serve_apps.golden_gate import GoldenGate
+from serve_apps.dispatch_types import Dispatch
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.http_edge import HttpEdge, header_text
-from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES, ClientText, request_guards, within
-from serve_apps.idempotent import KEY_HEADER, IdempotentReplies
+from serve_apps.http_guards import ClientText, request_guards, within
+from serve_apps.idempotent import KEY_HEADER
 from serve_apps.learning import plain_derive
-from serve_apps.learning_routes import LearningRoutes
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.model_card import ServedModel, ServedRoute
 from serve_apps.openapi import openapi_document
-from serve_apps.ops_routes import OpsRoutes
 from serve_apps.readiness import Readiness
 from serve_apps.tenant_limits import TenantLimits
-from serve_apps.traffic_routes import TrafficRoutes
 
 log = logging.getLogger("spillover.gateway")
 
@@ -92,71 +85,60 @@ T = TypeVar("T")
 
 
 class GatewayHTTP:
-    """Holds the routes' state; `app` is the ASGI application."""
+    """Holds the routes' state; `app` is the ASGI application. `dispatcher` decides where each generation
+    request runs (serve_apps/dispatch.py; `LocalDispatch` for a bare local backend); the bundles of
+    serve_apps/gateway_parts.py carry the edge's settings, the request path's parts and the operator's."""
 
     def __init__(
         self,
         backend: ModelBackend,
         models: list[ServedModel],
+        dispatcher: Dispatch,
         *,
         created: int,
-        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-        health_timeout_s: float = 5.0,
-        set_request_id: bool = True,
-        snapshot: Callable[[], ClusterSnapshot] | None = None,
-        clock: Callable[[], float] = time.time,
-        dispatcher: Dispatch | None = None,
-        default_deadline_s: float = 30.0,
-        policy: Policy | None = None,
-        decisions: DecisionStore | None = None,
-        metrics: GatewayMetrics | None = None,
-        authenticator: Authenticator | None = None,
-        request_timeout_s: float = 300.0,
-        idempotent: IdempotentReplies | None = None,
-        ops: OpsRoutes | None = None,
-        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-        http_limits: HttpLimits | None = None,  # headers 431 and the body's deadline 408 (serve_apps/http_guards.py)
-        redact: Iterable[str] = (),
-        golden: GoldenGate | None = None,
-        tenant_limits: TenantLimits | None = None,
-        traffic: TrafficRoutes | None = None,  # /v1/spillover/traffic and /v1/spillover/tickets/{id}
-        learning: LearningRoutes | None = None,
         routes: Iterable[ServedRoute] = (),
-        checks: RequestChecks | None = None,  # where contracts are derived (serve_apps/check_pool.py)
+        edge: EdgeSettings | None = None,
+        parts: GatewayParts | None = None,
+        operator: OperatorParts | None = None,
     ) -> None:
+        edge, parts, operator = edge or EdgeSettings(), parts or GatewayParts(), operator or OperatorParts()
         self._edge = HttpEdge(  # the one error renderer and operator guard (serve_apps/http_edge.py)
-            authenticator, ClientText(redact), new_id=new_id, set_request_id=set_request_id, counted=self._counted
+            edge.authenticator,
+            ClientText(edge.redact),
+            new_id=edge.new_id,
+            set_request_id=edge.set_request_id,
+            counted=self._counted,
         )
-        self._checks = checks or RequestChecks()
-        self._golden = golden
+        self._checks = parts.checks or RequestChecks()
+        self._golden = operator.golden
+        learning = parts.learning
         self._derive = learning.derive if learning is not None else plain_derive  # typing: serve_apps/learning.py
-        self._ops = ops
         self._client_text = self._edge.client_text
-        self._tenant_limits = tenant_limits or TenantLimits()
-        self._request_timeout_s = request_timeout_s
-        self._idempotent = idempotent
-        self._metrics = metrics or GatewayMetrics()
-        self._policy = policy or Policy()
-        self._owned = OwnedDecisions(decisions, new_id)
-        self._backend = backend
-        self._dispatcher: Dispatch = dispatcher or LocalDispatch(backend)
-        self._default_deadline_s = default_deadline_s
+        self._tenant_limits = parts.tenant_limits or TenantLimits()
+        self._request_timeout_s = edge.request_timeout_s
+        self._idempotent = parts.idempotent
+        self._metrics = parts.metrics or GatewayMetrics()
+        self._policy = parts.policy or Policy()
+        self._owned = OwnedDecisions(parts.decisions, edge.new_id)
+        self._dispatcher = dispatcher
+        self._default_deadline_s = edge.default_deadline_s
         self._models = {m.alias: m for m in models}
         self._routes = {r.alias: r for r in routes}
         self._limits = {m.alias: ModelLimits(m.alias, m.max_model_len) for m in models}
         self._limits |= {r.alias: ModelLimits(r.alias, None) for r in self._routes.values()}
         self._created = created
-        self._snapshot = snapshot
-        self._clock = clock
+        self._snapshot = operator.snapshot
+        self._clock = operator.clock
         self._readiness = Readiness(
             backend,
             list(self._models),
-            health_timeout_s=health_timeout_s,
-            snapshot=snapshot,
-            clock=clock,
-            health=ops,
-            golden=golden,
+            health_timeout_s=operator.health_timeout_s,
+            snapshot=operator.snapshot,
+            clock=operator.clock,
+            health=operator.ops,
+            golden=operator.golden,
         )
+        ops, traffic = operator.ops, operator.traffic
         self.app = Starlette(
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
@@ -172,7 +154,7 @@ class GatewayHTTP:
                 *(traffic.routes(self._edge) if traffic is not None else []),
                 *(learning.routes(self._edge) if learning is not None else []),
             ],
-            middleware=request_guards(max_body_bytes, http_limits),
+            middleware=request_guards(edge.max_body_bytes, edge.http_limits),
             exception_handlers={
                 HTTPException: self._edge.on_http_exception,
                 RequestError: self._edge.on_request_error,

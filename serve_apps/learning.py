@@ -66,11 +66,13 @@ def typer_for(config: SpilloverConfig) -> RequestTyper | None:
     return RequestTyper(config.policy, rules, classifier, min_similarity=section.min_similarity)
 
 
-def quality_book_for(config: SpilloverConfig) -> QualityBook | None:
+def quality_book_for(config: SpilloverConfig, registry: Registry | None = None) -> QualityBook | None:
+    """The learned quality per bucket, seeded with each target's configured quality; `registry`: the
+    gateway's one registry of targets, else one of `config`."""
     section = config.learning.quality
     if not section.enabled:
         return None
-    registry = Registry.from_config(config.models, config.cloud.providers)
+    registry = registry or Registry.from_config(config.models, config.cloud.providers)
     return QualityBook(
         {t.id: t.caps.quality for t in registry.targets},
         min_samples=section.min_samples,
@@ -149,11 +151,12 @@ class Learning:
         config: SpilloverConfig,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        registry: Registry | None = None,
     ) -> Learning:
         section = config.learning.feedback
         store = FeedbackStore(section.max_entries)
         return cls(
-            quality_book_for(config),
+            quality_book_for(config, registry),
             store,
             typer_for(config),
             clock=clock,

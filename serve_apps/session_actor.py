@@ -10,9 +10,9 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
+from serve_apps.head_actor import on_head
 from serve_apps.session_history import GetHistory, HistoryStore, Messages, PutHistory, Stored
 from serve_apps.session_pins import Get, PinTable, Put, Record, SetAnchor
-from serve_apps.telemetry_board import HEAD_NODE
 
 PINS_NAME = "spillover-session-pins"
 PINS_NAMESPACE = "spillover"
@@ -23,17 +23,13 @@ def get_or_create_pins(ttl_s: float, max_sessions: int) -> ActorHandle:
     """The shared table (the first replica to ask creates it with its config's bounds)."""
     # one call at a time: `record` is a compare-and-set (each call takes microseconds)
     actor: Any = ray.remote(num_cpus=0)(PinTable)
-    return actor.options(
-        name=PINS_NAME, namespace=PINS_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
-    ).remote(time.time, ttl_s, max_sessions)
+    return on_head(actor, PINS_NAME, PINS_NAMESPACE, time.time, ttl_s, max_sessions)
 
 
 def get_or_create_history(ttl_s: float, total_bytes: int) -> ActorHandle:
     """The shared store of sessions' turns (`sessions.store`)."""
     actor: Any = ray.remote(num_cpus=0)(HistoryStore)
-    return actor.options(
-        name=HISTORY_NAME, namespace=PINS_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
-    ).remote(time.time, ttl_s, total_bytes)
+    return on_head(actor, HISTORY_NAME, PINS_NAMESPACE, time.time, ttl_s, total_bytes)
 
 
 def kill_pins() -> None:

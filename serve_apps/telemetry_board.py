@@ -22,6 +22,7 @@ import ray
 from ray.actor import ActorHandle
 
 from router.snapshot import AGE_KEY
+from serve_apps.head_actor import on_head
 
 BOARD_NAME = "spillover-telemetry"
 BOARD_NAMESPACE = "spillover"
@@ -52,14 +53,9 @@ class TelemetryBoard(BoardState):
     """The detached actor around `BoardState` (one per cluster, on the head node)."""
 
 
-HEAD_NODE = {"node:__internal_head__": 0.001}  # Ray's marker resource of the head node
-
-
 def get_or_create_board() -> ActorHandle:
-    """On the head node: a worker node can leave (scale-in, failure) and would take the board with it."""
-    return TelemetryBoard.options(  # type: ignore[attr-defined]
-        name=BOARD_NAME, namespace=BOARD_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
-    ).remote()
+    """On the head node (serve_apps/head_actor.py)."""
+    return on_head(TelemetryBoard, BOARD_NAME, BOARD_NAMESPACE)
 
 
 def kill_board() -> None:

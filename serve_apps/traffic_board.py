@@ -18,7 +18,7 @@ import ray
 from ray.actor import ActorHandle
 
 from router import traffic as doc_ops
-from serve_apps.telemetry_board import HEAD_NODE
+from serve_apps.head_actor import on_head
 
 BOARD_NAME = "spillover-traffic"
 BOARD_NAMESPACE = "spillover"
@@ -58,9 +58,7 @@ class TrafficBoard:
 
 def get_or_create_traffic_board() -> ActorHandle:
     actor = ray.remote(num_cpus=0, max_concurrency=16)(TrafficBoard)  # type: ignore[call-overload]  # see board
-    return actor.options(
-        name=BOARD_NAME, namespace=BOARD_NAMESPACE, get_if_exists=True, lifetime="detached", resources=HEAD_NODE
-    ).remote()
+    return on_head(actor, BOARD_NAME, BOARD_NAMESPACE)
 
 
 def kill_traffic_board() -> None:

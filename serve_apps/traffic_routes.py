@@ -26,7 +26,8 @@ from starlette.routing import Route
 from router import traffic as doc_ops
 from router.errors import DryRunFailed, InvalidRequest, RequestError, TicketAnswerDropped, TicketNotFound
 from router.headers import DEGRADED, TICKET
-from serve_apps.deferral import TICKETS_PATH, TieredDispatch
+from router.tickets import TicketStore
+from serve_apps.deferral import TICKETS_PATH
 from serve_apps.dry_run import DryRun
 from serve_apps.http_edge import HttpEdge
 from serve_apps.traffic import Traffic
@@ -44,13 +45,13 @@ class TrafficRoutes:
         models: list[str],
         targets: list[str],
         scenarios: list[str],
-        tiers: TieredDispatch | None = None,
+        tickets: TicketStore | None = None,
         metrics: TrafficMetrics | None = None,
     ) -> None:
         self._traffic = traffic
         self._dry_run = dry_run
         self._models, self._targets, self._scenarios = models, targets, scenarios
-        self.tiers = tiers  # set once the tiered dispatch exists (serve_apps/traffic_wiring.py)
+        self._tickets = tickets  # the tiered dispatch's (serve_apps/deferral.py); none: no ticket is ever found
         self._metrics = metrics
 
     def routes(self, edge: HttpEdge) -> list[Route]:
@@ -68,7 +69,7 @@ class TrafficRoutes:
         async def ticket(request: Request) -> Response:
             tenant = edge.tenant(request)
             wanted, owner = str(request.path_params["ticket"])[:128], tenant.name if tenant is not None else ""
-            found = None if self.tiers is None else self.tiers.tickets.get(wanted, owner)
+            found = None if self._tickets is None else self._tickets.get(wanted, owner)
             if found is None:
                 raise TicketNotFound("no such ticket (unknown, expired, or another tenant's)")
             request_id = edge.request_id(request)

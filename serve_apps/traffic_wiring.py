@@ -1,5 +1,6 @@
-"""Wiring of the traffic controls into a gateway replica (serve_apps/gateway.py): the shared board's
-client, the per-replica `Traffic`, the standby dry-run, the tiered dispatch and their routes."""
+"""Wiring of the traffic controls into a gateway replica (its composition: serve_apps/gateway_build.py):
+the shared board's client, the per-replica `Traffic`, the standby dry-run, the ticket store, the tiered
+dispatch and their routes."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from dataclasses import dataclass, field
 
 from cluster.config import SpilloverConfig
 from router.capabilities import Registry
+from router.tickets import TicketStore
 from serve_apps.backend import CloudBackend, ModelBackend
-from serve_apps.deferral import TieredDispatch
+from serve_apps.clocks import Clocks
+from serve_apps.deferral import Kept, TieredDispatch, response_cache
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dry_run import DryRun
 from serve_apps.live_scores import LiveScores
@@ -26,29 +29,38 @@ from serve_apps.traffic_routes import TrafficRoutes
 class TrafficParts:
     traffic: Traffic
     routes: TrafficRoutes
+    tickets: TicketStore  # the deferred requests' answers: kept by the tiered dispatch, read by `routes`
     config: SpilloverConfig
     metrics: TrafficMetrics
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep)
 
     def tiered(self, dispatcher: Dispatcher, limits: TenantLimits | None = None) -> TieredDispatch:
-        """The dispatcher with degradation tiers; its tickets are served by `routes`, and count
+        """The dispatcher with degradation tiers; its tickets go to the store `routes` reads, and count
         against the tenants' limits of `limits` (the HTTP edge's)."""
-        tickets = self.config.traffic.tickets
-        tiers = TieredDispatch(
+        kept = Kept(self.tickets, response_cache(self.config.traffic.cache, self.clock))
+        return TieredDispatch(
             dispatcher,
             self.config.policy,
-            tickets,
+            self.config.traffic.tickets,
+            kept,
             metrics=self.metrics,
-            clock=self.clock,
-            sleep=self.sleep,
-            cache=self.config.traffic.cache,
+            clocks=Clocks(self.clock, sleep=self.sleep),
             limits=limits,
-            # without auth every request is one tenant's: the whole store is its share
-            tenant_share=tickets.tenant_share if self.config.gateway.auth else 1.0,
         )
-        self.routes.tiers = tiers
-        return tiers
+
+
+def ticket_store(config: SpilloverConfig, clock: Callable[[], float]) -> TicketStore:
+    """The bounded store of `traffic.tickets` (router/tickets.py)."""
+    tickets = config.traffic.tickets
+    return TicketStore(
+        max_entries=tickets.max_entries,
+        max_bytes=tickets.max_bytes,
+        ttl_s=tickets.ttl_s,
+        clock=clock,
+        # without auth every request is one tenant's: the whole store is its share
+        tenant_share=tickets.tenant_share if config.gateway.auth else 1.0,
+    )
 
 
 def prices(registry: Registry, config: SpilloverConfig) -> dict[str, float]:
@@ -70,16 +82,19 @@ def traffic_parts(
     replica: str,
     board: BoardClient | None = None,
     *,
+    registry: Registry | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> TrafficParts:
+    """The traffic controls of one gateway replica; `registry`: the gateway's one registry of targets
+    (its routes included), else one of `config` and `providers`."""
     if board is None:
         from serve_apps.traffic_board import RayBoard, get_or_create_traffic_board
 
         board = RayBoard(get_or_create_traffic_board())
     tm = TrafficMetrics(metrics.registry)
     enabled = [p for p in config.cloud.providers if p.name in providers]
-    registry = Registry.from_config(config.models, enabled)
+    registry = registry or Registry.from_config(config.models, enabled, routes=config.routes)
     scores = LiveScores(clock=clock, registry=metrics.registry, prices=prices(registry, config))
     traffic = Traffic(config, board, replica, clock=clock, metrics=tm, scores=scores)
     dry_run = DryRun(registry, local, providers, config.policy, timeout_s=config.traffic.migration.dry_run_timeout_s)
@@ -89,6 +104,7 @@ def traffic_parts(
         models=[m.alias for m in config.models],
         targets=[f"local:{m.alias}" for m in config.models] + [f"cloud:{p.name}" for p in enabled],
         scenarios=list(config.policy.scenarios),
+        tickets=(tickets := ticket_store(config, clock)),
         metrics=tm,
     )
-    return TrafficParts(traffic, routes, config, tm, clock, sleep)
+    return TrafficParts(traffic, routes, tickets, config, tm, clock, sleep)

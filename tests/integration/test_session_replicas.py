@@ -41,6 +41,7 @@ from cluster.render import APP_NAME, GATEWAY_DEPLOYMENT
 from router.contract import derive_contract
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.session_actor import HISTORY_NAME, PINS_NAME, PINS_NAMESPACE, ray_history, ray_pins
 from serve_apps.session_history import HistoryClient
 from serve_apps.session_pins import PinClient
@@ -123,7 +124,9 @@ def _other_tenant_sees_nothing(stack: Stack, session: str, stored: int) -> None:
     snapshot = ClusterSnapshot(taken_at=now, replicas=(stats,), max_age_s=3600)
     config, provider = stack.config, FakeProvider("cloud-sim")
     sessions = Sessions(config, FakeEngine(), PinClient(*ray_pins(pins), cache_s=0), HistoryClient(*ray_history(store)))
-    d = Dispatcher(config, FakeEngine(), {"cloud-sim": provider}, lambda: snapshot, sessions=sessions)
+    d = Dispatcher(
+        config, FakeEngine(), {"cloud-sim": provider}, lambda: snapshot, parts=DispatchParts(sessions=sessions)
+    )
     new = {"role": "user", "content": "What did I tell you?"}
     body = {"model": SMOL, "messages": [new], "max_tokens": 8}
     # narrowed to cloud-sim's region: the other tenant's new session goes to the provider too, not local

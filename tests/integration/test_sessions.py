@@ -39,6 +39,7 @@ from router.compress import SUMMARY_INTRO
 from router.contract import derive_contract
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.session_actor import PINS_NAME, PINS_NAMESPACE, ray_pins
 from serve_apps.session_pins import PinClient
 from serve_apps.sessions import Sessions
@@ -188,7 +189,9 @@ def _second_replica_agrees(stack: Stack, session: str, history: list[dict[str, A
     snapshot = ClusterSnapshot(taken_at=now, replicas=(stats,), max_age_s=3600)
     config = stack.config
     sessions = Sessions(config, FakeEngine(), PinClient(*ray_pins(actor), cache_s=config.sessions.cache_s))
-    other = Dispatcher(config, FakeEngine(), {"cloud-sim": provider}, lambda: snapshot, sessions=sessions)
+    other = Dispatcher(
+        config, FakeEngine(), {"cloud-sim": provider}, lambda: snapshot, parts=DispatchParts(sessions=sessions)
+    )
     body = {"model": QWEN, "messages": [*history, {"role": "user", "content": "One more thing"}], "max_tokens": 8}
     contract = derive_contract(
         body, {"x-spillover-session": session, "x-spillover-providers": "cloud-sim"}, config.policy

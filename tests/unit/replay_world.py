@@ -12,7 +12,9 @@ from cluster.config import SpilloverConfig, dump_config, parse_config
 from router.contract import derive_contract
 from router.decision import DecisionStore
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from tests.fakes import FakeEngine, FakeProvider
 
 T0 = 5000.0
@@ -86,8 +88,8 @@ def record_run(log: Path, config: SpilloverConfig | None = None) -> list[str]:
         FakeEngine(),
         {"sim": FakeProvider("sim"), "sim2": FakeProvider("sim2")},
         snapshot,
-        clock=lambda: now[0],
-        decisions=store,
+        clocks=Clocks.of(lambda: now[0]),
+        parts=DispatchParts(decisions=store),
     )
 
     async def go() -> None:

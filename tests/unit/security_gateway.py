@@ -23,8 +23,11 @@ from router.decision import DecisionStore
 from router.idempotency import IdempotencyStore
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.check_pool import RequestChecks
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.http_guards import client_redactions
 from serve_apps.idempotent import IdempotentReplies
 from serve_apps.ops_routes import OpsRoutes
@@ -124,29 +127,34 @@ def build(
         local,
         {"cloud-sim": adapter},
         read,
-        clock=clock,
         poll_s=0.001,
-        decisions=store,
-        resilience=resilience,
-        checks=checks.schemas if checks is not None else None,
-        sessions=sessions(cfg, local) if sessions is not None else None,
+        clocks=Clocks.of(clock),
+        parts=DispatchParts(
+            decisions=store,
+            resilience=resilience,
+            sessions=sessions(cfg, local) if sessions is not None else None,
+            checks=checks.schemas if checks is not None else None,
+        ),
     )
     http = GatewayHTTP(
         local,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=cfg.policy,
-        snapshot=read,
-        decisions=dispatcher.decisions,
-        authenticator=authenticator_for(cfg, env),
-        ops=OpsRoutes(resilience),
-        max_body_bytes=cfg.gateway.max_body_bytes,
-        redact=client_redactions(cfg, HOSTNAME),
-        request_timeout_s=10,
-        idempotent=IdempotentReplies(IdempotencyStore(clock=lambda: 0.0), wait_s=1.0)
-        if idempotent is True
-        else (idempotent or None),
-        checks=checks,
+        edge=EdgeSettings(
+            authenticator=authenticator_for(cfg, env),
+            redact=client_redactions(cfg, HOSTNAME),
+            max_body_bytes=cfg.gateway.max_body_bytes,
+            request_timeout_s=10,
+        ),
+        parts=GatewayParts(
+            policy=cfg.policy,
+            decisions=dispatcher.decisions,
+            checks=checks,
+            idempotent=IdempotentReplies(IdempotencyStore(clock=lambda: 0.0), wait_s=1.0)
+            if idempotent is True
+            else (idempotent or None),
+        ),
+        operator=OperatorParts(snapshot=read, ops=OpsRoutes(resilience)),
     )
     return Gateway(http.app, dispatcher.decisions, seen)

@@ -15,8 +15,10 @@ from router.errors import ConfigError, Unauthorized
 from router.openai_request import Kind
 from router.policy import Policy
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from tests.fakes import FakeEngine
 
 TENANTS = [TenantPolicy("acme"), TenantPolicy("bank", residency="local_only")]
@@ -114,7 +116,11 @@ async def test_gateway_auth_end_to_end() -> None:
     auth = authenticator_for(config, {"ACME_KEY": "sk-acme-123", "BANK_KEY": "sk-bank-456"})
     recorder = Recorder()
     gateway = GatewayHTTP(
-        FakeEngine(), [ServedModel("m", "llama", "cpu", 4096)], created=1, dispatcher=recorder, authenticator=auth
+        FakeEngine(),
+        [ServedModel("m", "llama", "cpu", 4096)],
+        recorder,
+        created=1,
+        edge=EdgeSettings(authenticator=auth),
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
@@ -164,16 +170,21 @@ async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp
     clock = iter(range(10**6))
     local = FakeEngine(answer="ok")
     dispatcher = Dispatcher(
-        config, local, {"cloud-sim": provider}, lambda: snapshot, clock=lambda: float(next(clock)), poll_s=0.001
+        config,
+        local,
+        {"cloud-sim": provider},
+        lambda: snapshot,
+        poll_s=0.001,
+        clocks=Clocks.of(lambda: float(next(clock))),
     )
     auth = authenticator_for(config, {"ACME_KEY": "sk-acme", "BANK_KEY": "sk-bank"})
     gateway = GatewayHTTP(
         local,
         [ServedModel("smollm2-135m-instruct", "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=config.policy,
-        authenticator=auth,
+        edge=EdgeSettings(authenticator=auth),
+        parts=GatewayParts(policy=config.policy),
     )
     body = {"model": "smollm2-135m-instruct", "messages": [{"role": "user", "content": "hi"}]}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
@@ -207,7 +218,11 @@ async def test_tenant_over_its_rate_gets_429_with_retry_after() -> None:
     tenants = [TenantPolicy("acme", requests_per_minute=2)]
     auth = Authenticator(tenants, {"acme": "sk-acme"}, clock=lambda: now[0])
     gateway = GatewayHTTP(
-        FakeEngine(), [ServedModel("m", "llama", "cpu", 4096)], created=1, dispatcher=Recorder(), authenticator=auth
+        FakeEngine(),
+        [ServedModel("m", "llama", "cpu", 4096)],
+        Recorder(),
+        created=1,
+        edge=EdgeSettings(authenticator=auth),
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     key = {"authorization": "Bearer sk-acme"}

@@ -17,8 +17,10 @@ import pytest
 from cluster.config import parse_config
 from router.auth import Authenticator, TenantPolicy
 from router.cache_salt import MAX_SALT_CHARS, salted, tenant_salt
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings
 from tests.fakes import FakeEngine
 from tests.unit.test_dispatch import World
 
@@ -31,9 +33,9 @@ async def _client(local: FakeEngine, auth: Authenticator | None) -> AsyncIterato
         "test",
     )
     world = World()
-    dispatcher = Dispatcher(config, local, {}, world.snapshot, clock=world.clock, sleep=world.sleep)
+    dispatcher = Dispatcher(config, local, {}, world.snapshot, clocks=Clocks.of(world.clock, sleep=world.sleep))
     gateway = GatewayHTTP(
-        local, [ServedModel("m", "llama", "cpu", 4096)], created=1, dispatcher=dispatcher, authenticator=auth
+        local, [ServedModel("m", "llama", "cpu", 4096)], dispatcher, created=1, edge=EdgeSettings(authenticator=auth)
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client:
         yield client

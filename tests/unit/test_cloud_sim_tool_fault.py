@@ -19,7 +19,9 @@ from router.contract import derive_contract
 from router.decision import DecisionStore
 from router.output_contract import check_output
 from router.policy import Policy
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.providers import provider_for
 from serve_apps.resilience import Resilience
 from tests.unit.test_dispatch_resilience import World
@@ -144,10 +146,8 @@ def dispatcher(apps: dict[str, Any]) -> Dispatcher:
         _NoLocal(),
         providers,
         world.snapshot,
-        clock=world.clock,
-        sleep=world.sleep,
-        resilience=resilience,
-        decisions=DecisionStore(),
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
+        parts=DispatchParts(decisions=DecisionStore(), resilience=resilience),
     )
 
 

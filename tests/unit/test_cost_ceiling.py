@@ -15,6 +15,7 @@ from router.capabilities import ProviderModel, cloud_target, local_target
 from router.contract import MAX_N, derive_contract
 from router.errors import ContractViolation, InvalidRequest, NoCapableModel
 from router.policy import Policy
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import SIM_M, World
@@ -104,7 +105,9 @@ def two_clouds() -> SpilloverConfig:
 
 async def dispatch(config: SpilloverConfig, a: FakeProvider, b: FakeProvider, body: dict[str, Any], **headers: str):
     world = World()
-    d = Dispatcher(config, FakeEngine(), {"a": a, "b": b}, world.snapshot, clock=world.clock, sleep=world.sleep)
+    d = Dispatcher(
+        config, FakeEngine(), {"a": a, "b": b}, world.snapshot, clocks=Clocks.of(world.clock, sleep=world.sleep)
+    )
     c = derive_contract(body, headers, config.policy)
     try:
         return await d.dispatch("chat", body, "r", contract=c, deadline_s=5), d

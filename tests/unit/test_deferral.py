@@ -11,10 +11,13 @@ import pytest
 
 from router.errors import TargetUnavailable
 from router.tickets import TicketStore
+from serve_apps.clocks import Clocks
 from serve_apps.deferral import TieredDispatch
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_types import NoObserver
 from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.gateway_parts import GatewayParts, OperatorParts
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.model_card import ServedModel
 from serve_apps.traffic_board import LocalBoard
@@ -42,7 +45,7 @@ async def _settle(tiers: TieredDispatch | None) -> None:
 
 async def test_every_target_down_core_gets_503_and_non_core_a_ticket_that_later_answers() -> None:
     world = TrafficWorld(traffic_config())
-    http, parts, _ = world.gateway()
+    http, _, _ = world.gateway()
     async with world.client(http) as client:
         await _drain_all(client)
         core = await client.post("/v1/chat/completions", json=CHAT, headers=CORE)
@@ -57,7 +60,7 @@ async def test_every_target_down_core_gets_503_and_non_core_a_ticket_that_later_
         assert pending.status_code == 202 and pending.json()["status"] == "pending"
         await client.post("/v1/spillover/traffic", json={"action": "undrain", "target": "local:m"})
         world.resume.set()
-        await _settle(parts.routes.tiers)
+        await _settle(world.tiers)
         answered = await client.get(f"/v1/spillover/tickets/{ticket}")
         metrics = (await client.get("/metrics")).text
     assert answered.status_code == 200, answered.text
@@ -120,12 +123,12 @@ async def test_a_ticket_is_its_tenants_and_unknown_ids_are_404() -> None:
 
 async def test_a_deferred_request_that_never_finds_a_target_ends_with_its_error() -> None:
     world = TrafficWorld(traffic_config())
-    http, parts, _ = world.gateway()
+    http, _, _ = world.gateway()
     async with world.client(http) as client:
         await _drain_all(client)
         ticket = (await client.post("/v1/chat/completions", json=CHAT, headers=NON_CORE)).json()["id"]
         world.resume.set()
-        await _settle(parts.routes.tiers)
+        await _settle(world.tiers)
         failed = await client.get(f"/v1/spillover/tickets/{ticket}")
     assert failed.status_code == 503 and failed.json()["error"]["code"] == "target_unavailable"
     assert world.clock.now >= 1_800_000_000.0 + 29  # retried for tickets.max_wait_s
@@ -169,10 +172,22 @@ async def test_a_request_is_planned_once_whatever_its_priority(scenario: dict[st
     providers = {"sim": world.sim, "spare": world.spare}
     parts = traffic_parts(world.config, world.local, providers, GatewayMetrics(), "r-a", LocalBoard(world.board),
                           clock=world.clock, sleep=world.ticket_sleep)  # fmt: skip
-    dispatcher = Dispatcher(world.config, world.local, providers, world.snapshot, clock=world.clock,
-                            sleep=world.sleep, observer=seen, traffic=parts.traffic)  # fmt: skip
-    http = GatewayHTTP(world.local, [ServedModel("m", "llama", "cpu", 4096)], created=1, policy=world.config.policy,
-                       dispatcher=parts.tiered(dispatcher, world.limits), traffic=parts.routes)  # fmt: skip
+    dispatcher = Dispatcher(
+        world.config,
+        world.local,
+        providers,
+        world.snapshot,
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
+        parts=DispatchParts(observer=seen, traffic=parts.traffic),
+    )
+    http = GatewayHTTP(
+        world.local,
+        [ServedModel("m", "llama", "cpu", 4096)],
+        parts.tiered(dispatcher, world.limits),
+        created=1,
+        parts=GatewayParts(policy=world.config.policy),
+        operator=OperatorParts(traffic=parts.routes),
+    )
     async with world.client(http) as client:
         answered = await client.post("/v1/chat/completions", json=CHAT, headers=scenario)
     assert answered.status_code == 200, answered.text

@@ -18,7 +18,9 @@ from router.openai_request import Kind
 from router.policy import Policy
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from tests.fakes import FakeEngine, FakeProvider, completion
 
 T0 = 5000.0
@@ -121,10 +123,9 @@ def dispatcher(world: World, config: SpilloverConfig | None = None, **parts: Any
         parts.get("local") or FakeEngine(),
         {"sim": parts.get("cloud") or FakeProvider()},
         world.snapshot,
-        clock=world.clock,
-        sleep=world.sleep,
         poll_s=0.1,
-        observer=parts.get("observer"),
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
+        parts=DispatchParts(observer=parts.get("observer")),
     )
 
 
@@ -263,7 +264,9 @@ async def test_waiting_for_first_byte_fails_over_when_model_goes_stale(world: Wo
         return ClusterSnapshot(taken_at=world.now, replicas=(replace(world.replica, read_at=read_at),), max_age_s=1.0)
 
     local, cloud = HangingLocal(), FakeProvider()
-    d = Dispatcher(make_config(), local, {"sim": cloud}, snapshot, clock=world.clock, sleep=world.sleep, poll_s=0.01)
+    d = Dispatcher(
+        make_config(), local, {"sim": cloud}, snapshot, poll_s=0.01, clocks=Clocks.of(world.clock, sleep=world.sleep)
+    )
     done = await run(d, "chat", CHAT, "r-12", deadline_s=5)
     assert done.route == "cloud" and "went stale while waiting for the first byte" in done.reason
     assert local.cancelled and d.inflight("m") == 0 and cloud.calls == ["r-12"]

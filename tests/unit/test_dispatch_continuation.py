@@ -19,7 +19,9 @@ from cluster.config import SpilloverConfig, parse_config
 from router.contract import derive_contract
 from router.errors import RequestError
 from router.snapshot import ClusterSnapshot
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_types import NoObserver
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
@@ -93,10 +95,8 @@ class World:
             FakeEngine(),
             self.providers,
             lambda: ClusterSnapshot(self.now, (), 1.0),
-            clock=self.clock,
-            sleep=self.sleep,
-            resilience=res,
-            observer=self.observer,
+            clocks=Clocks.of(self.clock, sleep=self.sleep),
+            parts=DispatchParts(observer=self.observer, resilience=res),
         )
 
     def clock(self) -> float:

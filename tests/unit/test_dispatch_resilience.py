@@ -24,7 +24,9 @@ from router.errors import (
 from router.health import Health
 from router.policy import Policy
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
@@ -119,7 +121,14 @@ def setup(config: SpilloverConfig | None = None, spend: SpendLedger | None = Non
     providers = {p.name: FakeProvider(p.name, usage=USAGE) for p in config.cloud.providers}
     res = Resilience(config, clock=world.clock, rng=random.Random(7), spend=spend)
     local = FakeEngine()
-    d = Dispatcher(config, local, providers, world.snapshot, clock=world.clock, sleep=world.sleep, resilience=res)
+    d = Dispatcher(
+        config,
+        local,
+        providers,
+        world.snapshot,
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
+        parts=DispatchParts(resilience=res),
+    )
     return Setup(world, providers, d, res)
 
 

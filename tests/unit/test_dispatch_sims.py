@@ -15,7 +15,9 @@ from bench.cloud_sim import SimSettings, build_app
 from router.contract import derive_contract
 from router.errors import RequestError
 from router.snapshot import ClusterSnapshot
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
 from tests.fakes import FakeEngine
@@ -43,9 +45,10 @@ class Sims:
             FakeEngine(),
             providers,
             lambda: ClusterSnapshot(T0, (), 1.0),
-            clock=lambda: T0,
-            resilience=Resilience(self.config, clock=lambda: T0, rng=random.Random(1)),
-            observer=self.observer,
+            clocks=Clocks.of(lambda: T0),
+            parts=DispatchParts(
+                observer=self.observer, resilience=Resilience(self.config, clock=lambda: T0, rng=random.Random(1))
+            ),
         )
 
     async def stream(self, request_id: str = "r1", scenario: str = "chat") -> list[dict[str, Any]]:

@@ -18,7 +18,9 @@ from router.contract import derive_contract
 from router.decision import DecisionRecord, DecisionStore
 from router.errors import ContractViolation, UpstreamError
 from router.policy import Policy
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.resilience import Resilience
@@ -77,11 +79,8 @@ def setup(tmp_path: Path, providers: dict[str, dict[str, Any]] | None = None) ->
         local,
         fakes,
         world.snapshot,
-        clock=world.clock,
-        sleep=world.sleep,
-        resilience=res,
-        decisions=DecisionStore(sink=log.append),
-        observer=metrics,
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
+        parts=DispatchParts(observer=metrics, decisions=DecisionStore(sink=log.append), resilience=res),
     )
     return Setup(world, fakes, local, d, log, metrics, ledger)
 

@@ -17,8 +17,10 @@ import pytest
 
 from cluster.config import dump_config, load_config, parse_config
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import GatewayParts
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.security_gateway import CHAT, MODEL, REPO
 
@@ -53,9 +55,9 @@ async def test_dispatcher_deadlines_use_monotonic_clock(step_s: float) -> None:
         return ClusterSnapshot(taken_at=wall.now, replicas=(replace(SATURATED, read_at=wall.now),), max_age_s=1.0)
 
     local = FakeEngine()
-    dispatcher = Dispatcher(cfg, local, {}, snapshot, clock=mono, wall=wall, sleep=sleep, poll_s=POLL_S)
+    dispatcher = Dispatcher(cfg, local, {}, snapshot, poll_s=POLL_S, clocks=Clocks.of(mono, wall=wall, sleep=sleep))
     http = GatewayHTTP(
-        local, [ServedModel(MODEL, "llama", "cpu", 4096)], created=1, dispatcher=dispatcher, policy=cfg.policy
+        local, [ServedModel(MODEL, "llama", "cpu", 4096)], dispatcher, created=1, parts=GatewayParts(policy=cfg.policy)
     )
     headers = {"x-spillover-residency": "local_only", "x-spillover-deadline-ms": "2000", "x-request-id": "w-1"}
     transport = httpx.ASGITransport(app=http.app, raise_app_exceptions=False)

@@ -15,8 +15,11 @@ import pytest
 from cluster.config import parse_config
 from cluster.tenants import authenticator_for
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from serve_apps.learning import Learning, QualityCollector
 from serve_apps.learning_routes import LearningRoutes
 from serve_apps.metrics import GatewayMetrics
@@ -42,20 +45,21 @@ def build(min_samples: int = 2) -> tuple[httpx.AsyncClient, Learning]:
         local,
         {},
         lambda: snapshot,
-        clock=lambda: 0.0,
-        observer=learning.observer(metrics),
-        quality=learning.quality,
+        clocks=Clocks.of(lambda: 0.0),
+        parts=DispatchParts(observer=learning.observer(metrics), quality=learning.quality),
     )
     http = GatewayHTTP(
         local,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=cfg.policy,
-        decisions=dispatcher.decisions,
-        authenticator=authenticator_for(cfg, KEYS),
-        metrics=metrics,
-        learning=LearningRoutes(learning, dispatcher.decisions),
+        edge=EdgeSettings(authenticator=authenticator_for(cfg, KEYS)),
+        parts=GatewayParts(
+            policy=cfg.policy,
+            decisions=dispatcher.decisions,
+            metrics=metrics,
+            learning=LearningRoutes(learning, dispatcher.decisions),
+        ),
     )
     transport = httpx.ASGITransport(app=http.app, raise_app_exceptions=False)
     return httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=20), learning

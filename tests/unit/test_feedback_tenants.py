@@ -14,9 +14,12 @@ import httpx
 from cluster.config import parse_config
 from cluster.tenants import authenticator_for
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_types import NoObserver
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from serve_apps.learning import Learning
 from serve_apps.learning_routes import LearningRoutes
 from tests.fakes import FakeClock, FakeEngine
@@ -46,19 +49,18 @@ def build(learning: dict[str, Any]) -> tuple[httpx.AsyncClient, Learning, FakeCl
         local,
         {},
         lambda: snapshot,
-        clock=lambda: 0.0,
-        observer=state.observer(NoObserver()),
-        quality=state.quality,
+        clocks=Clocks.of(lambda: 0.0),
+        parts=DispatchParts(observer=state.observer(NoObserver()), quality=state.quality),
     )
     http = GatewayHTTP(
         local,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=cfg.policy,
-        decisions=dispatcher.decisions,
-        authenticator=authenticator_for(cfg, KEYS),
-        learning=LearningRoutes(state, dispatcher.decisions),
+        edge=EdgeSettings(authenticator=authenticator_for(cfg, KEYS)),
+        parts=GatewayParts(
+            policy=cfg.policy, decisions=dispatcher.decisions, learning=LearningRoutes(state, dispatcher.decisions)
+        ),
     )
     transport = httpx.ASGITransport(app=http.app, raise_app_exceptions=False)
     return httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=BOUND_S), state, monotonic

@@ -22,8 +22,9 @@ from router.errors import (
 )
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch_types import Dispatched
+from serve_apps.dispatch_types import Dispatched, LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from tests.fakes import FakeEngine, delta
 
 MODELS = [
@@ -40,7 +41,9 @@ def backend() -> FakeEngine:
 @pytest.fixture
 async def client(backend: FakeEngine) -> AsyncIterator[httpx.AsyncClient]:
     ids = iter(f"id-{i}" for i in range(1000))
-    gateway = GatewayHTTP(backend, MODELS, created=123, new_id=lambda: next(ids))
+    gateway = GatewayHTTP(
+        backend, MODELS, LocalDispatch(backend), created=123, edge=EdgeSettings(new_id=lambda: next(ids))
+    )
     transport = httpx.ASGITransport(app=gateway.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
         yield c
@@ -181,7 +184,7 @@ async def test_unexpected_error_is_500_without_traceback(backend: FakeEngine) ->
         raise KeyError("internal bug")
 
     backend.call = boom  # type: ignore[method-assign]
-    gateway = GatewayHTTP(backend, MODELS, created=1)
+    gateway = GatewayHTTP(backend, MODELS, LocalDispatch(backend), created=1)
     # Starlette re-raises after answering (so the server logs it); the client still got the 500.
     transport = httpx.ASGITransport(app=gateway.app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
@@ -191,7 +194,7 @@ async def test_unexpected_error_is_500_without_traceback(backend: FakeEngine) ->
 
 
 async def test_no_request_id_header_when_proxy_sets_it(backend: FakeEngine) -> None:
-    gateway = GatewayHTTP(backend, MODELS, created=1, set_request_id=False)
+    gateway = GatewayHTTP(backend, MODELS, LocalDispatch(backend), created=1, edge=EdgeSettings(set_request_id=False))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         response = await c.post("/v1/chat/completions", json=CHAT)
     assert "x-request-id" not in response.headers
@@ -215,7 +218,7 @@ class RecordingDispatch:
 
 
 async def _post(dispatch: RecordingDispatch, headers: dict[str, str]) -> httpx.Response:
-    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1, dispatcher=dispatch, default_deadline_s=30)
+    gateway = GatewayHTTP(FakeEngine(), MODELS, dispatch, created=1, edge=EdgeSettings(default_deadline_s=30))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         return await c.post("/v1/chat/completions", json=CHAT, headers=headers)
 
@@ -266,7 +269,13 @@ async def test_cluster_snapshot_endpoint(backend: FakeEngine) -> None:
 
     replica = ReplicaStats("small", "r1", "n1", 99.0, 0.4, 2, 1, 10, 5, 364, 128)
     snapshot = ClusterSnapshot(taken_at=99.5, replicas=(replica,), max_age_s=1.0)
-    gateway = GatewayHTTP(backend, MODELS, created=1, snapshot=lambda: snapshot, clock=lambda: 100.0)
+    gateway = GatewayHTTP(
+        backend,
+        MODELS,
+        LocalDispatch(backend),
+        created=1,
+        operator=OperatorParts(snapshot=lambda: snapshot, clock=lambda: 100.0),
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         data = (await c.get("/v1/spillover/cluster")).json()
     assert data["models"] == ["small", "tiny-qwen"]
@@ -284,7 +293,11 @@ async def test_readiness_waits_for_a_fresh_stats_reading_of_each_model(backend: 
 
     replicas = (stats("small", 58.7),)  # the old replica's reading; nothing yet from tiny-qwen
     gateway = GatewayHTTP(
-        backend, MODELS, created=1, snapshot=lambda: ClusterSnapshot(100.0, replicas, 1.0), clock=lambda: 100.0
+        backend,
+        MODELS,
+        LocalDispatch(backend),
+        created=1,
+        operator=OperatorParts(snapshot=lambda: ClusterSnapshot(100.0, replicas, 1.0), clock=lambda: 100.0),
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         waiting = await c.get("/readyz")
@@ -303,7 +316,8 @@ async def test_cluster_endpoint_without_telemetry_is_404(client: httpx.AsyncClie
 
 
 async def test_l1_structured_stream_is_400() -> None:
-    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1)
+    engine = FakeEngine()
+    gateway = GatewayHTTP(engine, MODELS, LocalDispatch(engine), created=1)
     body = {**CHAT, "stream": True, "response_format": {"type": "json_object"}}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         response = await c.post("/v1/chat/completions", json=body, headers={"x-spillover-level": "L1"})
@@ -311,7 +325,8 @@ async def test_l1_structured_stream_is_400() -> None:
 
 
 async def test_invalid_json_schema_is_400_naming_the_error() -> None:
-    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1)
+    engine = FakeEngine()
+    gateway = GatewayHTTP(engine, MODELS, LocalDispatch(engine), created=1)
     schema = {"type": "object", "properties": {"a": {"type": "strng"}}}
     body = {**CHAT, "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
@@ -325,7 +340,7 @@ async def test_decision_endpoint(backend: FakeEngine) -> None:
 
     store = DecisionStore(max_records=5)
     store.put(DecisionRecord("abc", "7", {}, (), ((), ()), started_at=1.0))
-    gateway = GatewayHTTP(backend, MODELS, created=1, decisions=store)
+    gateway = GatewayHTTP(backend, MODELS, LocalDispatch(backend), created=1, parts=GatewayParts(decisions=store))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         found = await c.get("/v1/spillover/decisions/abc")
         missing = await c.get("/v1/spillover/decisions/zzz")
@@ -339,7 +354,7 @@ async def test_no_answer_within_request_timeout_is_504() -> None:
             await asyncio.sleep(5)
             raise AssertionError("unreachable")
 
-    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1, dispatcher=Slow(), request_timeout_s=0.05)
+    gateway = GatewayHTTP(FakeEngine(), MODELS, Slow(), created=1, edge=EdgeSettings(request_timeout_s=0.05))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         response = await c.post("/v1/chat/completions", json=CHAT)
     assert "0.05" in _assert_openai_error(response, 504, "request_timeout")["message"]

@@ -12,7 +12,9 @@ from cluster.config import parse_config
 from router.auth import Authenticator, TenantPolicy
 from router.errors import TargetUnavailable
 from router.idempotency import IdempotencyStore
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.idempotent import IdempotentReplies
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.ops_routes import OpsRoutes
@@ -37,10 +39,11 @@ def gateway(backend: FakeEngine, clock: FakeClock, res: Resilience, auth: Authen
     return GatewayHTTP(
         backend,
         MODELS,
+        LocalDispatch(backend),
         created=1,
-        idempotent=IdempotentReplies(store, wait_s=1),
-        ops=OpsRoutes(res),
-        authenticator=auth,
+        edge=EdgeSettings(authenticator=auth),
+        parts=GatewayParts(idempotent=IdempotentReplies(store, wait_s=1)),
+        operator=OperatorParts(ops=OpsRoutes(res)),
     )
 
 

@@ -12,8 +12,11 @@ from typing import Any
 import httpx
 
 from router.decision import DecisionStore
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import GatewayParts
 from serve_apps.resilience import Resilience
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch_resilience import USAGE, World, make_config
@@ -32,13 +35,11 @@ def gateway(provider: FakeProvider) -> tuple[GatewayHTTP, DecisionStore]:
         FakeEngine(),
         {"a": provider},
         world.snapshot,
-        clock=world.clock,
-        sleep=world.sleep,
-        resilience=res,
-        decisions=store,
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
+        parts=DispatchParts(decisions=store, resilience=res),
     )
     models = [ServedModel("m", "llama", "cpu", 4096)]
-    return GatewayHTTP(FakeEngine(), models, created=1, dispatcher=d, decisions=store), store
+    return GatewayHTTP(FakeEngine(), models, d, created=1, parts=GatewayParts(decisions=store)), store
 
 
 async def post(app: GatewayHTTP, body: dict[str, Any], **headers: str) -> httpx.Response:

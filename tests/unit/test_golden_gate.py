@@ -18,8 +18,12 @@ from router.errors import RequestError
 from router.policy import Policy
 from router.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import OperatorParts
 from serve_apps.golden_gate import GoldenGate, judge
 from serve_apps.resilience import Resilience
 
@@ -75,7 +79,14 @@ def snapshot() -> ClusterSnapshot:
 
 def dispatcher(config: SpilloverConfig, engine: Engine, gate: GoldenGate) -> Dispatcher:
     resilience = Resilience(config, clock=lambda: T0, rng=random.Random(1), golden=gate)
-    return Dispatcher(config, engine, {"cloud": Cloud()}, snapshot, clock=lambda: T0, resilience=resilience)
+    return Dispatcher(
+        config,
+        engine,
+        {"cloud": Cloud()},
+        snapshot,
+        clocks=Clocks.of(lambda: T0),
+        parts=DispatchParts(resilience=resilience),
+    )
 
 
 async def send(d: Dispatcher, request_id: str, **headers: str) -> Any:
@@ -145,7 +156,13 @@ async def test_readyz_and_the_cluster_view_name_the_failed_check() -> None:
     config = make_config()
     engine = Engine(GARBAGE)
     gate = GoldenGate({s.alias: s.golden for s in config.models})
-    http = GatewayHTTP(engine, [ServedModel("m", "llama", "cpu", 2048)], created=0, snapshot=snapshot, golden=gate)
+    http = GatewayHTTP(
+        engine,
+        [ServedModel("m", "llama", "cpu", 2048)],
+        LocalDispatch(engine),
+        created=0,
+        operator=OperatorParts(snapshot=snapshot, golden=gate),
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(http.app), base_url="http://gw") as client:
         pending = await client.get("/readyz")
         assert pending.status_code == 503 and "pending" in pending.json()["models"]["m"]

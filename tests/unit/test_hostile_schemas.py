@@ -28,6 +28,7 @@ from router.openai_request import Kind
 from router.output_contract import MAX_JSON_CANDIDATES, check_output, extract_json, schema_errors
 from router.policy import Policy
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine, completion
@@ -55,8 +56,8 @@ def _gateway(local: Answering) -> GatewayHTTP:
         "test",
     )
     world = World()
-    dispatcher = Dispatcher(config, local, {}, world.snapshot, clock=world.clock, sleep=world.sleep)
-    return GatewayHTTP(local, [ServedModel("m", "llama", "cpu", 4096)], created=1, dispatcher=dispatcher)
+    dispatcher = Dispatcher(config, local, {}, world.snapshot, clocks=Clocks.of(world.clock, sleep=world.sleep))
+    return GatewayHTTP(local, [ServedModel("m", "llama", "cpu", 4096)], dispatcher, created=1)
 
 
 async def _client(local: Answering) -> httpx.AsyncClient:

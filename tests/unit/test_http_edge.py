@@ -16,8 +16,11 @@ from starlette.routing import Route
 
 from router.auth import Authenticator, TenantPolicy
 from router.errors import LocalCapacityExhausted, NotFound
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.http_edge import HttpEdge
 from serve_apps.http_guards import ClientText
 from serve_apps.learning import Learning
@@ -62,21 +65,27 @@ def rate_limited_gateway() -> Starlette:
     parts = traffic_parts(world.config, world.local, {"sim": world.sim}, metrics, "r-a", LocalBoard(world.board),
                           clock=world.clock, sleep=world.ticket_sleep)  # fmt: skip
     resilience = Resilience(world.config, clock=world.clock)
-    dispatcher = Dispatcher(world.config, world.local, {"sim": world.sim}, world.snapshot, clock=world.clock,
-                            sleep=world.sleep, resilience=resilience, traffic=parts.traffic)  # fmt: skip
+    dispatcher = Dispatcher(
+        world.config,
+        world.local,
+        {"sim": world.sim},
+        world.snapshot,
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
+        parts=DispatchParts(resilience=resilience, traffic=parts.traffic),
+    )
     http = GatewayHTTP(
         world.local,
         [ServedModel("m", "llama", "cpu", 4096)],
+        parts.tiered(dispatcher, world.limits),
         created=1,
-        dispatcher=parts.tiered(dispatcher, world.limits),
-        snapshot=world.snapshot,
-        decisions=dispatcher.decisions,
-        metrics=metrics,
-        authenticator=auth,
-        tenant_limits=world.limits,
-        traffic=parts.routes,
-        ops=OpsRoutes(resilience),
-        learning=LearningRoutes(Learning.from_config(world.config), dispatcher.decisions),
+        edge=EdgeSettings(authenticator=auth),
+        parts=GatewayParts(
+            decisions=dispatcher.decisions,
+            metrics=metrics,
+            tenant_limits=world.limits,
+            learning=LearningRoutes(Learning.from_config(world.config), dispatcher.decisions),
+        ),
+        operator=OperatorParts(snapshot=world.snapshot, ops=OpsRoutes(resilience), traffic=parts.routes),
     )
     return http.app
 

@@ -20,7 +20,9 @@ from bench.cloud_sim.cli import server_config
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import SimSettings
 from cluster.gateway_config import HttpLimits
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings
 from serve_apps.http_limits import (
     CALLBACK,
     CALLBACK_ENV,
@@ -41,7 +43,14 @@ WITHIN_S = 15  # each attack gives up (and the test fails) if the server neither
 
 
 def gateway_app(limits: HttpLimits | None = LIMITS) -> object:
-    return GatewayHTTP(FakeEngine(), [ServedModel("small", "llama", "cpu", 2048)], created=1, http_limits=limits).app
+    engine = FakeEngine()
+    return GatewayHTTP(
+        engine,
+        [ServedModel("small", "llama", "cpu", 2048)],
+        LocalDispatch(engine),
+        created=1,
+        edge=EdgeSettings(http_limits=limits),
+    ).app
 
 
 @pytest.fixture(scope="module")

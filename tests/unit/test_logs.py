@@ -8,6 +8,7 @@ import logging
 
 import httpx
 
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.logs import configure_json_logs
 from tests.fakes import FakeEngine
@@ -22,7 +23,8 @@ async def test_gateway_logs_json_lines_with_route_and_no_prompt() -> None:
     try:
         configure_json_logs(stream=stream)
         configure_json_logs(stream=stream)  # idempotent: one handler
-        gateway = GatewayHTTP(FakeEngine(), MODELS, created=1)
+        engine = FakeEngine()
+        gateway = GatewayHTTP(engine, MODELS, LocalDispatch(engine), created=1)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
             await c.post("/v1/chat/completions", json=CHAT, headers={"x-request-id": "req-1"})
             await c.post("/v1/chat/completions", json={"model": "nope", "messages": [{"role": "user"}]})

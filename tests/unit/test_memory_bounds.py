@@ -13,8 +13,10 @@ from router.decision import DecisionRecord, DecisionStore
 from router.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import GatewayParts
 from serve_apps.idempotent import IdempotentReplies
 from tests.fakes import FakeEngine
 from tests.unit.test_dispatch import World
@@ -100,14 +102,14 @@ async def test_idempotency_waiters_hold_no_admission_slot() -> None:
         "test",
     )
     world, backend = World(), Blocking()
-    dispatcher = Dispatcher(config, backend, {}, world.snapshot, clock=world.clock, sleep=world.sleep)
+    dispatcher = Dispatcher(config, backend, {}, world.snapshot, clocks=Clocks.of(world.clock, sleep=world.sleep))
     store = IdempotencyStore(ttl_s=600, clock=world.clock)
     gateway = GatewayHTTP(
         backend,
         [ServedModel("m", "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        idempotent=IdempotentReplies(store, wait_s=60),
+        parts=GatewayParts(idempotent=IdempotentReplies(store, wait_s=60)),
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     key = {"idempotency-key": "order-7"}

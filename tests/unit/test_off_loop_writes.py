@@ -20,7 +20,9 @@ from cluster.config import parse_config
 from router.decision import DecisionRecord, DecisionStore
 from serve_apps.background_writer import BackgroundWriter
 from serve_apps.decision_log import JsonlFile
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.gateway_parts import GatewayParts
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
@@ -96,7 +98,8 @@ async def test_ledger_failures_show_in_metrics(tmp_path: Path) -> None:
     res = Resilience(parse_config(CONFIG, "test"), spend=ledger)
     metrics = GatewayMetrics()
     metrics.resilience(res.view())  # what the gateway does on every telemetry refresh
-    gateway = GatewayHTTP(FakeEngine(), MODELS, created=1, metrics=metrics)
+    engine = FakeEngine()
+    gateway = GatewayHTTP(engine, MODELS, LocalDispatch(engine), created=1, parts=GatewayParts(metrics=metrics))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client:
         page = (await client.get("/metrics")).text
     assert 'spillover_spend_ledger_failures_total{op="write"} 1.0' in page

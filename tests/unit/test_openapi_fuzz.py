@@ -25,8 +25,10 @@ from cluster.config import dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
 from router.idempotency import IdempotencyStore
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.idempotent import IdempotentReplies
 from serve_apps.learning import Learning
 from serve_apps.learning_routes import LearningRoutes
@@ -53,20 +55,21 @@ def build_gateway(auth: bool = False) -> Any:
     replica = ReplicaStats(MODEL, "r1", "n1", 0.0, 0.1, 0, 0, 0, 0, 364, 128)
     snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
     backend = FakeEngine(answer="ok")
-    dispatcher = Dispatcher(config, backend, {"cloud-sim": provider}, lambda: snapshot, clock=lambda: 0.0)
+    dispatcher = Dispatcher(config, backend, {"cloud-sim": provider}, lambda: snapshot, clocks=Clocks.of(lambda: 0.0))
     models = [ServedModel(MODEL, "llama", "cpu", 4096)]
     http = GatewayHTTP(
         backend,
         models,
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=config.policy,
-        snapshot=lambda: snapshot,
-        decisions=dispatcher.decisions,
-        request_timeout_s=5,
-        authenticator=authenticator_for(config, {"FUZZ_KEY": FUZZ_KEY}),
-        idempotent=IdempotentReplies(IdempotencyStore(ttl_s=60, max_entries=100, clock=lambda: 0.0), wait_s=1),
-        learning=LearningRoutes(Learning.from_config(config), dispatcher.decisions),
+        edge=EdgeSettings(authenticator=authenticator_for(config, {"FUZZ_KEY": FUZZ_KEY}), request_timeout_s=5),
+        parts=GatewayParts(
+            policy=config.policy,
+            decisions=dispatcher.decisions,
+            idempotent=IdempotentReplies(IdempotencyStore(ttl_s=60, max_entries=100, clock=lambda: 0.0), wait_s=1),
+            learning=LearningRoutes(Learning.from_config(config), dispatcher.decisions),
+        ),
+        operator=OperatorParts(snapshot=lambda: snapshot),
     )
     return http.app
 

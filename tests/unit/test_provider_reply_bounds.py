@@ -22,8 +22,10 @@ import pytest
 from cluster.config import dump_config, load_config, parse_config
 from router.errors import InvalidRequest
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.providers.anthropic_wire import messages_request
 from tests.fakes import FakeEngine
@@ -91,15 +93,14 @@ def build(bad: Callable[[httpx.Request], httpx.Response]) -> tuple[httpx.AsyncCl
     replica = ReplicaStats(MODEL, "r1", "n1", 0.0, 0.99, 0, 0, 0, 0, 364, 128)  # saturated: bursts
     snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
     local = FakeEngine(answer="local")
-    dispatcher = Dispatcher(cfg, local, providers, lambda: snapshot, clock=lambda: 0.0, poll_s=0.001)
+    dispatcher = Dispatcher(cfg, local, providers, lambda: snapshot, poll_s=0.001, clocks=Clocks.of(lambda: 0.0))
     http = GatewayHTTP(
         local,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=cfg.policy,
-        decisions=dispatcher.decisions,
-        request_timeout_s=BOUND_S,
+        edge=EdgeSettings(request_timeout_s=BOUND_S),
+        parts=GatewayParts(policy=cfg.policy, decisions=dispatcher.decisions),
     )
     transport = httpx.ASGITransport(app=http.app, raise_app_exceptions=False)
     return httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=BOUND_S), dispatcher

@@ -11,7 +11,9 @@ import httpx
 import pytest
 
 from router.auth import Authenticator, TenantPolicy
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings
 from tests.fakes import FakeEngine
 
 TENANTS = [TenantPolicy("apps"), TenantPolicy("ops", admin=True)]
@@ -27,7 +29,11 @@ def backend() -> FakeEngine:
 @pytest.fixture
 async def client(backend: FakeEngine) -> AsyncIterator[httpx.AsyncClient]:
     gateway = GatewayHTTP(
-        backend, [ServedModel("small", "llama", "cpu", 2048)], created=1, authenticator=Authenticator(TENANTS, KEYS)
+        backend,
+        [ServedModel("small", "llama", "cpu", 2048)],
+        LocalDispatch(backend),
+        created=1,
+        edge=EdgeSettings(authenticator=Authenticator(TENANTS, KEYS)),
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         yield c

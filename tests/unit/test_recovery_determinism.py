@@ -28,7 +28,9 @@ from router.contract import derive_contract
 from router.policy import Policy
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.prober import Prober, cloud_checks
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
@@ -89,7 +91,12 @@ async def routes(fault_at: float, seconds: float) -> list[tuple[float, str]]:
     resilience = Resilience(cfg, clock=clock, wall=clock, rng=random.Random(7))
     empty = ClusterSnapshot(taken_at=T0, replicas=(), max_age_s=1.0)
     dispatcher = Dispatcher(
-        cfg, NoLocal(), providers, lambda: empty, clock=clock, sleep=_no_sleep, resilience=resilience
+        cfg,
+        NoLocal(),
+        providers,
+        lambda: empty,
+        clocks=Clocks.of(clock, sleep=_no_sleep),
+        parts=DispatchParts(resilience=resilience),
     )
     health = cfg.resilience.health
     checks = [check for provider in providers.values() for check in cloud_checks(provider, "m", cfg)]

@@ -16,6 +16,8 @@ from router.errors import TargetUnavailable
 from router.headers import DEGRADED
 from router.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply
+from serve_apps.dispatch_types import LocalDispatch
+from serve_apps.gateway_parts import OperatorParts
 from tests.fakes import FakeEngine, FakeProvider, chunk_event
 from tests.unit.test_dispatch import CHAT, World, dispatcher, make_config, run
 
@@ -159,9 +161,11 @@ async def test_readyz_names_the_replicas_fault_before_its_failed_health_check() 
     http = GatewayHTTP(
         engine,
         [ServedModel("m", "llama", "cpu", 2048)],
+        LocalDispatch(engine),
         created=0,
-        snapshot=lambda: ClusterSnapshot(taken_at=now, replicas=(faulted,), max_age_s=1.0),
-        clock=lambda: now,
+        operator=OperatorParts(
+            snapshot=lambda: ClusterSnapshot(taken_at=now, replicas=(faulted,), max_age_s=1.0), clock=lambda: now
+        ),
     )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(http.app), base_url="http://gw") as client:
         ready = await client.get("/readyz")

@@ -21,8 +21,11 @@ import pytest
 from cluster.config import dump_config, load_config, parse_config
 from router.capabilities import Registry
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience import Resilience
 from serve_apps.spend_ledger import SpendLedger
@@ -64,16 +67,20 @@ async def test_cloud_attempt_cut_by_timeout_is_recorded_charged_and_releases_quo
     snapshot = ClusterSnapshot(taken_at=0.0, replicas=(replica,), max_age_s=1e12)
     local = FakeEngine()
     dispatcher = Dispatcher(
-        cfg, local, {"cloud-sim": provider}, lambda: snapshot, clock=mono, wall=wall, resilience=resilience
+        cfg,
+        local,
+        {"cloud-sim": provider},
+        lambda: snapshot,
+        clocks=Clocks.of(mono, wall=wall),
+        parts=DispatchParts(resilience=resilience),
     )
     http = GatewayHTTP(
         local,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=cfg.policy,
-        decisions=dispatcher.decisions,
-        request_timeout_s=TIMEOUT_S,
+        edge=EdgeSettings(request_timeout_s=TIMEOUT_S),
+        parts=GatewayParts(policy=cfg.policy, decisions=dispatcher.decisions),
     )
     cloud = next(t for t in Registry.from_config(cfg.models, cfg.cloud.providers).for_alias(MODEL) if t.provider)
     breaker = resilience.breakers.target(cloud.id)

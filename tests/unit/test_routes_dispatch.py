@@ -13,7 +13,9 @@ import pytest
 from cluster.config import SpilloverConfig, parse_config
 from router.contract import derive_contract
 from router.errors import NoCapableModel, TargetUnavailable
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.model_card import ServedModel, ServedRoute
 from tests.fakes import FakeEngine, FakeProvider
@@ -57,9 +59,8 @@ def make(world: World, config: SpilloverConfig, **parts: Any) -> Dispatcher:
         parts.get("local") or FakeEngine(),
         {"a": parts.get("a") or FakeProvider("a"), "b": parts.get("b") or FakeProvider("b")},
         world.snapshot,
-        clock=world.clock,
-        sleep=world.sleep,
         poll_s=0.1,
+        clocks=Clocks.of(world.clock, sleep=world.sleep),
     )
 
 
@@ -145,7 +146,8 @@ async def test_a_mixed_route_bursts_to_its_first_cloud_target_when_local_is_satu
 async def test_models_lists_routes_after_the_models_and_a_route_name_resolves() -> None:
     models = [ServedModel("m", "llama", "cpu", 4096)]
     routes = [ServedRoute("chat", ("cloud:a/chat", "cloud:b/chat"))]
-    gateway = GatewayHTTP(FakeEngine(), models, created=1, routes=routes)
+    engine = FakeEngine()
+    gateway = GatewayHTTP(engine, models, LocalDispatch(engine), created=1, routes=routes)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as c:
         listed = (await c.get("/v1/models")).json()["data"]
         unknown = await c.post("/v1/chat/completions", json={**CHAT, "model": "nope"})

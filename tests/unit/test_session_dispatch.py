@@ -14,7 +14,9 @@ from router.anchor import ANCHOR_INTRO
 from router.compress import SUMMARY_INTRO
 from router.contract import derive_contract
 from router.errors import LocalCapacityExhausted, NoTargetFitsContext, TargetUnavailable, UpstreamError
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.session_pins import PinClient, PinTable, local_pins
@@ -61,11 +63,9 @@ class Parts:
             self.local,
             {"sim": self.cloud},
             world.snapshot,
-            clock=world.clock,
-            sleep=world.sleep,
             poll_s=0.1,
-            observer=self.metrics,
-            sessions=Sessions(self.config, self.local, pins),
+            clocks=Clocks.of(world.clock, sleep=world.sleep),
+            parts=DispatchParts(observer=self.metrics, sessions=Sessions(self.config, self.local, pins)),
         )
         self.history: list[dict[str, Any]] = [SYSTEM]
 

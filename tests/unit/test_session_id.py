@@ -11,6 +11,7 @@ import pytest
 
 from router.errors import InvalidRequest
 from router.session_id import pin_key, session_id_of
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine
 
@@ -64,7 +65,8 @@ def test_pins_are_per_tenant_and_model() -> None:
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    gateway = GatewayHTTP(FakeEngine(), [ServedModel("m", "llama", "cpu", 4096)], created=1)
+    engine = FakeEngine()
+    gateway = GatewayHTTP(engine, [ServedModel("m", "llama", "cpu", 4096)], LocalDispatch(engine), created=1)
     transport = httpx.ASGITransport(app=gateway.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
         yield c

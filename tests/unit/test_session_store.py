@@ -9,7 +9,9 @@ from typing import Any
 from cluster.config import SpilloverConfig, parse_config
 from router.carried import Label
 from router.contract import derive_contract
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.session_history import HistoryClient, HistoryStore, Messages, Stored, local_history
 from serve_apps.session_pins import PinClient, PinTable, local_pins
 from serve_apps.sessions import Sessions
@@ -28,7 +30,14 @@ def make_config(**sessions: Any) -> SpilloverConfig:
 def dispatcher(config: SpilloverConfig, engine: FakeEngine, history: HistoryClient | None = None) -> Dispatcher:
     world = World()
     sessions = Sessions(config, engine, history=history)
-    return Dispatcher(config, engine, {"sim": FakeProvider()}, world.snapshot, clock=world.clock, sessions=sessions)
+    return Dispatcher(
+        config,
+        engine,
+        {"sim": FakeProvider()},
+        world.snapshot,
+        clocks=Clocks.of(world.clock),
+        parts=DispatchParts(sessions=sessions),
+    )
 
 
 async def send(d: Dispatcher, config: SpilloverConfig, text: str, rid: str, tenant: str | None = None) -> None:
@@ -137,13 +146,15 @@ async def test_two_replicas_over_one_pin_table_and_store_name_themselves_and_agr
             engine,
             {"sim": FakeProvider()},
             world.snapshot,
-            clock=world.clock,
-            sessions=Sessions(
-                config,
-                engine,
-                PinClient(*local_pins(table), cache_s=0.0),
-                HistoryClient(*local_history(store)),
-                replica=name,
+            clocks=Clocks.of(world.clock),
+            parts=DispatchParts(
+                sessions=Sessions(
+                    config,
+                    engine,
+                    PinClient(*local_pins(table), cache_s=0.0),
+                    HistoryClient(*local_history(store)),
+                    replica=name,
+                )
             ),
         )
         for name in ("replica-a", "replica-b")

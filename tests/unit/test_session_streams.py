@@ -16,7 +16,9 @@ from router.decision import Attempt
 from router.session_id import pin_key
 from router.tool_calls import StreamedMessage
 from serve_apps.backend import BackendReply
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.session_history import HistoryClient, HistoryStore, local_history
 from serve_apps.session_pins import PinClient, PinTable, local_pins
@@ -53,8 +55,8 @@ class Parts:
             self.engine,
             {"sim": FakeProvider()},
             self.world.snapshot,
-            clock=self.world.clock,
-            sessions=self.sessions,
+            clocks=Clocks.of(self.world.clock),
+            parts=DispatchParts(sessions=self.sessions),
         )
 
     async def turn(self, text: str, rid: str, *, stream: bool) -> Dispatched:

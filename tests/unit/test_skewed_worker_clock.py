@@ -21,8 +21,10 @@ from cluster.config import load_config
 from router.snapshot import ReplicaStats
 from router.watermarks import Watermarks
 from serve_apps.board_poller import BoardPoller
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import GatewayParts, OperatorParts
 from serve_apps.stats_pusher import push_forever
 from serve_apps.telemetry_board import BoardState
 from tests.fakes import FakeClock, FakeEngine
@@ -76,15 +78,14 @@ async def test_skewed_worker_clock_not_stale(skew_s: float) -> None:
     await poller.refresh()
 
     local = FakeEngine(answer="from local")
-    dispatcher = Dispatcher(config, local, {}, poller.latest, clock=gateway_wall)
+    dispatcher = Dispatcher(config, local, {}, poller.latest, clocks=Clocks.of(gateway_wall))
     http = GatewayHTTP(
         local,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
+        dispatcher,
         created=1,
-        dispatcher=dispatcher,
-        policy=config.policy,
-        snapshot=poller.latest,
-        clock=gateway_wall,
+        parts=GatewayParts(policy=config.policy),
+        operator=OperatorParts(snapshot=poller.latest, clock=gateway_wall),
     )
     transport = httpx.ASGITransport(app=http.app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=30) as client:

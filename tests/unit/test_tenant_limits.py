@@ -22,7 +22,9 @@ from router.auth import TenantPolicy
 from router.errors import ConfigError, TenantBudgetExceeded, TenantConcurrencyExceeded
 from router.openai_request import Kind
 from serve_apps.backend import BackendReply
+from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from serve_apps.spend_ledger import SpendLedger
 from serve_apps.tenant_limits import TenantLimits
 from tests.fakes import FakeClock as Clock
@@ -188,9 +190,10 @@ def gateway(backend: GatedBackend, spend: dict[str, float], **tenant: Any) -> ht
     http = GatewayHTTP(
         backend,
         [ServedModel(MODEL, "llama", "cpu", 4096)],
+        LocalDispatch(backend),
         created=0,
-        authenticator=authenticator_for(config, KEYS),
-        tenant_limits=TenantLimits(lambda: spend),
+        edge=EdgeSettings(authenticator=authenticator_for(config, KEYS)),
+        parts=GatewayParts(tenant_limits=TenantLimits(lambda: spend)),
     )
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=http.app), base_url="http://gw")
 

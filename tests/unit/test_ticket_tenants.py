@@ -29,7 +29,7 @@ def authed(config: SpilloverConfig) -> SpilloverConfig:
 async def test_tickets_count_against_tenant_limits_and_the_store_has_a_per_tenant_share() -> None:
     tickets = {"retry_s": 1, "max_wait_s": 30, "max_entries": 4, "tenant_share": 0.25}  # one ticket per tenant
     world = TrafficWorld(authed(traffic_config(tickets=tickets)), auth=True, tenants=TENANTS)
-    http, parts, _ = world.gateway()
+    http, _, _ = world.gateway()
     started = time.monotonic()
     async with world.client(http) as client:
         await _drain_all(client, ADMIN)
@@ -47,11 +47,11 @@ async def test_tickets_count_against_tenant_limits_and_the_store_has_a_per_tenan
         # ... so another tenant is still deferred, not shed
         other = await client.post(post, json=CHAT, headers={**NON_CORE, **OTHER})
         assert other.status_code == 202, other.text
-        tiers = parts.routes.tiers
+        tiers = world.tiers
         assert tiers is not None and len(tiers.tickets) == 3 and tiers.tickets.held_by("flood") == 1
         await client.post("/v1/spillover/traffic", json={"action": "undrain", "target": "local:m"}, headers=ADMIN)
         world.resume.set()
-        await _settle(parts.routes.tiers)
+        await _settle(world.tiers)
         assert world.limits.inflight("app") == 0  # the ticket finished: app's slot is free again
         answered = await client.get(f"/v1/spillover/tickets/{first.json()['id']}", headers=APP)
         again = await client.post(post, json=CHAT, headers={**NON_CORE, **APP})
@@ -61,7 +61,7 @@ async def test_tickets_count_against_tenant_limits_and_the_store_has_a_per_tenan
 
 async def test_deferred_retry_record_owner_only() -> None:
     world = TrafficWorld(authed(traffic_config()), auth=True, tenants=TENANTS)
-    http, parts, _ = world.gateway()
+    http, _, _ = world.gateway()
     async with world.client(http) as client:
         await _drain_all(client, ADMIN)
         mine = {**NON_CORE, **APP, "x-request-id": "order-7"}
@@ -72,7 +72,7 @@ async def test_deferred_retry_record_owner_only() -> None:
         assert theirs.status_code == 503 and theirs.headers["x-spillover-request-id"] != "order-7"
         await client.post("/v1/spillover/traffic", json={"action": "undrain", "target": "local:m"}, headers=ADMIN)
         world.resume.set()
-        await _settle(parts.routes.tiers)
+        await _settle(world.tiers)
         own = await client.get("/v1/spillover/decisions/order-7", headers=APP)
         other = await client.get("/v1/spillover/decisions/order-7", headers=OTHER)
         admin = await client.get("/v1/spillover/decisions/order-7", headers=ADMIN)

@@ -12,8 +12,12 @@ import httpx
 from cluster.config import SpilloverConfig, parse_config
 from router.auth import Authenticator, TenantPolicy
 from router.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.clocks import Clocks
+from serve_apps.deferral import TieredDispatch
 from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.metrics import GatewayMetrics
 from serve_apps.model_card import ServedModel
 from serve_apps.resilience import Resilience
@@ -69,6 +73,7 @@ class TrafficWorld:
         self.config = config
         self.local, self.sim, self.spare = FakeEngine(), FakeProvider("sim"), FakeProvider("spare")
         self.board = TrafficBoard(clock=self.clock)
+        self.tiers: TieredDispatch | None = None  # the latest gateway's tiered dispatch
         self.kv = 0.1  # the local replica's KV usage
         self.resume = asyncio.Event()  # deferred requests' background attempts wait for it
         policies = [TenantPolicy("ops", admin=True), *tenants]
@@ -101,23 +106,20 @@ class TrafficWorld:
             self.local,
             providers,
             self.snapshot,
-            clock=self.clock,
-            sleep=self.sleep,
-            resilience=res,
-            traffic=parts.traffic,
+            clocks=Clocks.of(self.clock, sleep=self.sleep),
+            parts=DispatchParts(resilience=res, traffic=parts.traffic),
         )
-        tiered = parts.tiered(dispatcher, self.limits)
+        tiered = self.tiers = parts.tiered(dispatcher, self.limits)
         http = GatewayHTTP(
             self.local,
             [ServedModel("m", "llama", "cpu", 4096)],
+            tiered,
             created=1,
-            dispatcher=tiered,
-            policy=self.config.policy,
-            decisions=dispatcher.decisions,
-            metrics=metrics,
-            authenticator=self.auth,
-            tenant_limits=self.limits,
-            traffic=parts.routes,
+            edge=EdgeSettings(authenticator=self.auth),
+            parts=GatewayParts(
+                policy=self.config.policy, decisions=dispatcher.decisions, metrics=metrics, tenant_limits=self.limits
+            ),
+            operator=OperatorParts(traffic=parts.routes),
         )
         return http, parts, res
 

@@ -1,0 +1,255 @@
+"""The gateway's composition: every part of one gateway replica, built once, in one place.
+
+`build_gateway(config, handles, env)` builds each part once and hands the same one to every part
+that needs it:
+
+* one registry of targets, routes included (router/capabilities.py), for the dispatcher, the traffic
+  controls (live scores' prices, the standby's dry-run) and learning (the configured quality);
+* one decision store (router/decision.py), written by the dispatcher and read by the decision and
+  learning routes; one ticket store (router/tickets.py), written by the tiered dispatch and read by
+  the traffic routes (serve_apps/traffic_wiring.py);
+* the shared head-node actors (serve_apps/head_actor.py): the telemetry board, the breaker exchange,
+  the traffic board and the session pins (and history, with `sessions.store`);
+* the HTTP surface (serve_apps/gateway_http.py) with its bundles (serve_apps/gateway_parts.py), filled
+  from the config's sections.
+
+It returns the ASGI app and the background loops to start, in this order: the board poller, the
+golden checks, the prober (with `resilience.probes`), the breaker sync and the traffic sync. Nothing
+runs before the caller starts them (serve_apps/gateway.py, at replica start).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ray.serve.handle import DeploymentHandle
+
+from cluster.config import SpilloverConfig
+from cluster.models import CATALOG, cache_dir
+from cluster.resilience_config import SpendSection
+from cluster.tenants import authenticator_for
+from router.capabilities import Registry
+from router.decision import DecisionStore
+from router.errors import SpilloverError
+from router.idempotency import IdempotencyStore
+from router.snapshot import ClusterSnapshot
+from serve_apps.background_writer import BackgroundWriter
+from serve_apps.board_poller import BoardPoller
+from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap
+from serve_apps.check_pool import RequestChecks
+from serve_apps.decision_log import JsonlFile
+from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch_parts import DispatchParts
+from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
+from serve_apps.golden_gate import GoldenGate
+from serve_apps.http_guards import client_redactions
+from serve_apps.idempotent import IdempotentReplies
+from serve_apps.learning import Learning, QualityCollector
+from serve_apps.learning_routes import LearningRoutes
+from serve_apps.local_backend import ServeHandleBackend
+from serve_apps.metrics import GatewayMetrics
+from serve_apps.model_card import ServedModel, ServedRoute
+from serve_apps.ops_routes import OpsRoutes
+from serve_apps.prober import Prober, cloud_checks, local_checks
+from serve_apps.providers import OpenAICompatProvider, provider_for
+from serve_apps.resilience import Resilience
+from serve_apps.session_actor import get_or_create_history, get_or_create_pins, ray_history, ray_pins
+from serve_apps.session_history import HistoryClient
+from serve_apps.session_pins import PinClient
+from serve_apps.sessions import Sessions
+from serve_apps.spend_ledger import SpendLedger
+from serve_apps.telemetry_board import get_or_create_board
+from serve_apps.tenant_limits import TenantLimits
+from serve_apps.traffic_board import RayBoard, get_or_create_traffic_board
+from serve_apps.traffic_wiring import traffic_parts
+
+log = logging.getLogger("spillover.gateway")
+
+
+@dataclass(frozen=True)
+class GatewayEnv:
+    """What a gateway replica takes from where it runs."""
+
+    environ: Mapping[str, str]  # the tenants' key variables (cluster/tenants.py)
+    hostname: str  # a name no error text may show a client (serve_apps/http_guards.py)
+    created: int  # the epoch seconds the model cards of /v1/models show
+    replica: str = field(default_factory=lambda: uuid.uuid4().hex)  # this replica in the shared actors
+
+    @classmethod
+    def here(cls, created: int) -> GatewayEnv:
+        return cls(os.environ, socket.gethostname(), created)
+
+
+@dataclass(frozen=True)
+class BuiltGateway:
+    app: Any  # the ASGI application (Starlette)
+    background: list[Coroutine[Any, Any, None]]  # the loops to start, in order
+
+
+def served_models(config: SpilloverConfig) -> list[ServedModel]:
+    """The configured models as /v1/models lists them."""
+    return [
+        ServedModel(
+            alias=spec.alias,
+            family=spec.family,
+            accelerator=spec.accelerator,
+            max_model_len=spec.engine_args.get("max_model_len"),
+            synthetic=spec.is_prepared_source
+            and CATALOG.get(spec.prepared_name) is not None
+            and CATALOG[spec.prepared_name].synthetic,
+        )
+        for spec in config.models
+    ]
+
+
+def spend_ledger(section: SpendSection) -> SpendLedger | None:
+    """The SQLite spend ledger (every cloud attempt's cost); None when it cannot be opened
+    (logged: spend accounting must never stop the gateway from serving)."""
+    path = section.ledger or str(cache_dir().parent / "spend.sqlite")
+    try:
+        return SpendLedger(path, clock=time.time, background=True)  # SQLite off the event loop
+    except SpilloverError as exc:
+        log.error("spend ledger disabled: %s", exc.message)
+        return None
+
+
+def prober(
+    config: SpilloverConfig,
+    backend: ServeHandleBackend,
+    providers: Mapping[str, OpenAICompatProvider],
+    resilience: Resilience,
+    poller: BoardPoller,
+) -> Prober:
+    """Every model's and every provider's health checks, feeding `resilience.health`."""
+    checks = []
+    for spec in config.models:
+        checks += local_checks(spec, config, backend, poller.latest, time.time)
+    for provider in providers.values():
+        alias = next(iter(provider.config.models), None)
+        if alias is not None:
+            checks += cloud_checks(provider, alias, config)
+    health = config.resilience.health
+    return Prober(
+        checks,
+        resilience.health,
+        latency_slo_s=health.latency_slo_s,
+        timeout_s=health.probe_timeout_s,
+        recovery_probe_s=health.recovery_probe_s,
+    )
+
+
+def sessions(config: SpilloverConfig, backend: ServeHandleBackend, replica: str) -> Sessions:
+    """Pins shared by every gateway replica through the head node's actor (serve_apps/session_pins.py)."""
+    settings = config.sessions
+    actor = get_or_create_pins(settings.ttl_s, settings.max_sessions)
+    pins = PinClient(*ray_pins(actor), cache_s=settings.cache_s)
+    if not settings.store:
+        return Sessions(config, backend, pins, replica=replica)
+    store = get_or_create_history(settings.ttl_s, settings.history_total_bytes)
+    return Sessions(config, backend, pins, HistoryClient(*ray_history(store)), replica=replica)
+
+
+def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandle], env: GatewayEnv) -> BuiltGateway:
+    metrics = GatewayMetrics()
+    # no local model takes traffic before it answered its golden prompt right
+    golden = GoldenGate({spec.alias: spec.golden for spec in config.models})
+    spend = spend_ledger(config.spend)
+    resilience = Resilience(config, spend=spend, golden=golden)
+    gateway = config.gateway
+    # the decision log is written by its own thread: a slow disk never stalls the event loop
+    sink = BackgroundWriter(JsonlFile(gateway.decisions_log), name="decision-log") if gateway.decisions_log else None
+
+    def refreshed(snapshot: ClusterSnapshot, now: float) -> None:
+        metrics.replicas(snapshot, now)
+        metrics.resilience(resilience.view())
+        if sink is not None:
+            metrics.decision_log(failed=sink.failures, dropped=sink.dropped)
+
+    telemetry = config.telemetry
+    poller = BoardPoller(
+        get_or_create_board(),
+        period_s=telemetry.poll_period_s,
+        max_age_s=telemetry.max_age_s,
+        watermarks_for=config.watermarks_for,
+        on_refresh=refreshed,
+    )
+    backend = ServeHandleBackend(dict(handles))
+    providers = {
+        p.name: provider_for(p, on_headers=resilience.observe_rate_limits) for p in config.cloud.providers if p.enabled
+    }
+    background: list[Coroutine[Any, Any, None]] = [poller.run(), golden.run(backend)]
+    if config.resilience.probes:
+        background.append(prober(config, backend, providers, resilience, poller).run())
+    exchange = get_or_create_exchange()
+    sync = BreakerSync(resilience.breakers, ray_swap(exchange), env.replica, period_s=config.resilience.share_period_s)
+    background.append(sync.run())
+
+    enabled = [p for p in config.cloud.providers if p.name in providers]
+    registry = Registry.from_config(config.models, enabled, routes=config.routes)
+    decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
+    learning = Learning.from_config(config, registry=registry)  # quality per bucket, feedback, typing
+    # schema checks and contract derives: per-tenant admission, fair hand-over (serve_apps/check_pool.py)
+    checks = RequestChecks.from_settings(gateway.checks.workers, gateway.checks.per_tenant, auth=gateway.auth)
+    if learning.quality is not None:
+        metrics.registry.register(QualityCollector(learning.quality))
+    board = RayBoard(get_or_create_traffic_board())
+    traffic = traffic_parts(config, backend, providers, metrics, env.replica, board, registry=registry)
+    shared = DispatchParts(
+        registry=registry,
+        decisions=decisions,
+        observer=learning.observer(metrics),
+        resilience=resilience,
+        traffic=traffic.traffic,
+        sessions=sessions(config, backend, env.replica),
+        quality=learning.quality,
+        checks=checks.schemas,
+    )
+    dispatcher = Dispatcher(config, backend, providers, poller.latest, parts=shared)
+    background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))
+
+    idem = config.resilience.idempotency
+    store = IdempotencyStore(
+        ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
+    )
+    limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None)
+    http = GatewayHTTP(
+        backend,
+        served_models(config),
+        traffic.tiered(dispatcher, limits),  # a pending ticket counts against its tenant's limits
+        created=env.created,
+        routes=[ServedRoute(r.alias, tuple(r.targets)) for r in config.routes],
+        edge=EdgeSettings(
+            authenticator=authenticator_for(config, env.environ),
+            set_request_id=False,  # the Serve proxy sets x-request-id on every response and hands us the same id
+            redact=client_redactions(config, env.hostname),
+            max_body_bytes=gateway.max_body_bytes,
+            http_limits=gateway.http_limits,
+            request_timeout_s=gateway.request_timeout_s,
+            default_deadline_s=config.admission.queue_timeout_s,
+        ),
+        parts=GatewayParts(
+            policy=config.policy,
+            decisions=decisions,
+            metrics=metrics,
+            checks=checks,
+            idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
+            tenant_limits=limits,
+            learning=LearningRoutes(learning, decisions),
+        ),
+        operator=OperatorParts(
+            snapshot=poller.latest,
+            golden=golden,
+            ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote(), forget=traffic.traffic.forget),
+            traffic=traffic.routes,
+        ),
+    )
+    return BuiltGateway(http.app, background)
