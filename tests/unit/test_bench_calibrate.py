@@ -55,6 +55,7 @@ def options(tmp_path: Path, **kw: Any) -> CalibrateOptions:
     return CalibrateOptions(**{**base, **kw})
 
 
+@pytest.mark.realtime  # real sleeps and servers: scripts/test runs it at normal priority
 def test_calibrate_in_process_finds_the_simulators_capacity(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     transport = sim_transport()

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from bench.cloud_sim.process import running_cloud_sim
@@ -34,6 +35,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.realtime  # real sleeps and servers: scripts/test runs it at normal priority
 def test_calibrate_against_a_real_cloud_sim(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     folder = cache / "models" / MODEL

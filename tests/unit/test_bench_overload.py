@@ -284,6 +284,7 @@ def test_cli_flags_and_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path
 # -- end to end: a real cloud-sim as the "gateway" -------------------------------------------
 
 
+@pytest.mark.realtime  # real sleeps and servers: scripts/test runs it at normal priority
 def test_overload_against_a_real_cloud_sim(tmp_path: Path) -> None:
     out = tmp_path / "run"
     sim_flags = ["--ttft-s", "0.02", "--tokens-per-s", "400"]

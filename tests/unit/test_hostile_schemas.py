@@ -266,6 +266,7 @@ async def test_catastrophic_pattern_behind_a_ref_to_a_root_naming_its_dialect_is
     assert time.monotonic() - began < GENEROUS_S
 
 
+@pytest.mark.realtime  # real sleeps and servers: scripts/test runs it at normal priority
 async def test_a_large_schema_is_checked_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Checking a client schema against its metaschema costs ~0.4 ms per subschema in jsonschema:
     the gateway does it in a worker thread, so a large one does not stall other requests. The check is

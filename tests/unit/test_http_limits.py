@@ -131,6 +131,7 @@ def test_cloud_sim_serves_with_the_default_limits() -> None:
     assert config.timeout_keep_alive == HttpLimits().idle_timeout_s
 
 
+@pytest.mark.realtime  # real sleeps and servers: scripts/test runs it at normal priority
 def test_the_gateway_app_alone_refuses_too_many_headers_and_a_slow_body() -> None:
     """Under a server without the limited protocol (plain uvicorn), the gateway's own guards answer:
     431 for the headers, 408 in the OpenAI shape for a body that does not arrive in time."""
