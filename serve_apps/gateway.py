@@ -27,7 +27,7 @@ from router.idempotency import IdempotencyStore
 from router.snapshot import ClusterSnapshot
 from serve_apps.background_writer import BackgroundWriter
 from serve_apps.board_poller import BoardPoller
-from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap
+from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_resets_since, ray_swap
 from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_log import JsonlFile
 from serve_apps.dispatch import Dispatcher
@@ -159,6 +159,7 @@ class Gateway:
             ray_swap(exchange),
             replica_id,
             period_s=self._config.resilience.share_period_s,
+            resets_since=ray_resets_since(exchange),
         )
         self._sync_task = loop.create_task(sync.run())
         gateway = self._config.gateway
@@ -202,7 +203,7 @@ class Gateway:
             authenticator=authenticator_for(self._config, os.environ),
             request_timeout_s=gateway.request_timeout_s,
             idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
-            ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote(), forget=parts.traffic.forget),
+            ops=OpsRoutes(resilience, on_reset=exchange.reset.remote, forget=parts.traffic.forget),
             max_body_bytes=gateway.max_body_bytes,
             http_limits=gateway.http_limits,
             redact=client_redactions(self._config, socket.gethostname()),
