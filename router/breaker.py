@@ -24,6 +24,10 @@ One `CircuitBreaker`, evaluated lazily against the injected clock (no timers, no
     half_open  record(ok=False)                                   open until now + open_s
     any        cool(s)                                            open until max(open_until, now + s)
 
+An operator reset of one health key (`Breakers.reset("cloud:<provider>")`) forgets that provider's
+target breakers and its *configured* failure domain (`failure_domains`, the provider's name when it has
+none), which every provider sharing the domain shares; every other domain stays as it is.
+
 Replicas share what they learnt through `Breakers.export()` / `merge()`: a plain-JSON map of open
 breakers to their open-until times; merging keeps the later time, so a provider that rate-limited
 one gateway replica is not hammered by the others.
@@ -38,7 +42,7 @@ the same clock.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
 from pydantic import Field
@@ -205,12 +209,25 @@ class CircuitBreaker:
 
 
 class Breakers:
-    """The board: one breaker per target id and one per failure domain, created on demand."""
+    """The board: one breaker per target id and one per failure domain, created on demand.
 
-    def __init__(self, settings: BreakerSettings, clock: Clock, *, wall: Clock | None = None) -> None:
+    `failure_domains` maps a provider's name to its configured failure domain (cloud.providers[].domain);
+    a provider missing from it is its own domain, named like it. Only `reset` reads it: callers name the
+    domain of every other call themselves.
+    """
+
+    def __init__(
+        self,
+        settings: BreakerSettings,
+        clock: Clock,
+        *,
+        wall: Clock | None = None,
+        failure_domains: Mapping[str, str] | None = None,
+    ) -> None:
         self._settings = settings
         self._clock = clock
         self._wall = wall or clock
+        self._failure_domains = dict(failure_domains or {})
         self._targets: dict[str, CircuitBreaker] = {}
         self._domains: dict[str, CircuitBreaker] = {}
 
@@ -248,13 +265,26 @@ class Breakers:
     def cool_domain(self, domain: str, seconds: float) -> None:
         self.domain(domain).cool(seconds)
 
+    def domain_of(self, key: str) -> str:
+        """The failure domain of a health key: `cloud:<provider>` -> the provider's configured domain;
+        `local:<alias>` is its own domain (named like the key)."""
+        kind, _, name = key.partition(":")
+        if kind == "cloud" and name:
+            return self._failure_domains.get(name, name)
+        return key
+
     def reset(self, key: str | None = None) -> list[str]:
-        """Operator action: forget breakers (all, or those of a health key `local:<alias>` /
-        `cloud:<provider>`: its target ids and, for a provider, its domain of the same name)."""
+        """Operator action: forget breakers: all of them, or those of one health key — its target ids
+        (`<key>` and `<key>/...`) and its failure domain (`domain_of`). Returns what was forgotten."""
         out: list[str] = []
+        domain = None if key is None else self.domain_of(key)
         for kind, board in (("target", self._targets), ("domain", self._domains)):
             for name in list(board):
-                if key is None or name == key or name.startswith(f"{key}/") or f"cloud:{name}" == key:
+                if kind == "target":
+                    hit = key is None or name == key or name.startswith(f"{key}/")
+                else:
+                    hit = key is None or name == domain
+                if hit:
                     del board[name]
                     out.append(f"{kind}:{name}")
         return out

@@ -4,7 +4,7 @@ Pure. Inputs are the immutable snapshot, the gateway's own counters and the prev
 hysteresis latches; the output is a `RouteDecision` plus the new latches. Nothing here reads
 a clock, awaits, or touches the network.
 
-    every local replica of the model saturated (or stale, or none healthy)
+    every local replica of the model saturated (or stale, or none reporting)
         ├── request may leave the cluster and a provider serves the alias  -> cloud
         └── otherwise (local_only, or no provider)                         -> wait (bounded queue)
     some replica has room, but the model's admission limit is reached
@@ -38,7 +38,6 @@ class BurstInputs:
     admission_limit: int | None  # for the whole model (all replicas); None = no limit
     local_only: bool
     providers: Sequence[str]  # enabled cloud providers that map this alias, in preference order
-    healthy: bool = True  # the model's deployment passes its health checks
     admission_detail: str = ""  # calibrated models: which bound and which inputs set the admission limit
 
 
@@ -75,9 +74,7 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
     sats = {r.replica_id: replica_saturation(r, inputs.watermarks, snapshot=snapshot, now=now) for r in replicas}
     latched = _latches(sats, previous, ratio)
 
-    if not inputs.healthy:
-        reason = f"local {inputs.model} failed its health check"
-    elif not replicas:
+    if not replicas:
         reason = f"no replica of {inputs.model} has reported engine stats"
     elif len(latched) == len(sats):
         reason = _local_pressure_reason(sats, latched, ratio)

@@ -35,6 +35,7 @@ from typing import Any
 
 from router import contract_headers as h
 from router.carried import Label
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
 from router.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
 from router.language import script_of
@@ -153,7 +154,7 @@ def _response_format(body: Mapping[str, Any]) -> tuple[bool, bool, dict[str, Any
             raise InvalidRequest(
                 "response_format.json_schema.schema is required for type json_schema",
                 param="response_format.json_schema.schema",
-                code="invalid_json_schema",
+                code=ErrorCode.INVALID_JSON_SCHEMA,
             )
         return True, False, check_json_schema(spec["schema"], "response_format.json_schema.schema")
     raise InvalidRequest("response_format.type must be text, json_object or json_schema", param="response_format.type")
@@ -265,7 +266,7 @@ def derive_contract(
             f"response_format and tools hold more than {MAX_SCHEMA_OBJECTS} JSON objects together: send smaller "
             "schemas",
             param="tools" if body.get("tools") else "response_format",
-            code="invalid_json_schema",
+            code=ErrorCode.INVALID_JSON_SCHEMA,
         )
     needs_schema, needs_json_mode, schema = _response_format(body)
     tool_schemas = _tools(body)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from router import headers as hdr
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
 from router.policy import LEVELS, Level, Policy, Scenario
 
@@ -55,7 +56,7 @@ def resolve_scenario(headers: Mapping[str, str], policy: Policy) -> tuple[str, S
             raise InvalidRequest(
                 f"header {SCENARIO_HEADER} is required; known scenarios: {known}",
                 param=SCENARIO_HEADER,
-                code="scenario_required",
+                code=ErrorCode.SCENARIO_REQUIRED,
             )
         return default, policy.scenarios[default]
     scenario = policy.scenarios.get(name)
@@ -63,7 +64,7 @@ def resolve_scenario(headers: Mapping[str, str], policy: Policy) -> tuple[str, S
         raise InvalidRequest(
             f"unknown scenario {name!r} in {SCENARIO_HEADER}; known scenarios: {known}",
             param=SCENARIO_HEADER,
-            code="unknown_scenario",
+            code=ErrorCode.UNKNOWN_SCENARIO,
         )
     return name, scenario
 

@@ -47,12 +47,14 @@ calls the library; nothing else in the code base raises bare library errors upwa
                                        tried; the body lists the validation errors under "errors"
 
 `RequestError.to_openai()` renders the body `{"error": {"message", "type", "param",
-"code"}}` that OpenAI clients understand.
+"code"}}` that OpenAI clients understand. Codes are members of `router.error_codes.ErrorCode`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
+
+from router.error_codes import ErrorCode
 
 
 class SpilloverError(Exception):
@@ -90,14 +92,32 @@ class RequestError(SpilloverError):
 
     status_code: int = 400
     error_type: str = "invalid_request_error"
+    # an ErrorCode for every error spillover raises; any other string only through `quoting`
     code: str | None = None
     degraded: str = ""  # x-spillover-degraded of the answer when it comes from a degraded mode (router/tiers.py)
 
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None) -> None:
+    def __init__(self, message: str, *, param: str | None = None, code: ErrorCode | None = None) -> None:
         super().__init__(message)
         self.param = param
         if code is not None:
             self.code = code
+
+    @classmethod
+    def quoting(cls, message: str, code: str) -> Self:
+        """The error with a code another system sent, kept verbatim (an upstream's error event after the
+        first byte of a stream, serve_apps/stream_account.py): the one way a code that is not an
+        `ErrorCode` enters an error."""
+        error = cls(message)
+        error.code = code
+        return error
+
+    def with_message(self, message: str) -> Self:
+        """A copy of this error with another message (e.g. scrubbed of a secret); class, code, param
+        and every other field kept."""
+        copy = type(self).__new__(type(self), message)
+        copy.__dict__.update(self.__dict__)
+        copy.message = message
+        return copy
 
     def to_openai(self) -> dict[str, Any]:
         return error_body(self.message, self.error_type, self.code, self.param)
@@ -110,29 +130,29 @@ def error_body(message: str, error_type: str, code: str | None, param: str | Non
 
 class InvalidRequest(RequestError):
     status_code = 400
-    code = "invalid_request"
+    code = ErrorCode.INVALID_REQUEST
 
 
 class ContextLengthExceeded(InvalidRequest):
-    code = "context_length_exceeded"
+    code = ErrorCode.CONTEXT_LENGTH_EXCEEDED
 
 
 class Unauthorized(RequestError):
     status_code = 401
     error_type = "authentication_error"
-    code = "invalid_api_key"
+    code = ErrorCode.INVALID_API_KEY
 
 
 class Forbidden(RequestError):
     status_code = 403
     error_type = "permission_error"
-    code = "forbidden"
+    code = ErrorCode.FORBIDDEN
 
 
 class TenantRateLimited(RequestError):
     status_code = 429
     error_type = "rate_limit_error"
-    code = "tenant_rate_limited"
+    code = ErrorCode.TENANT_RATE_LIMITED
 
     def __init__(self, message: str, *, retry_after_s: float) -> None:
         super().__init__(message)
@@ -140,13 +160,13 @@ class TenantRateLimited(RequestError):
 
 
 class FeedbackRateLimited(TenantRateLimited):
-    code = "feedback_rate_limited"
+    code = ErrorCode.FEEDBACK_RATE_LIMITED
 
 
 class TenantConcurrencyExceeded(RequestError):
     status_code = 429
     error_type = "rate_limit_error"
-    code = "tenant_concurrency_exceeded"
+    code = ErrorCode.TENANT_CONCURRENCY_EXCEEDED
 
     def __init__(self, message: str, *, retry_after_s: float) -> None:
         super().__init__(message)
@@ -159,56 +179,58 @@ class TenantBudgetExceeded(RequestError):
 
     status_code = 402
     error_type = "insufficient_quota"
-    code = "tenant_budget_exceeded"
+    code = ErrorCode.TENANT_BUDGET_EXCEEDED
 
 
 class ModelNotFound(RequestError):
     status_code = 404
-    code = "model_not_found"
+    code = ErrorCode.MODEL_NOT_FOUND
 
 
 class NotFound(RequestError):
     status_code = 404
-    code = "not_found"
+    code = ErrorCode.NOT_FOUND
 
 
 class RouteNotFound(RequestError):
     """No route for the path (404) or the method (405); `status` says which."""
 
-    def __init__(self, message: str, *, status: int = 404, code: str | None = None) -> None:
-        super().__init__(message, code=code or "not_found")
+    code = ErrorCode.NOT_FOUND
+
+    def __init__(self, message: str, *, status: int = 404, code: ErrorCode | None = None) -> None:
+        super().__init__(message, code=code or ErrorCode.NOT_FOUND)
         self.status_code = status
 
 
 class InternalError(RequestError):
     status_code = 500
     error_type = "internal_error"
-    code = "internal_error"
+    code = ErrorCode.INTERNAL_ERROR
 
 
 class IdempotencyConflict(RequestError):
     status_code = 409
-    code = "idempotency_key_in_use"
+    code = ErrorCode.IDEMPOTENCY_KEY_IN_USE
 
 
 class FeedbackExists(RequestError):
     status_code = 409
-    code = "feedback_exists"
+    code = ErrorCode.FEEDBACK_EXISTS
 
 
 class RequestTooLarge(RequestError):
     status_code = 413
-    code = "request_too_large"
+    code = ErrorCode.REQUEST_TOO_LARGE
 
 
 class HeadersTooLarge(RequestError):
     status_code = 431
-    code = "request_headers_too_large"
+    code = ErrorCode.REQUEST_HEADERS_TOO_LARGE
 
 
 class RequestBodyTimeout(RequestError):
     status_code = 408
-    code = "request_body_timeout"
+    code = ErrorCode.REQUEST_BODY_TIMEOUT
 
 
 class LocalCapacityExhausted(RequestError):
@@ -216,7 +238,7 @@ class LocalCapacityExhausted(RequestError):
 
     status_code = 429
     error_type = "rate_limit_error"
-    code = "local_capacity_exhausted"
+    code = ErrorCode.LOCAL_CAPACITY_EXHAUSTED
 
     def __init__(self, message: str, *, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
@@ -226,17 +248,17 @@ class LocalCapacityExhausted(RequestError):
 class UpstreamError(RequestError):
     status_code = 502
     error_type = "upstream_error"
-    code = "upstream_error"
+    code = ErrorCode.UPSTREAM_ERROR
 
 
 class RequestTimeout(UpstreamError):
     status_code = 504
-    code = "request_timeout"
+    code = ErrorCode.REQUEST_TIMEOUT
 
 
 class TargetUnavailable(UpstreamError):
     status_code = 503
-    code = "target_unavailable"
+    code = ErrorCode.TARGET_UNAVAILABLE
 
 
 class ProviderRejected(RequestError):
@@ -247,11 +269,11 @@ class ProviderRejected(RequestError):
     """
 
     status_code = 400
-    code = "provider_rejected"
+    code = ErrorCode.PROVIDER_REJECTED
     KEPT_STATUSES = (400, 404, 422)
 
     def __init__(
-        self, message: str, *, status_code: int = 400, param: str | None = None, code: str | None = None
+        self, message: str, *, status_code: int = 400, param: str | None = None, code: ErrorCode | None = None
     ) -> None:
         super().__init__(message, param=param, code=code)
         self.status_code = status_code if status_code in self.KEPT_STATUSES else 400
@@ -262,20 +284,25 @@ class ProviderContextExceeded(ProviderRejected):
     `context_length_exceeded`, the Messages API's 400 "prompt is too long"): a fact about the
     target, not the request, so the dispatcher fails over to a target with a larger window."""
 
-    code = "context_length_exceeded"
+    code = ErrorCode.CONTEXT_LENGTH_EXCEEDED
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
-        super().__init__(message, status_code=400, param=param, code=self.code)
+        super().__init__(message, status_code=400, param=param, code=ErrorCode.CONTEXT_LENGTH_EXCEEDED)
 
 
 class ProviderRateLimited(TargetUnavailable):
     """A cloud provider answered 429; `retry_after_s` is its Retry-After when it sent one."""
 
     status_code = 429
-    code = "provider_rate_limited"
+    code = ErrorCode.PROVIDER_RATE_LIMITED
 
     def __init__(
-        self, message: str, *, retry_after_s: float | None = None, param: str | None = None, code: str | None = None
+        self,
+        message: str,
+        *,
+        retry_after_s: float | None = None,
+        param: str | None = None,
+        code: ErrorCode | None = None,
     ) -> None:
         super().__init__(message, param=param, code=code)
         self.retry_after_s = retry_after_s
@@ -285,7 +312,7 @@ class ProviderOverloaded(TargetUnavailable):
     """A cloud provider is overloaded for all its users (the Messages API's HTTP 529): not our
     quota and not a broken target; `retry_after_s` is its Retry-After when it sent one."""
 
-    code = "provider_overloaded"
+    code = ErrorCode.PROVIDER_OVERLOADED
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
@@ -300,7 +327,7 @@ class NoCapableModel(RequestError):
     """
 
     status_code = 422
-    code = "no_capable_model"
+    code = ErrorCode.NO_CAPABLE_MODEL
 
     def __init__(self, message: str, *, reasons: list[dict[str, Any]], param: str | None = None) -> None:
         super().__init__(message, param=param)
@@ -317,7 +344,7 @@ class NoTargetFitsContext(NoCapableModel):
     them. Answered as OpenAI does (400 context_length_exceeded), with the same `reasons`."""
 
     status_code = 400
-    code = "context_length_exceeded"
+    code = ErrorCode.CONTEXT_LENGTH_EXCEEDED
 
 
 class CarriedContextRestricted(NoCapableModel):
@@ -325,14 +352,14 @@ class CarriedContextRestricted(NoCapableModel):
     targets none of which can serve the turn: refused rather than sent elsewhere or dropped. The
     message names the turns the constraints came from (router/carried.py)."""
 
-    code = "carried_context_restricted"
+    code = ErrorCode.CARRIED_CONTEXT_RESTRICTED
 
 
 class ContractViolation(UpstreamError):
     """An L1 answer failed its output contract (JSON Schema, tool arguments) and no further
     candidate could be tried; `errors` holds the (bounded) validation errors."""
 
-    code = "contract_violation"
+    code = ErrorCode.CONTRACT_VIOLATION
     usage: tuple[int, int] = (0, 0)  # prompt and completion tokens the violating answer spent
 
     def __init__(self, message: str, *, errors: list[str], param: str | None = None) -> None:
@@ -350,13 +377,13 @@ class DryRunFailed(RequestError):
     scenario's output contract)."""
 
     status_code = 409
-    code = "dry_run_failed"
+    code = ErrorCode.DRY_RUN_FAILED
 
 
 class NonCoreShed(TargetUnavailable):
     """A non-core request shed under shortage so that core requests keep the capacity (router/tiers.py)."""
 
-    code = "non_core_shed"
+    code = ErrorCode.NON_CORE_SHED
     degraded = "shed"  # the x-spillover-degraded value of its answer
 
     def __init__(self, message: str, *, retry_after_s: float = 5.0) -> None:
@@ -365,8 +392,8 @@ class NonCoreShed(TargetUnavailable):
 
 
 class TicketNotFound(NotFound):
-    code = "ticket_not_found"
+    code = ErrorCode.TICKET_NOT_FOUND
 
 
 class TicketAnswerDropped(UpstreamError):
-    code = "ticket_answer_dropped"
+    code = ErrorCode.TICKET_ANSWER_DROPPED

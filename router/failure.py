@@ -14,7 +14,9 @@ scattered over call sites.
                     routing meanwhile: numerics, stalled engine)
     RATE_LIMITED    ProviderRateLimited (429)                  -     yes   -        yes    -
     OVERLOADED      ProviderOverloaded (Anthropic's 529)       -     yes   -        yes    -
-    SERVER          provider_error, upstream_error, unknown    yes   yes   yes      -      -
+    SERVER          provider_error, provider_stream_error      yes   yes   yes      -      -
+                    (an error event before any byte reached
+                    the client), upstream_error, unknown
     PROTOCOL        provider_malformed, provider_reply_too_   -     yes   yes      -      -
                     large (past max_reply_bytes)
     CUT             provider_cut (non-streamed body only)      yes   yes   yes      -      -
@@ -41,6 +43,9 @@ Why the rows differ:
 - OVERLOADED is the provider short of capacity for all its users: like a 429 it says nothing
   about the target's health, so it cools the failure domain (for its Retry-After, else briefly)
   and the request fails over at once instead of waiting on the same target.
+- SERVER holds `provider_stream_error` as well: a provider that sends an error event instead of its
+  answer failed the way a 5xx does. The table is only asked before a stream's first byte reached the
+  client (serve_apps/dispatch.py: nothing is re-sent after it), so a retry duplicates nothing.
 - PROTOCOL is not retried on the same target: a target that answers garbage (or too much of it) tends
   to repeat it.
 - CUT is only classified here for a non-streamed body, i.e. before the client received
@@ -59,7 +64,8 @@ Why the rows differ:
 Classification order: the leaf classes whose meaning is fixed by their type
 (`ProviderRateLimited`, `ProviderOverloaded`, `RequestTimeout`, `ContractViolation`,
 `ProviderContextExceeded`) first; then, for any other
-`UpstreamError`, its `code` (an unknown code is SERVER); then any other `RequestError` is
+`UpstreamError`, its `code` (`UPSTREAM_CODES`, keyed by `router.error_codes.ErrorCode`; an unknown
+code, e.g. one quoted from an upstream's error event, is SERVER); then any other `RequestError` is
 SERVER if its status is >= 500 and CLIENT otherwise. The code table is only consulted for
 `UpstreamError`s, so a provider's own code carried by a `ProviderRejected` can never turn a
 client error into a retryable one.
@@ -72,6 +78,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
+from router.error_codes import ErrorCode
 from router.errors import (
     ContractViolation,
     ProviderContextExceeded,
@@ -140,26 +147,27 @@ RETRY_TABLE: Mapping[FailureClass, Rule] = MappingProxyType(
     }
 )
 
-# `UpstreamError.code` -> class, for the codes the provider adapter and the local engine path
+# `UpstreamError.code` -> class, for the codes the provider adapters and the local engine path
 # raise (see serve_apps/providers/openai_compat.py). Immutable, so not module-level mutable state.
-_UPSTREAM_CODES: Mapping[str, FailureClass] = MappingProxyType(
+UPSTREAM_CODES: Mapping[ErrorCode, FailureClass] = MappingProxyType(
     {
-        "provider_unreachable": FailureClass.TRANSPORT,
-        "target_unavailable": FailureClass.TRANSPORT,
-        "provider_timeout": FailureClass.TIMEOUT,
-        "request_timeout": FailureClass.TIMEOUT,
-        "replicas_stale": FailureClass.TIMEOUT,
-        "replica_fault": FailureClass.TIMEOUT,
-        "provider_rate_limited": FailureClass.RATE_LIMITED,
-        "provider_overloaded": FailureClass.OVERLOADED,
-        "provider_error": FailureClass.SERVER,
-        "upstream_error": FailureClass.SERVER,
-        "provider_malformed": FailureClass.PROTOCOL,
-        "provider_reply_too_large": FailureClass.PROTOCOL,
-        "provider_cut": FailureClass.CUT,
-        "contract_violation": FailureClass.CONTRACT,
-        "provider_auth_failed": FailureClass.AUTH,
-        "provider_not_configured": FailureClass.NOT_CONFIGURED,
+        ErrorCode.PROVIDER_UNREACHABLE: FailureClass.TRANSPORT,
+        ErrorCode.TARGET_UNAVAILABLE: FailureClass.TRANSPORT,
+        ErrorCode.PROVIDER_TIMEOUT: FailureClass.TIMEOUT,
+        ErrorCode.REQUEST_TIMEOUT: FailureClass.TIMEOUT,
+        ErrorCode.REPLICAS_STALE: FailureClass.TIMEOUT,
+        ErrorCode.REPLICA_FAULT: FailureClass.TIMEOUT,
+        ErrorCode.PROVIDER_RATE_LIMITED: FailureClass.RATE_LIMITED,
+        ErrorCode.PROVIDER_OVERLOADED: FailureClass.OVERLOADED,
+        ErrorCode.PROVIDER_ERROR: FailureClass.SERVER,
+        ErrorCode.PROVIDER_STREAM_ERROR: FailureClass.SERVER,
+        ErrorCode.UPSTREAM_ERROR: FailureClass.SERVER,
+        ErrorCode.PROVIDER_MALFORMED: FailureClass.PROTOCOL,
+        ErrorCode.PROVIDER_REPLY_TOO_LARGE: FailureClass.PROTOCOL,
+        ErrorCode.PROVIDER_CUT: FailureClass.CUT,
+        ErrorCode.CONTRACT_VIOLATION: FailureClass.CONTRACT,
+        ErrorCode.PROVIDER_AUTH_FAILED: FailureClass.AUTH,
+        ErrorCode.PROVIDER_NOT_CONFIGURED: FailureClass.NOT_CONFIGURED,
     }
 )
 
@@ -177,7 +185,8 @@ def classify(error: RequestError) -> FailureClass:
     if isinstance(error, ProviderContextExceeded):
         return FailureClass.CAPABILITY
     if isinstance(error, UpstreamError):
-        return _UPSTREAM_CODES.get(error.code or "", FailureClass.SERVER)
+        known = ErrorCode.of(error.code)
+        return FailureClass.SERVER if known is None else UPSTREAM_CODES.get(known, FailureClass.SERVER)
     if error.status_code >= 500:
         return FailureClass.SERVER
     return FailureClass.CLIENT

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from router.error_codes import ErrorCode
 from router.errors import FeedbackExists, InvalidRequest
 from router.openai_request import decode_json
 
@@ -72,7 +73,7 @@ class Feedback:
 
 
 def _bad(message: str, param: str | None) -> InvalidRequest:
-    return InvalidRequest(message, param=param, code="invalid_feedback")
+    return InvalidRequest(message, param=param, code=ErrorCode.INVALID_FEEDBACK)
 
 
 def parse_feedback(raw: bytes) -> FeedbackInput:

@@ -35,6 +35,7 @@ from typing import Any
 
 from router import headers as hdr
 from router.contract_headers import CONTRACT_HEADERS
+from router.error_codes import ErrorCode
 from router.errors import IdempotencyConflict, InvalidRequest
 
 MAX_KEY_LENGTH = 255
@@ -80,7 +81,7 @@ def validate_key(key: str) -> None:
         raise InvalidRequest(
             f"Idempotency-Key must be 1-{MAX_KEY_LENGTH} printable ASCII characters "
             f"(got {len(key)} characters{'' if key.isascii() else ', some not ASCII'})",
-            code="invalid_idempotency_key",
+            code=ErrorCode.INVALID_IDEMPOTENCY_KEY,
         )
 
 
@@ -170,7 +171,7 @@ class IdempotencyStore:
                 raise InvalidRequest(
                     "this Idempotency-Key was already used with a different request body or other contract "
                     "headers (x-business-scenario, x-spillover-*); send a new key for a new request",
-                    code="idempotency_key_reused",
+                    code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
                 )
             if entry.stored is not None:
                 return Replay(copy.deepcopy(entry.stored))

@@ -42,6 +42,7 @@ from jsonschema.validators import extend, validator_for
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource, Unresolvable
 
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
 
 Clock = Callable[[], float]
@@ -66,7 +67,7 @@ def _refuse(uri: str) -> Resource[Any]:
 
 
 def _bad(param: str, message: str) -> InvalidRequest:
-    return InvalidRequest(f"{param} {message}"[:MAX_MESSAGE_CHARS], param=param, code="invalid_json_schema")
+    return InvalidRequest(f"{param} {message}"[:MAX_MESSAGE_CHARS], param=param, code=ErrorCode.INVALID_JSON_SCHEMA)
 
 
 def _specification(schema: Mapping[str, Any]) -> Any:

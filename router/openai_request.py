@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest, ModelNotFound
 
 Kind = Literal["chat", "completions"]
@@ -47,7 +48,7 @@ def parse_body(raw: bytes, kind: Kind) -> ParsedRequest:
     """Decode JSON and check the fields every request of `kind` must have."""
     body = decode_json(raw)
     if not isinstance(body, dict):
-        raise InvalidRequest("request body must be a JSON object", code="invalid_json")
+        raise InvalidRequest("request body must be a JSON object", code=ErrorCode.INVALID_JSON)
 
     model = body.get("model")
     if not isinstance(model, str) or not model:
@@ -80,19 +81,21 @@ def decode_json(raw: bytes) -> Any:
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
     except RecursionError:
-        raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json") from None
+        raise InvalidRequest(
+            f"request body is nested deeper than {MAX_DEPTH} levels", code=ErrorCode.INVALID_JSON
+        ) from None
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError, NaN, an integer past the digit limit
-        raise InvalidRequest(f"request body is not valid JSON: {str(exc)[:200]}", code="invalid_json") from None
+        raise InvalidRequest(f"request body is not valid JSON: {str(exc)[:200]}", code=ErrorCode.INVALID_JSON) from None
     shape = shape_error(value, MAX_DEPTH)
     if shape == "depth":
-        raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels", code="invalid_json")
+        raise InvalidRequest(f"request body is nested deeper than {MAX_DEPTH} levels", code=ErrorCode.INVALID_JSON)
     if shape == "surrogate":
         where = _surrogate_path(value)[:200]
         raise InvalidRequest(
             f"request body holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape) at {where}: "
             "it is not text; send valid Unicode",
             param=where,
-            code="invalid_json",
+            code=ErrorCode.INVALID_JSON,
         )
     return value
 

@@ -65,7 +65,6 @@ class PlanInputs:
     available_providers: frozenset[str]  # providers with a live adapter (enabled, not broken)
     unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why (health red/black, breaker)
     admission_detail: str = ""  # which bound and inputs set admission_limit (calibrated models)
-    latency_ms: Mapping[str, float] = field(default_factory=dict)  # target id -> live latency (serve_apps/live_scores)
     quality: Mapping[str, float] = field(default_factory=dict)  # target id -> learned quality (router/quality.py)
 
 
@@ -76,7 +75,6 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         t.id: TargetState(
             available=(t.kind == "local" or t.provider in inputs.available_providers)
             and t.id not in inputs.unavailable,
-            latency_ms=inputs.latency_ms.get(t.id),
             quality=inputs.quality.get(t.id),
         )
         for t in targets

@@ -6,8 +6,9 @@
         applies the strategy's weight (router/pipeline.py)
 
 Plugins are pure: no I/O, no awaits, no clock reads. Whatever varies per target at run time
-(availability, saturation, observed latency) arrives in a `TargetState` the caller builds from
-its snapshot; what scorers compare against (the most expensive / slowest surviving candidate)
+(availability, observed latency, learned quality) arrives in a `TargetState` the caller builds from
+its snapshot; local pressure is not a plugin's business (router/burst.py decides it after the
+pipeline). What scorers compare against (the most expensive / slowest surviving candidate)
 arrives in `Peers`, computed by the framework over the targets that passed every filter.
 """
 
@@ -25,7 +26,6 @@ class TargetState:
     """Run-time state of one target, from the caller's snapshot; unknowns are None."""
 
     available: bool = True  # health checks / breaker allow sending to it
-    saturation: float | None = None  # router/saturation.py value for local targets
     latency_ms: float | None = None  # observed (e.g. recent p50); overrides the configured expectation
     quality: float | None = None  # learned for the request's bucket (router/quality.py); overrides the configured
 

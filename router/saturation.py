@@ -2,10 +2,11 @@
 
     saturation = max(kv_usage / kv_watermark,
                      gpu_memory_pressure,              (max over the replica's GPUs)
-                     waiting / queue_threshold,
-                     inflight / admission_limit)
+                     waiting / queue_threshold)
 
-`>= 1.0` means saturated. Stale stats count as saturated (`math.inf`), and so does a replica
+`>= 1.0` means saturated. The gateway's in-flight count is not a term: it is per model, not per
+replica (Serve picks the replica), and the burst decision compares it with the model's admission
+limit on its own (router/burst.py). Stale stats count as saturated (`math.inf`), and so does a replica
 whose GPUs could not be read (NVML failed).
 
 GPU memory pressure, per device (the split comes from cluster/gpu_memory.py):
@@ -47,7 +48,7 @@ GIB = 1024**3
 @dataclass(frozen=True)
 class Saturation:
     value: float
-    term: str  # which term binds: kv_cache | gpu_memory | queue | inflight | stale | fault
+    term: str  # which term binds: kv_cache | gpu_memory | queue | stale | fault
     detail: str  # e.g. "kv_usage 0.91 >= 0.85"
     gpu_detail: str = ""  # the GPU memory term's line, also when another term binds ("" without GPUs)
     gpu_pressures: tuple[float, ...] = ()  # each GPU's pressure, in the order of the replica's `gpus`
@@ -80,9 +81,7 @@ def _gpu_line(gpu: GpuMemory, pressure: float, watermark: float) -> str:
     return f"gpu_memory pressure {pressure:.2f} ({what})"
 
 
-def load(
-    stats: ReplicaStats, watermarks: Watermarks, *, inflight: int = 0, admission_limit: int | None = None
-) -> Saturation:
+def load(stats: ReplicaStats, watermarks: Watermarks) -> Saturation:
     """The saturation of a reading regardless of its age (a failed GPU reading counts as stale)."""
     pressures = tuple(gpu_memory_pressure(g, watermarks.gpu_memory) for g in stats.gpus)
     if stats.fault:  # the replica says it must not take traffic: numerics failed, engine stalled
@@ -94,9 +93,6 @@ def load(
         (stats.num_waiting / watermarks.queue, "queue", f"waiting {stats.num_waiting}"),
     ]
     limits = {"kv_cache": f"{watermarks.kv_cache:g}", "queue": f"{watermarks.queue:g}"}
-    if admission_limit:
-        terms.append((inflight / admission_limit, "inflight", f"inflight {inflight}"))
-        limits["inflight"] = f"{admission_limit:g}"
     gpu_detail = ""
     if stats.gpus:  # the most pressed device binds (the first of equals)
         pressure, index = max((p, -i) for i, p in enumerate(pressures))
@@ -131,16 +127,14 @@ def replica_saturation(
     *,
     snapshot: ClusterSnapshot,
     now: float,
-    inflight: int = 0,
-    admission_limit: int | None = None,
 ) -> Saturation:
     """Stale at `now` (stats older than the snapshot's `max_age_s`) or the reading's `load`: the
-    snapshot's own when it was assessed (and no in-flight term is asked for), else computed here."""
-    if not admission_limit and (assessed := assessed_at(stats, snapshot, now)) is not None:
+    snapshot's own when it was assessed, else computed here."""
+    if (assessed := assessed_at(stats, snapshot, now)) is not None:
         return assessed
     if snapshot.is_stale(stats, now):
         return _stale(stats, snapshot, now)
-    return load(stats, watermarks, inflight=inflight, admission_limit=admission_limit)
+    return load(stats, watermarks)
 
 
 def _finite(value: float) -> float | None:

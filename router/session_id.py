@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from router import headers as hdr
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
 
 MAX_SESSION_ID = 128
@@ -44,7 +45,7 @@ def _header_id(value: str) -> str:
         raise InvalidRequest(
             f"{hdr.SESSION} names a session: 1-{MAX_SESSION_ID} printable ASCII characters",
             param=hdr.SESSION,
-            code="invalid_session",
+            code=ErrorCode.INVALID_SESSION,
         )
     return value
 
@@ -54,7 +55,9 @@ def _body_id(value: Any, source: str) -> str | None:
     is keyed by its SHA-256 (the client's value is never refused for its length)."""
     if not isinstance(value, str) or len(value) > MAX_BODY_ID:
         raise InvalidRequest(
-            f"{source} must be a string of at most {MAX_BODY_ID} characters", param=source, code="invalid_session"
+            f"{source} must be a string of at most {MAX_BODY_ID} characters",
+            param=source,
+            code=ErrorCode.INVALID_SESSION,
         )
     if not value:
         return None

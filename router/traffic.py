@@ -28,6 +28,7 @@ from typing import Any
 
 from router.capabilities import Target
 from router.contract import RequestContract
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
 
 ACTIONS = ("drain", "undrain", "pin", "unpin", "switch", "rollback", "clear")
@@ -81,9 +82,9 @@ def parse_command(
     try:
         body: Any = json.loads(raw or b"null")
     except (ValueError, RecursionError):
-        raise InvalidRequest("the body must be a JSON object", code="invalid_traffic_command") from None
+        raise InvalidRequest("the body must be a JSON object", code=ErrorCode.INVALID_TRAFFIC_COMMAND) from None
     if not isinstance(body, dict):
-        raise InvalidRequest('the body must be a JSON object with an "action"', code="invalid_traffic_command")
+        raise InvalidRequest('the body must be a JSON object with an "action"', code=ErrorCode.INVALID_TRAFFIC_COMMAND)
     action = body.get("action")
     if action not in ACTIONS:
         raise _bad("action", f'"action" must be one of {", ".join(ACTIONS)}')
@@ -129,7 +130,7 @@ def parse_command(
 
 
 def _bad(param: str, message: str) -> InvalidRequest:
-    return InvalidRequest(message, param=param, code="invalid_traffic_command")
+    return InvalidRequest(message, param=param, code=ErrorCode.INVALID_TRAFFIC_COMMAND)
 
 
 def _choice(body: Mapping[str, Any], key: str, known: Collection[str], *, required: bool) -> str | None:

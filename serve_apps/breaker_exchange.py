@@ -8,9 +8,13 @@ time). A breaker opened on one replica is therefore honoured by every other one 
 2 × share_period_s — one push, then the other's next pull — tested in
 tests/unit/test_breaker_exchange.py.
 
-An operator reset (`POST /v1/spillover/resilience/reset`) bumps the exchange's epoch and drops
-every stored export; a replica that sees a newer epoch forgets its own breakers too, so a reset on
-one replica is not undone by the copies the others hold.
+An operator reset (`POST /v1/spillover/resilience/reset`) bumps the exchange's epoch, notes what was
+reset (a health key such as `cloud:<provider>`, or everything) and drops every stored export; a replica
+that sees a newer epoch asks for the resets it missed (`resets_since`) and forgets the same breakers
+of its own — a provider's targets and its configured failure domain (`Breakers.reset`), every other
+domain's breakers kept — so a reset on one replica is not undone by the copies the others hold, and
+does not close more on the others than on the replica that was asked. The exchange keeps the last
+`RESETS_KEPT` resets; a replica that missed more forgets everything.
 
 Everything else stays per replica, with these bounds: health machines (each replica probes every
 target itself, so they agree within a probe period), the retry budget (ratio per replica, so the
@@ -38,6 +42,7 @@ log = logging.getLogger("spillover.breaker_exchange")
 
 EXCHANGE_NAME = "spillover-breakers"
 EXCHANGE_NAMESPACE = "spillover"
+RESETS_KEPT = 64  # resets remembered for replicas that have not synced since (one share period each)
 
 
 class BreakerExchange:
@@ -47,6 +52,7 @@ class BreakerExchange:
         self._clock = clock
         self._forget_after_s = forget_after_s
         self._exports: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._resets: dict[int, str | None] = {}  # epoch -> the health key reset then (None: everything)
         self.epoch = 0
 
     def swap(self, replica: str, export: dict[str, Any], epoch_seen: int) -> tuple[int, list[dict[str, Any]]]:
@@ -59,10 +65,21 @@ class BreakerExchange:
         self._exports = {r: (t, e) for r, (t, e) in self._exports.items() if t >= cutoff}
         return self.epoch, [e for r, (_, e) in self._exports.items() if r != replica]
 
-    def reset(self) -> int:
+    def reset(self, key: str | None = None) -> int:
+        """An operator reset of one health key (`cloud:<provider>`, `local:<alias>`) or of everything."""
         self.epoch += 1
         self._exports.clear()
+        self._resets[self.epoch] = key
+        self._resets.pop(self.epoch - RESETS_KEPT, None)
         return self.epoch
+
+    def resets_since(self, epoch_seen: int) -> tuple[int, list[str | None]]:
+        """The current epoch and the keys reset after `epoch_seen`, oldest first; `[None]` (everything)
+        when some of them are no longer kept."""
+        missed = range(epoch_seen + 1, self.epoch + 1)
+        if any(epoch not in self._resets for epoch in missed):
+            return self.epoch, [None]
+        return self.epoch, [self._resets[epoch] for epoch in missed]
 
 
 def get_or_create_exchange() -> ActorHandle:
@@ -78,11 +95,13 @@ def kill_exchange() -> None:
 
 
 Swap = Callable[[str, dict[str, Any], int], Awaitable[tuple[int, list[dict[str, Any]]]]]
+ResetsSince = Callable[[int], Awaitable[tuple[int, list[str | None]]]]
 
 
 class BreakerSync:
-    """One gateway replica's side: push, merge, and follow resets. `swap` is the exchange's
-    `swap` (a Ray actor call in production, a plain object in tests)."""
+    """One gateway replica's side: push, merge, and follow resets. `swap` and `resets_since` are the
+    exchange's methods (Ray actor calls in production, a plain object in tests); without
+    `resets_since` a reset anywhere forgets every breaker here."""
 
     def __init__(
         self,
@@ -91,10 +110,12 @@ class BreakerSync:
         replica: str,
         *,
         period_s: float,
+        resets_since: ResetsSince | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._breakers = breakers
         self._swap = swap
+        self._resets_since = resets_since
         self._replica = replica
         self._period_s = period_s
         self._sleep = sleep
@@ -103,8 +124,12 @@ class BreakerSync:
     async def once(self) -> int:
         """One exchange; returns how many breakers changed here."""
         epoch, others = await self._swap(self._replica, self._breakers.export(), self._epoch)
-        if epoch != self._epoch:
-            self._breakers.reset()  # an operator reset somewhere: forget our copies too
+        if epoch != self._epoch:  # an operator reset somewhere: forget our copies of what it reset
+            keys: list[str | None] = [None]
+            if self._resets_since is not None:
+                epoch, keys = await self._resets_since(self._epoch)
+            for key in dict.fromkeys(keys):
+                self._breakers.reset(key)
             self._epoch = epoch
             return 0
         changed = 0
@@ -129,3 +154,10 @@ def ray_swap(exchange: ActorHandle) -> Swap:
         return await exchange.swap.remote(replica, export, epoch)
 
     return swap
+
+
+def ray_resets_since(exchange: ActorHandle) -> ResetsSince:
+    async def resets_since(epoch: int) -> tuple[int, list[str | None]]:
+        return await exchange.resets_since.remote(epoch)
+
+    return resets_since

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
 
 log = logging.getLogger("spillover.checks")
@@ -176,5 +177,5 @@ class RequestChecks:
             raise InvalidRequest(
                 f"the request's JSON Schemas could not be checked within {self._budget_s:g}s: send smaller schemas",
                 param="tools" if body.get("tools") is not None else "response_format",
-                code="invalid_json_schema",
+                code=ErrorCode.INVALID_JSON_SCHEMA,
             ) from None

@@ -12,6 +12,7 @@ from typing import Any
 
 from router.capabilities import Target
 from router.engine_fields import engine_body
+from router.error_codes import ErrorCode
 from router.errors import TargetUnavailable
 from router.openai_request import Kind
 from router.snapshot import ClusterSnapshot
@@ -70,9 +71,9 @@ class Calls:
                         message = (
                             f"every replica of {model} left routing while waiting for the first byte: {min(faults)}"
                         )
-                        raise TargetUnavailable(message, code="replica_fault")
+                        raise TargetUnavailable(message, code=ErrorCode.REPLICA_FAULT)
                     message = f"every replica of {model} went stale while waiting for the first byte"
-                    raise TargetUnavailable(message, code="replicas_stale")
+                    raise TargetUnavailable(message, code=ErrorCode.REPLICAS_STALE)
         finally:
             if not call.done():
                 call.cancel()

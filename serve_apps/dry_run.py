@@ -19,6 +19,7 @@ from typing import Any
 
 from router.capabilities import Registry, Target
 from router.contract import derive_contract
+from router.error_codes import ErrorCode
 from router.errors import DryRunFailed, InvalidRequest, RequestError
 from router.headers import SCENARIO
 from router.openai_request import parse_body
@@ -36,16 +37,18 @@ def dry_run_body(model: str, sample: Mapping[str, Any]) -> dict[str, Any]:
         raise InvalidRequest(
             f"dry_run takes only {sorted(SAMPLE_FIELDS)}; unknown: {unknown[:5]}",
             param="dry_run",
-            code="invalid_traffic_command",
+            code=ErrorCode.INVALID_TRAFFIC_COMMAND,
         )
     body = {"messages": DEFAULT_MESSAGES, "max_tokens": 64, "temperature": 0, **sample, "model": model}
     try:
         raw = json.dumps(body).encode()
         return parse_body(raw, "chat").body  # the same checks as a client's request
     except RequestError as exc:
-        raise InvalidRequest(f"dry_run: {exc.message}", param="dry_run", code="invalid_traffic_command") from None
+        raise InvalidRequest(
+            f"dry_run: {exc.message}", param="dry_run", code=ErrorCode.INVALID_TRAFFIC_COMMAND
+        ) from None
     except (TypeError, ValueError):
-        raise InvalidRequest("dry_run must be JSON", param="dry_run", code="invalid_traffic_command") from None
+        raise InvalidRequest("dry_run must be JSON", param="dry_run", code=ErrorCode.INVALID_TRAFFIC_COMMAND) from None
 
 
 class DryRun:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from router.error_codes import ErrorCode
 from router.errors import (
     ContextLengthExceeded,
     InvalidRequest,
@@ -65,7 +66,7 @@ def error_in_events(text: str) -> RequestError | None:
             status = info.get("code")
             if isinstance(status, int) and 400 <= status < 500 and status != 429:
                 return InvalidRequest(message)
-            return UpstreamError(f"the engine failed mid-stream: {message}", code="upstream_error")
+            return UpstreamError(f"the engine failed mid-stream: {message}", code=ErrorCode.UPSTREAM_ERROR)
     return None
 
 

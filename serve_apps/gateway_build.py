@@ -43,7 +43,7 @@ from router.idempotency import IdempotencyStore
 from router.snapshot import ClusterSnapshot
 from serve_apps.background_writer import BackgroundWriter
 from serve_apps.board_poller import BoardPoller
-from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_swap
+from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_resets_since, ray_swap
 from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_log import JsonlFile
 from serve_apps.dispatch import Dispatcher
@@ -190,7 +190,13 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     if config.resilience.probes:
         background.append(prober(config, backend, providers, resilience, poller).run())
     exchange = get_or_create_exchange()
-    sync = BreakerSync(resilience.breakers, ray_swap(exchange), env.replica, period_s=config.resilience.share_period_s)
+    sync = BreakerSync(
+        resilience.breakers,
+        ray_swap(exchange),
+        env.replica,
+        period_s=config.resilience.share_period_s,
+        resets_since=ray_resets_since(exchange),
+    )
     background.append(sync.run())
 
     enabled = [p for p in config.cloud.providers if p.name in providers]
@@ -248,7 +254,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         operator=OperatorParts(
             snapshot=poller.latest,
             golden=golden,
-            ops=OpsRoutes(resilience, on_reset=lambda: exchange.reset.remote(), forget=traffic.traffic.forget),
+            ops=OpsRoutes(resilience, on_reset=exchange.reset.remote, forget=traffic.traffic.forget),
             traffic=traffic.routes,
         ),
     )

@@ -55,6 +55,7 @@ from starlette.routing import Route
 
 from router import headers as hdr
 from router.auth import TenantPolicy, narrow_for_tenant
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest, NotFound, RequestError, RequestTimeout, UpstreamError
 from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
 from router.policy import Policy
@@ -303,7 +304,7 @@ class GatewayHTTP:
         self._edge.admin(request)
         headers = self._headers(self._request_id(request))
         if self._snapshot is None:
-            raise NotFound("this gateway has no telemetry source", code="no_telemetry")
+            raise NotFound("this gateway has no telemetry source", code=ErrorCode.NO_TELEMETRY)
         now = self._clock()
         body = {"now": now, "models": list(self._models), **cluster_view(self._snapshot(), now)}
         body["golden"] = self._golden.view() if self._golden is not None else {}

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response
 
 from router import headers as hdr
 from router.auth import Authenticator, TenantPolicy
+from router.error_codes import ErrorCode
 from router.errors import Forbidden, InternalError, RequestError, RouteNotFound
 from serve_apps.http_guards import ClientText, request_id_of
 
@@ -132,9 +133,9 @@ class HttpEdge:
 
     async def on_http_exception(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        codes = {404: "not_found", 405: "method_not_allowed"}
+        codes = {404: ErrorCode.NOT_FOUND, 405: ErrorCode.METHOD_NOT_ALLOWED}
         message = f"{request.method} {request.url.path}: {exc.detail}"
-        error = RouteNotFound(message, status=exc.status_code, code=codes.get(exc.status_code, "http_error"))
+        error = RouteNotFound(message, status=exc.status_code, code=codes.get(exc.status_code, ErrorCode.HTTP_ERROR))
         return self.error(error, self.request_id(request))
 
     async def on_unexpected(self, request: Request, exc: Exception) -> Response:

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from cluster.gateway_config import HttpLimits
+from router.error_codes import ErrorCode
 from router.errors import HeadersTooLarge, RequestBodyTimeout, RequestError
 
 log = logging.getLogger("spillover.http_limits")
@@ -150,7 +151,7 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._refuse(
             RequestBodyTimeout(
                 f"the request's headers did not arrive within gateway.http_limits.header_timeout_s = {timeout:g}s",
-                code="request_header_timeout",
+                code=ErrorCode.REQUEST_HEADER_TIMEOUT,
             )
         )
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from starlette.responses import JSONResponse, Response
 
 from router import headers as hdr
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
 from router.idempotency import Fresh, IdempotencyStore, StoredResponse, fingerprint, validate_key
 from router.openai_request import decode_json
@@ -55,7 +56,7 @@ class IdempotentReplies:
             raise InvalidRequest(
                 "Idempotency-Key works with non-streamed requests only (a stream cannot be replayed)",
                 param=KEY_HEADER,
-                code="idempotency_not_supported",
+                code=ErrorCode.IDEMPOTENCY_NOT_SUPPORTED,
             )
         begun = await self._store.begin(tenant, key, fingerprint(body, headers), wait_s=self._wait_s)
         if not isinstance(begun, Fresh):

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.decision import DecisionStore
+from router.error_codes import ErrorCode
 from router.errors import NotFound
 from router.feedback import parse_feedback
 from serve_apps.decision_routes import owner_of
@@ -57,7 +58,7 @@ class LearningRoutes:
             edge.admin(request)
             book = self.learning.quality
             if book is None:
-                raise NotFound("learning.quality.enabled is false", code="quality_disabled")
+                raise NotFound("learning.quality.enabled is false", code=ErrorCode.QUALITY_DISABLED)
             return JSONResponse(book.view(), headers=edge.headers_for(request))
 
         return [

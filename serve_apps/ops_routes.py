@@ -10,9 +10,9 @@
                                          `black_retry_s`; with gateway auth only an `admin` tenant
                                          may call it (403 otherwise)
 
-The view is this replica's. A reset clears this replica and bumps the breaker exchange's epoch, so
-the other replicas drop their breakers at their next exchange (their health machines they keep:
-call each replica, or wait for their probes).
+The view is this replica's. A reset clears this replica and tells the breaker exchange what it reset, so
+the other replicas drop the same breakers (that target's, or all) at their next exchange (their health
+machines they keep: call each replica, or wait for their probes).
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ class OpsRoutes:
     def __init__(
         self,
         resilience: Resilience,
-        on_reset: Callable[[], Awaitable[Any]] | None = None,
+        on_reset: Callable[[str | None], Awaitable[Any]] | None = None,
         forget: Callable[[str | None], list[str]] | None = None,
     ) -> None:
-        """`on_reset` tells the other gateway replicas (serve_apps.breaker_exchange); `forget`
-        drops the live health scores and their routing weights (serve_apps/live_scores.py)."""
+        """`on_reset(target)` tells the other gateway replicas what was reset (serve_apps.breaker_exchange);
+        `forget` drops the live health scores and their routing weights (serve_apps/live_scores.py)."""
         self._resilience = resilience
         self._on_reset = on_reset
         self._forget = forget
@@ -62,7 +62,7 @@ class OpsRoutes:
             target = _target(await request.body())  # after the key check; bounded by BodyLimit
             reset = self._resilience.reset(target) + (self._forget(target) if self._forget is not None else [])
             if self._on_reset is not None:
-                await self._on_reset()
+                await self._on_reset(target)
             return JSONResponse({"reset": reset}, headers=edge.headers_for(request))
 
         return [

@@ -82,7 +82,9 @@ class Resilience:
         self._wall = wall
         self._rng = rng or random.Random()
         self.max_retry_after_s = r.retry.max_retry_after_s
-        self.breakers = Breakers(r.breaker, clock, wall=wall)
+        providers = config.cloud.providers
+        self._domains = {p.name: p.failure_domain for p in providers}
+        self.breakers = Breakers(r.breaker, clock, wall=wall, failure_domains=self._domains)
         self.health = HealthBoard(r.health, clock)  # the config section is the machine's settings
         retry = r.retry
         self.budget = RetryBudget(
@@ -90,9 +92,7 @@ class Resilience:
         )
         self.backoff = Backoff(base_s=retry.backoff_base_s, cap_s=retry.backoff_cap_s, rng=self._rng)
         self.max_attempts = retry.max_attempts
-        providers = config.cloud.providers
         self.quotas = Quotas({p.name: (p.rpm, p.tpm) for p in providers}, clock=clock)
-        self._domains = {p.name: p.failure_domain for p in providers}
         self.spend = spend
         self._policy_cache: tuple[float, Policy] | None = None
         self._stale_red_s = r.health.stale_red_s

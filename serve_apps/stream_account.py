@@ -37,6 +37,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from router.error_codes import ErrorCode
 from router.errors import RequestError, UpstreamError
 from router.tool_calls import StreamedMessage
 
@@ -129,7 +130,7 @@ class Tally:
         if "error" in chunk:
             error = chunk["error"]
             code = error.get("code") if isinstance(error, dict) else None
-            self.error_event = str(code or "upstream_error")[:80]
+            self.error_event = str(code or ErrorCode.UPSTREAM_ERROR)[:80]
             return True
         choices = chunk.get("choices")
         usage = chunk.get("usage")
@@ -178,7 +179,7 @@ async def accounted(
         else:
             exhausted = True
         if not tally.done:  # ambiguous: the clean error event, and a continuation may finish it
-            raise UpstreamError("the stream ended before [DONE]", code="stream_cut")
+            raise UpstreamError("the stream ended before [DONE]", code=ErrorCode.STREAM_CUT)
         if tally.error_event is None and check is not None:
             verdict = await check(tally.message)
             if verdict.violation is not None:
@@ -186,7 +187,7 @@ async def accounted(
                 raise verdict.violation
         if tally.error_event is not None:
             outcome = "cut"
-            error = UpstreamError("the stream failed after its first byte", code=tally.error_event)
+            error = UpstreamError.quoting("the stream failed after its first byte", tally.error_event)
         else:
             outcome = "ok"
         yield DONE
@@ -196,7 +197,9 @@ async def accounted(
         raise
     except Exception as exc:
         outcome, exhausted = "cut", True
-        error = UpstreamError(f"the stream failed after its first byte ({type(exc).__name__})", code="stream_cut")
+        error = UpstreamError(
+            f"the stream failed after its first byte ({type(exc).__name__})", code=ErrorCode.STREAM_CUT
+        )
         raise
     finally:
         prompt, completion, source = tally.tokens(est_prompt_tokens)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from router.capabilities import Target
 from router.decision import Attempt, DecisionRecord, DecisionStore
+from router.error_codes import ErrorCode
 from router.errors import UpstreamError
 from router.quota import Reservation
 from serve_apps.dispatch_types import DispatchObserver
@@ -58,7 +59,7 @@ def book_stream_end(
     target = streamed.target
     loop = streamed.loop(end.text, end.finish_reason) if streamed.loop and end.outcome == "ok" else None
     if end.outcome in ("cut", "contract_violation"):
-        resilience.failed(target, end.error or UpstreamError("the stream failed", code="stream_cut"))
+        resilience.failed(target, end.error or UpstreamError("the stream failed", code=ErrorCode.STREAM_CUT))
     elif loop is not None:  # a greedy loop (serve_apps/output_loops.py): an output failure, flagged
         resilience.output_failed(target)
         end = replace(end, contract_errors=(*end.contract_errors, f"{LOOP_FLAG}: {loop}"))

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router import traffic as doc_ops
+from router.error_codes import ErrorCode
 from router.errors import DryRunFailed, InvalidRequest, RequestError, TicketAnswerDropped, TicketNotFound
 from router.headers import DEGRADED, TICKET
 from router.tickets import TicketStore
@@ -97,7 +98,9 @@ class TrafficRoutes:
         model, standby, primary = command.model or "", command.target or "", command.primary or ""
         for key, endpoint in (("primary", primary), ("standby", standby)):
             if self._dry_run.target(model, endpoint) is None:
-                raise InvalidRequest(f"{endpoint} does not serve {model}", param=key, code="invalid_traffic_command")
+                raise InvalidRequest(
+                    f"{endpoint} does not serve {model}", param=key, code=ErrorCode.INVALID_TRAFFIC_COMMAND
+                )
         try:
             answer = await self._dry_run.run(model, command.scenario, standby, command.dry_run)
         except DryRunFailed as exc:

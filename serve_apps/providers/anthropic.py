@@ -30,6 +30,7 @@ import httpx
 from cluster.cloud_config import DEFAULT_MAX_REPLY_BYTES
 from router import headers as hdr
 from router.capabilities import ProviderModel
+from router.error_codes import ErrorCode
 from router.errors import ProviderOverloaded, RequestError, UpstreamError
 from serve_apps.providers.anthropic_wire import ChunkTranslator, chat_completion, malformed, messages_request
 from serve_apps.providers.bounded import loads
@@ -137,7 +138,7 @@ def anthropic_status_error(
         return ProviderOverloaded(message, retry_after_s=retry_after_s(headers))
     if status == 402:
         message = f"{who} refused our account (HTTP 402, billing); check its plan or credits"
-        return UpstreamError(message, code="provider_auth_failed")
+        return UpstreamError(message, code=ErrorCode.PROVIDER_AUTH_FAILED)
     if status == 504:
         return status_error(provider, 408, headers, content, redact)
     return status_error(provider, status, headers, content, redact)
@@ -199,9 +200,9 @@ class AnthropicEventStream(ResponseEvents):
         try:
             chunks = self._translator.feed(event, data)
         except UpstreamError as exc:  # an error event quotes the provider: scrub our key from it
-            raise UpstreamError(self._redact(exc.message), code=exc.code) from None
+            raise exc.with_message(self._redact(exc.message)) from None
         self.tolerance.valid({"choices": [c for chunk in chunks for c in chunk.get("choices") or []]})
         return [f"data: {json.dumps(c, separators=(',', ':'))}\n\n" for c in chunks]
 
     def _cut(self, reason: str) -> UpstreamError:
-        return UpstreamError(f"cloud provider {self._provider!r}: {reason}", code="provider_cut")
+        return UpstreamError(f"cloud provider {self._provider!r}: {reason}", code=ErrorCode.PROVIDER_CUT)

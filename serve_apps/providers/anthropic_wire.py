@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from router.error_codes import ErrorCode
 from router.errors import InvalidRequest, ProviderRejected, UpstreamError
 from serve_apps.providers.bounded import loads
 
@@ -229,7 +230,7 @@ def _tool_choice(choice: Any, parallel: Any) -> dict[str, Any] | None:
 
 
 def malformed(provider: str, what: str) -> UpstreamError:
-    return UpstreamError(f"cloud provider {provider!r} sent {what}", code="provider_malformed")
+    return UpstreamError(f"cloud provider {provider!r} sent {what}", code=ErrorCode.PROVIDER_MALFORMED)
 
 
 def chat_completion(message: Any, created: int, provider: str) -> dict[str, Any]:
@@ -319,7 +320,7 @@ class ChunkTranslator:
             detail = error.get("message") if isinstance(error, dict) else error
             raise UpstreamError(
                 f"cloud provider {self._provider!r} failed mid-stream: {str(detail)[:500]}",
-                code="provider_stream_error",
+                code=ErrorCode.PROVIDER_STREAM_ERROR,
             )
         handler = getattr(self, f"_on_{kind}", None) if isinstance(kind, str) and kind.isidentifier() else None
         return handler(data) if handler is not None else []  # ping and unknown events carry nothing

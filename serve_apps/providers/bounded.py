@@ -27,17 +27,17 @@ from typing import Any
 
 import httpx
 
+from router.error_codes import ErrorCode
 from router.errors import UpstreamError
 from router.openai_request import MAX_DEPTH, shape_error
 
-TOO_LARGE = "provider_reply_too_large"
 ERROR_BODY_BYTES = 64 * 1024  # of a non-2xx answer: its message and code are at the start
 
 
 def too_large(provider: str, limit: int) -> UpstreamError:
     return UpstreamError(
         f"cloud provider {provider!r} sent a reply larger than its max_reply_bytes = {limit} bytes (dropped)",
-        code=TOO_LARGE,
+        code=ErrorCode.PROVIDER_REPLY_TOO_LARGE,
     )
 
 

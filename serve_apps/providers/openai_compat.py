@@ -50,6 +50,7 @@ import httpx
 from cluster.cloud_config import CloudProvider
 from router import headers as hdr
 from router.capabilities import provider_model_name
+from router.error_codes import ErrorCode
 from router.errors import (
     ModelNotFound,
     ProviderContextExceeded,
@@ -189,11 +190,11 @@ class OpenAICompatProvider:
             response = await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             message = f"cloud provider {self.name!r} did not answer within {self._provider.timeout_s:g} s"
-            raise TargetUnavailable(f"{message} ({type(exc).__name__})", code="provider_timeout") from None
+            raise TargetUnavailable(f"{message} ({type(exc).__name__})", code=ErrorCode.PROVIDER_TIMEOUT) from None
         except httpx.RequestError as exc:
             detail = redact(str(exc))[:_MAX_DETAIL]
             message = f"cloud provider {self.name!r} is unreachable ({type(exc).__name__}: {detail})"
-            raise TargetUnavailable(message, code="provider_unreachable") from None
+            raise TargetUnavailable(message, code=ErrorCode.PROVIDER_UNREACHABLE) from None
         if self._on_headers is not None:  # rate-limit headers feed the provider's quota (serve_apps/resilience.py)
             try:
                 self._on_headers(self.name, response.headers)
@@ -218,17 +219,17 @@ class OpenAICompatProvider:
             if not content_type.startswith("text/event-stream"):
                 await self._read(response, error=True)
                 message = f"cloud provider {self.name!r} answered a stream request with {content_type or 'no type'}"
-                raise UpstreamError(message, code="provider_malformed")
+                raise UpstreamError(message, code=ErrorCode.PROVIDER_MALFORMED)
             events = ProviderEventStream(response, self.name, redact, max_bytes=self._provider.max_reply_bytes)
             return ProviderReply(status=status, headers=headers, chunks=events)
         content = await self._read(response)
         body = loads(content)
         if isinstance(body, dict) and "error" in body:
             detail = redact(_error_detail(content)[0])[:_MAX_DETAIL]
-            raise UpstreamError(f"cloud provider {self.name!r} failed: {detail}", code="provider_error")
+            raise UpstreamError(f"cloud provider {self.name!r} failed: {detail}", code=ErrorCode.PROVIDER_ERROR)
         if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
             message = f"cloud provider {self.name!r} sent a body that is not a chat completion (HTTP {status})"
-            raise UpstreamError(message, code="provider_malformed")
+            raise UpstreamError(message, code=ErrorCode.PROVIDER_MALFORMED)
         return ProviderReply(status=status, headers=headers, body=body)
 
     async def _read(self, response: httpx.Response, *, error: bool = False) -> bytes:
@@ -240,7 +241,7 @@ class OpenAICompatProvider:
             return await read_body(response, self._provider.max_reply_bytes, self.name)
         except httpx.RequestError as exc:
             message = f"cloud provider {self.name!r}: the connection failed while reading the response"
-            raise UpstreamError(f"{message} ({type(exc).__name__})", code="provider_cut") from None
+            raise UpstreamError(f"{message} ({type(exc).__name__})", code=ErrorCode.PROVIDER_CUT) from None
         finally:
             await response.aclose()
 
@@ -260,7 +261,7 @@ class OpenAICompatProvider:
         if not key:
             log.warning("cloud provider %s: environment variable %s (its API key) is not set", self.name, variable)
             message = f"cloud provider {self.name!r} has no API key configured"
-            raise TargetUnavailable(message, code="provider_not_configured")
+            raise TargetUnavailable(message, code=ErrorCode.PROVIDER_NOT_CONFIGURED)
         return key
 
 
@@ -275,15 +276,15 @@ def status_error(
         return ProviderRateLimited(f"{who} is rate limiting (HTTP 429): {detail}", retry_after_s=retry_after_s(headers))
     if status in (401, 403):
         message = f"{who} refused our credentials (HTTP {status}); check its API key"
-        return UpstreamError(message, code="provider_auth_failed")
+        return UpstreamError(message, code=ErrorCode.PROVIDER_AUTH_FAILED)
     if status == 408:
-        return TargetUnavailable(f"{who} timed out (HTTP 408): {detail}", code="provider_timeout")
+        return TargetUnavailable(f"{who} timed out (HTTP 408): {detail}", code=ErrorCode.PROVIDER_TIMEOUT)
     if context_exceeded(status, content):
         return ProviderContextExceeded(f"{who} says the prompt does not fit its context window: {detail}", param=param)
     if 400 <= status < 500:
         message = f"{who} rejected the request (HTTP {status}): {detail}"
         return ProviderRejected(message, status_code=status, param=param)
-    return UpstreamError(f"{who} failed (HTTP {status}): {detail}", code="provider_error")
+    return UpstreamError(f"{who} failed (HTTP {status}): {detail}", code=ErrorCode.PROVIDER_ERROR)
 
 
 def retry_after_s(headers: Mapping[str, str]) -> float | None:

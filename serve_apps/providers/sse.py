@@ -19,6 +19,7 @@ from typing import Protocol
 import httpx
 
 from cluster.cloud_config import DEFAULT_MAX_REPLY_BYTES
+from router.error_codes import ErrorCode
 from router.errors import UpstreamError
 from serve_apps.providers.bounded import BoundedLines, loads
 from serve_apps.providers.tolerance import StreamTolerance
@@ -104,17 +105,17 @@ class ProviderEventStream(ResponseEvents):
         chunk = loads(payload)  # too deep, or a lone surrogate: malformed like any other bad event
         if not isinstance(chunk, dict):
             message = f"cloud provider {self._provider!r} sent a stream event that is not a JSON object"
-            self.tolerance.malformed(UpstreamError(message, code="provider_malformed"))
+            self.tolerance.malformed(UpstreamError(message, code=ErrorCode.PROVIDER_MALFORMED))
             return None
         if "error" in chunk:
             error = chunk["error"]
             detail = error.get("message") if isinstance(error, dict) else error
             message = f"cloud provider {self._provider!r} failed mid-stream: {self._redact(str(detail))[:500]}"
-            raise UpstreamError(message, code="provider_stream_error")
+            raise UpstreamError(message, code=ErrorCode.PROVIDER_STREAM_ERROR)
         self.tolerance.valid(chunk)
         if "\n" in payload:
             payload = json.dumps(chunk, separators=(",", ":"))
         return f"data: {payload}\n\n"
 
     def _cut(self, reason: str) -> UpstreamError:
-        return UpstreamError(f"cloud provider {self._provider!r}: {reason}", code="provider_cut")
+        return UpstreamError(f"cloud provider {self._provider!r}: {reason}", code=ErrorCode.PROVIDER_CUT)

@@ -176,6 +176,7 @@ def overload_options(tmp_path: Path, **kw: Any) -> OverloadOptions:
     return OverloadOptions(**{**base, **kw})
 
 
+@pytest.mark.realtime  # arrivals on the wall clock (start_s within 0.25 s): scripts/test runs it at normal priority
 def test_run_against_a_scripted_gateway(tmp_path: Path) -> None:
     seen: list[dict[str, str]] = []
     outcome = run_overload(overload_options(tmp_path), transport=scripted_gateway(seen))

@@ -302,3 +302,18 @@ def test_reset_forgets_the_breakers_of_one_provider_or_of_all() -> None:
     # (allows() created sim's breakers again, closed)
     assert sorted(board.reset()) == ["domain:other", "domain:sim", "target:cloud:other/m", "target:cloud:sim/m"]
     assert board.states() == {}
+
+
+def test_reset_of_a_provider_forgets_its_configured_domain_and_leaves_the_others() -> None:
+    """p and q share the failure domain `acct` (cloud.providers[].domain); r is its own domain."""
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock, failure_domains={"p": "acct", "q": "acct", "r": "r"})
+    board.cool_domain("acct", 30)
+    board.cool_domain("r", 30)
+    board.cool_domain("p", 30)  # a domain merely named like the provider is not p's domain
+    assert board.domain_of("cloud:p") == "acct" and board.domain_of("cloud:s") == "s"
+    assert board.domain_of("local:qwen") == "local:qwen"
+    assert sorted(board.reset("cloud:p")) == ["domain:acct"]
+    assert board.allows("cloud:q/m", "acct")[0]  # the shared domain is closed for q too
+    assert not board.allows("cloud:r/m", "r")[0]
+    assert board.states()["domain:p"] == "open"

@@ -38,18 +38,17 @@ def snap(*replicas: ReplicaStats) -> ClusterSnapshot:
 
 
 @pytest.mark.parametrize(
-    ("stats", "inflight", "limit", "value", "term"),
+    ("stats", "value", "term"),
     [
-        (replica(kv=0.425), 0, None, 0.5, "kv_cache"),
-        (replica(kv=0.935), 0, None, 1.1, "kv_cache"),
-        (replica(kv=0.1, waiting=12), 0, None, 1.5, "queue"),
-        (replica(kv=0.1, gpu=0.99), 0, None, 0.99 / 0.95, "gpu_memory"),  # no engine on it: used / (wm x total)
-        (replica(kv=0.1), 6, 4, 1.5, "inflight"),
-        (replica(kv=0.1, age=3.0), 0, None, math.inf, "stale"),
+        (replica(kv=0.425), 0.5, "kv_cache"),
+        (replica(kv=0.935), 1.1, "kv_cache"),
+        (replica(kv=0.1, waiting=12), 1.5, "queue"),
+        (replica(kv=0.1, gpu=0.99), 0.99 / 0.95, "gpu_memory"),  # no engine on it: used / (wm x total)
+        (replica(kv=0.1, age=3.0), math.inf, "stale"),
     ],
 )
-def test_saturation_terms(stats: ReplicaStats, inflight: int, limit: int | None, value: float, term: str) -> None:
-    sat = replica_saturation(stats, WM, snapshot=snap(stats), now=NOW, inflight=inflight, admission_limit=limit)
+def test_saturation_terms(stats: ReplicaStats, value: float, term: str) -> None:
+    sat = replica_saturation(stats, WM, snapshot=snap(stats), now=NOW)
     assert sat.term == term
     assert sat.value == pytest.approx(value)
     assert sat.saturated == (value >= 1.0)
@@ -80,8 +79,6 @@ def inputs(**kw: object) -> BurstInputs:
         ((replica("a", kv=0.2),), {"inflight": 3, "admission_limit": 4}, "local", "local capacity"),
         ((replica("a", kv=0.2, age=2.0),), {}, "cloud", "stats 2.0s old > 1s"),
         ((), {}, "cloud", "no replica of m has reported engine stats"),
-        ((replica("a", kv=0.2),), {"healthy": False}, "cloud", "failed its health check"),
-        ((replica("a", kv=0.2),), {"healthy": False, "local_only": True}, "wait", "failed its health check"),
     ],
 )
 def test_decide(replicas: tuple[ReplicaStats, ...], kw: dict, route: str, reason_part: str) -> None:

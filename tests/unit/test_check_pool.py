@@ -132,6 +132,7 @@ def with_schema(properties: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.realtime  # its held checks run on the derive budget (wall clock): scripts/test runs it at normal priority
 async def test_check_pool_isolates_tenants() -> None:
     """Eight requests of one tenant with large schemas (the derive of each checks its schema in the pool;
     the gate holds them there): a request of another tenant without schemas is answered meanwhile, and

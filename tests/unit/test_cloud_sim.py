@@ -1,70 +1,24 @@
-"""The cloud simulator: replies, timing, capacity, faults, API key, control endpoints, request
-log (in-process through httpx.ASGITransport), and the real server as a subprocess."""
+"""The cloud simulator: replies, timing, capacity, API key, control endpoints, request log (in-process
+through httpx.ASGITransport). Its faults: tests/unit/test_cloud_sim_faults.py; the helpers both use:
+tests/unit/cloud_sim_client.py."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
-from bench.cloud_sim import Fault, SimSettings, build_app, decide_fault
-from bench.cloud_sim.server import CloudSim
-
-REPO = Path(__file__).resolve().parents[2]
-QUESTION = "What is the capital of France?"
-
-
-class RecordingSleep:
-    """Records each requested delay; returns at once (or when `gate` opens)."""
-
-    def __init__(self, gate: asyncio.Event | None = None) -> None:
-        self.calls: list[float] = []
-        self.gate = gate
-
-    async def __call__(self, seconds: float) -> None:
-        self.calls.append(seconds)
-        if self.gate is not None:
-            await self.gate.wait()
-        await asyncio.sleep(0)
-
-
-def make_sim(log_path: Path | None = None, *, seed: int = 7, sleep: Any = None, **overrides: Any) -> CloudSim:
-    settings = SimSettings(**{"models": ("sim-a", "sim-b"), "ttft_s": 0.0, "tokens_per_s": 0.0, **overrides})
-    app = build_app(
-        settings,
-        rng=random.Random(seed),
-        clock=lambda: 1_700_000_000.0,
-        sleep=sleep or RecordingSleep(),
-        log_path=log_path,
-    )
-    return app.state.cloud_sim
-
-
-@asynccontextmanager
-async def client_for(sim: CloudSim, **headers: str) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=sim.app, raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://sim", headers=headers) as client:
-        yield client
-
-
-def chat(model: str = "sim-a", text: str = QUESTION, **extra: Any) -> dict[str, Any]:
-    return {"model": model, "messages": [{"role": "user", "content": text}], **extra}
-
-
-def sse_payloads(text: str) -> list[str]:
-    return [block.removeprefix("data: ") for block in text.split("\n\n") if block]
-
-
-def streamed_text(payloads: list[str]) -> str:
-    chunks = [json.loads(p) for p in payloads if p != "[DONE]"]
-    return "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+from tests.unit.cloud_sim_client import (
+    QUESTION,
+    RecordingSleep,
+    chat,
+    client_for,
+    make_sim,
+    sse_payloads,
+    streamed_text,
+)
 
 
 async def test_json_reply_has_openai_shape_and_word_usage() -> None:
@@ -204,85 +158,6 @@ async def test_latency_follows_ttft_and_token_rate() -> None:
     assert sleep.calls == [0.5] + [pytest.approx(0.1)] * 7
 
 
-async def test_server_error_fault() -> None:
-    async with client_for(make_sim(error_5xx_rate=1.0)) as client:
-        statuses = [(await client.post("/v1/chat/completions", json=chat())) for _ in range(6)]
-    assert {r.status_code for r in statuses} <= {500, 502, 503}
-    assert all(r.json()["error"]["type"] == "server_error" for r in statuses)
-
-
-async def test_rate_limit_fault_sends_retry_after() -> None:
-    async with client_for(make_sim(rate_limit_rate=1.0, retry_after_s=2.5)) as client:
-        response = await client.post("/v1/chat/completions", json=chat())
-    assert response.status_code == 429
-    assert response.headers["retry-after"] == "3" and response.headers["retry-after-ms"] == "2500"
-    assert response.json()["error"]["code"] == "rate_limit_exceeded"
-
-
-async def test_timeout_fault_hangs_for_hang_s_then_504() -> None:
-    sleep = RecordingSleep()
-    async with client_for(make_sim(sleep=sleep, timeout_rate=1.0, hang_s=12.0)) as client:
-        response = await client.post("/v1/chat/completions", json=chat())
-    assert sleep.calls == [12.0]
-    assert response.status_code == 504 and response.json()["error"]["code"] == "timeout"
-
-
-async def test_midstream_cut_drops_the_stream_before_done() -> None:
-    sim = make_sim(midstream_cut_rate=1.0)
-    async with client_for(sim) as client:
-        response = await client.post("/v1/chat/completions", json=chat(stream=True))
-        cut_json = await client.post("/v1/chat/completions", json=chat())
-    payloads = sse_payloads(response.text)
-    assert response.status_code == 200 and "[DONE]" not in payloads
-    assert 2 <= len(payloads) < 9 and all(json.loads(p) for p in payloads)
-    with pytest.raises(ValueError):
-        json.loads(cut_json.text)
-    assert sim.inflight == 0
-
-
-async def test_malformed_fault_sends_invalid_json() -> None:
-    async with client_for(make_sim(malformed_rate=1.0)) as client:
-        plain = await client.post("/v1/chat/completions", json=chat())
-        streamed = await client.post("/v1/chat/completions", json=chat(stream=True))
-    assert plain.status_code == 200
-    with pytest.raises(ValueError):
-        json.loads(plain.text)
-    payloads = sse_payloads(streamed.text)
-    with pytest.raises(ValueError):
-        json.loads(payloads[1])
-
-
-def test_fault_draw_uses_consecutive_bands() -> None:
-    settings = SimSettings(error_5xx_rate=0.2, rate_limit_rate=0.2, timeout_rate=0.2, malformed_rate=0.2)
-
-    class Fixed(random.Random):
-        def __init__(self, value: float) -> None:
-            super().__init__(0)
-            self.value = value
-
-        def random(self) -> float:
-            return self.value
-
-    draws = {v: decide_fault(settings, Fixed(v)) for v in (0.1, 0.3, 0.5, 0.7, 0.9)}
-    assert draws == {
-        0.1: Fault.ERROR_5XX,
-        0.3: Fault.RATE_LIMIT,
-        0.5: Fault.TIMEOUT,
-        0.7: Fault.MALFORMED,
-        0.9: Fault.NONE,
-    }
-
-
-async def test_faults_repeat_for_the_same_seed() -> None:
-    async def statuses(seed: int) -> list[int]:
-        async with client_for(make_sim(seed=seed, error_5xx_rate=0.3, rate_limit_rate=0.3)) as client:
-            return [(await client.post("/v1/chat/completions", json=chat())).status_code for _ in range(40)]
-
-    first, again, other = await statuses(1), await statuses(1), await statuses(2)
-    assert first == again != other
-    assert 5 <= first.count(200) <= 30 and 5 <= first.count(429) <= 25
-
-
 async def test_capacity_beyond_max_concurrency_is_429_until_a_slot_frees() -> None:
     gate = asyncio.Event()
     sim = make_sim(sleep=RecordingSleep(gate), max_concurrency=1, ttft_s=1.0, retry_after_s=4)
@@ -394,30 +269,6 @@ async def test_request_log_has_one_line_per_request_and_no_credentials(tmp_path:
     assert records[6]["error"] == "invalid_api_key"
     text = log_path.read_text().lower()
     assert "authorization" not in text and "s3cret" not in text and "bearer" not in text
-
-
-async def test_schema_invalid_fault_breaks_only_json_schema_answers() -> None:
-    import random as _random
-
-    import httpx as _httpx
-
-    from bench.cloud_sim import SimSettings as _Settings
-    from bench.cloud_sim import build_app as _build
-
-    app = _build(_Settings(schema_invalid_rate=1.0, ttft_s=0, tokens_per_s=0), rng=_random.Random(0))
-    schema = {"type": "object", "properties": {"capital": {"type": "string"}}, "required": ["capital"]}
-    fmt = {"type": "json_schema", "json_schema": {"name": "c", "schema": schema}}
-    async with _httpx.AsyncClient(transport=_httpx.ASGITransport(app=app), base_url="http://sim") as client:
-        with_schema = await client.post(
-            "/v1/chat/completions",
-            json={"model": "sim-smollm2", "messages": [{"role": "user", "content": "x"}], "response_format": fmt},
-        )
-        plain = await client.post(
-            "/v1/chat/completions", json={"model": "sim-smollm2", "messages": [{"role": "user", "content": "x"}]}
-        )
-    content = with_schema.json()["choices"][0]["message"]["content"]
-    assert with_schema.status_code == 200 and "capital" not in json.loads(content)
-    assert plain.json()["choices"][0]["message"]["content"].startswith("[cloud-sim:")
 
 
 async def test_request_log_shows_the_system_texts_and_how_many_messages_not_the_turns(tmp_path: Path) -> None:

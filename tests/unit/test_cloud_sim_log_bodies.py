@@ -12,7 +12,7 @@ from bench.cloud_sim import SimSettings, build_app
 from bench.cloud_sim.cli import add_cloud_sim_parser
 from bench.cloud_sim.request_log import BODY_BYTES
 from bench.cloud_sim.server import CloudSim
-from tests.unit.test_cloud_sim import chat, client_for
+from tests.unit.cloud_sim_client import chat, client_for
 
 
 def _sim(log_path: Path, bodies: bool) -> CloudSim:

@@ -13,7 +13,7 @@ from cluster.cloud_config import CloudProvider
 from router.errors import ProviderRejected, UpstreamError
 from router.failure import FailureClass, classify
 from serve_apps.providers import OpenAICompatProvider
-from tests.unit.test_cloud_sim import chat, client_for, make_sim
+from tests.unit.cloud_sim_client import chat, client_for, make_sim
 
 
 async def test_an_outage_answers_503_on_chat_and_models_but_not_healthz() -> None:

@@ -18,7 +18,7 @@ import pytest
 from cluster.cloud_config import CloudProvider
 from router.errors import TargetUnavailable, UpstreamError
 from serve_apps.providers import OpenAICompatProvider
-from tests.unit.test_cloud_sim import chat
+from tests.unit.cloud_sim_client import chat
 
 REPO = Path(__file__).resolve().parents[2]
 QUESTION = "What is the capital of France?"

@@ -232,7 +232,7 @@ def test_every_filter_has_keep_and_remove_cases() -> None:
 
 
 def test_availability_is_not_a_filter() -> None:
-    down = TargetState(available=False, saturation=5.0)
+    down = TargetState(available=False)
     assert all(f.apply(BASE, LOCAL, down) is None for f in filters.DEFAULT_FILTERS)
 
 

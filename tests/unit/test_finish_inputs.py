@@ -12,7 +12,7 @@ import pytest
 from cluster.config import parse_config
 from router.contract import derive_contract
 from router.errors import ConfigError
-from tests.unit.test_cloud_sim import chat, client_for, make_sim
+from tests.unit.cloud_sim_client import chat, client_for, make_sim
 from tests.unit.test_dispatch_continuation import ANSWER, BODY, World, caps
 
 MINIMAL = {"models": [{"alias": "m", "source": "prepared:smollm2-135m-instruct", "family": "llama"}]}

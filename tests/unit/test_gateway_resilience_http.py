@@ -163,3 +163,30 @@ async def test_the_resilience_view_needs_an_admin_tenant() -> None:
         ops = await client.get("/v1/spillover/resilience", headers={"authorization": "Bearer sk-ops"})
     assert (anonymous.status_code, app.status_code, ops.status_code) == (401, 403, 200)
     assert "disagreement" in ops.json()["health"].get("cloud:sim", {"disagreement": None})
+
+
+async def test_a_reset_of_one_provider_closes_its_configured_domain_and_tells_the_other_replicas() -> None:
+    clock = FakeClock(1_800_000_000.0)
+    providers = [
+        {"name": "p", "base_url": "http://127.0.0.1:1/v1", "domain": "acct"},
+        {"name": "q", "base_url": "http://127.0.0.1:2/v1", "domain": "acct"},
+        {"name": "r", "base_url": "http://127.0.0.1:3/v1"},
+    ]
+    models = [{"alias": "small", "source": "prepared:x", "family": "llama"}]
+    res = Resilience(parse_config({"models": models, "cloud": {"providers": providers}}, "test"), clock=clock)
+    res.breakers.cool_domain("acct", 60.0)
+    res.breakers.cool_domain("r", 60.0)
+    told: list[str | None] = []
+
+    async def on_reset(target: str | None) -> None:
+        told.append(target)
+
+    engine = FakeEngine()
+    http = GatewayHTTP(
+        engine, MODELS, LocalDispatch(engine), created=1, operator=OperatorParts(ops=OpsRoutes(res, on_reset=on_reset))
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=http.app), base_url="http://gw") as client:
+        done = await client.post("/v1/spillover/resilience/reset", json={"target": "cloud:p"})
+    assert done.status_code == 200 and "domain:acct" in done.json()["reset"] and told == ["cloud:p"]
+    assert res.breakers.allows("cloud:q/m", "acct")[0]
+    assert not res.breakers.allows("cloud:r/m", "r")[0]

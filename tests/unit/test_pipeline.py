@@ -111,7 +111,7 @@ def test_first_failing_filter_removes_and_later_ones_do_not_run() -> None:
 
 
 def test_unavailable_targets_are_capable_but_get_no_tier() -> None:
-    states = {PREMIUM.id: TargetState(available=False), LOCAL.id: TargetState(saturation=1.4)}
+    states = {PREMIUM.id: TargetState(available=False), LOCAL.id: TargetState()}
     result = run_pipeline(CONTRACT, [PREMIUM, LOCAL, BUDGET], states, Policy())
     assert result.capable == (PREMIUM.id, LOCAL.id, BUDGET.id)
     assert result.unavailable == (PREMIUM.id,)
