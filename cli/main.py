@@ -44,8 +44,8 @@ from cluster.capacity_bound import calibration_line
 from cluster.config import DEFAULT_CONFIG, SpilloverConfig, default_config_path, load_config
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.render import serve_config
-from router.capabilities import provider_model_name
 from router.errors import ConfigError, SpilloverError
+from router.routing.capabilities import provider_model_name
 
 CLOUD_SIM = "cloud-sim"
 OVERLAY_HELP = "config overlay merged on top (repeatable), e.g. the overlay.yaml `bench calibrate` writes"

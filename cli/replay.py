@@ -1,7 +1,7 @@
 """`spillover replay --policy NEW.yaml --decisions LOG.jsonl`: what a new policy would change.
 
 Reads a decision log (`gateway.decisions_log`; cluster/decision_log_reader.py, bounded) and re-runs the
-new policy's contract pipeline over every recorded request (router/replay.py, pure). NEW.yaml is a
+new policy's contract pipeline over every recorded request (router/learning/replay.py, pure). NEW.yaml is a
 whole deployment config, or a file with only a policy (then `--config` gives the models and providers).
 Prints a table (or `--json`): per outcome, the moves old → new target, candidates newly removed and
 why, the share sent to cloud and the expected cost, old and new; then the requests that change.
@@ -21,8 +21,8 @@ from typing import Any
 from cli.terminal import printable
 from cluster.decision_log_reader import DEFAULT_MAX_BYTES, load_replay_config, read_decision_log
 from cluster.tenants import tenant_policies
-from router.capabilities import Registry
-from router.replay import ReplayGuards, ReplayReport, replay
+from router.learning.replay import ReplayGuards, ReplayReport, replay
+from router.routing.capabilities import Registry
 
 SHOWN_CHANGES = 50
 

@@ -20,7 +20,7 @@ from typing import Any
 from cli.gateway_client import add_key_argument, gateway_url, get_json
 from cluster.config import load_config
 from cluster.nvml import reader_from_env
-from router.snapshot import ReplicaStats
+from router.routing.snapshot import ReplicaStats
 
 GIB = 1024**3
 

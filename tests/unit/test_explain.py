@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cli.explain import render
-from router.decision import Attempt, Candidate, DecisionRecord
+from router.learning.decision import Attempt, Candidate, DecisionRecord
 
 
 def test_render_names_removals_scores_and_attempts() -> None:

@@ -1,6 +1,6 @@
 """Saturation computed once per snapshot and shown the same everywhere: the router's decision,
 `GET /v1/spillover/cluster`, `spillover status` and `/metrics` read the values the gateway's poller
-attached to the snapshot (router/saturation.py `assess`); only staleness is judged when read."""
+attached to the snapshot (router/routing/saturation.py `assess`); only staleness is judged when read."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from cli.main import main
-from router.burst import BurstInputs, decide
-from router.saturation import assess, cluster_view, replica_saturation
-from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.burst import BurstInputs, decide
+from router.routing.saturation import assess, cluster_view, replica_saturation
+from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.routing.watermarks import Watermarks
 from serve_apps.metrics import GatewayMetrics
 
 GIB = 1024**3
