@@ -16,7 +16,7 @@ from router.errors import RequestError, UpstreamError
 from router.resilience.failure import RETRY_TABLE, UPSTREAM_CODES, FailureClass, classify, rule_for
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCTION = ("router", "cluster", "serve_apps", "bench", "cli")
+PRODUCTION = ("router", "cluster", "serve_apps", "bench", "spillover")
 # bench/cloud_sim imitates the cloud providers: its codes are theirs (`not_found_error`, `content_filter`)
 FOREIGN = ("bench/cloud_sim",)
 

@@ -18,11 +18,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from cli.terminal import printable
 from cluster.decision_log_reader import DEFAULT_MAX_BYTES, load_replay_config, read_decision_log
 from cluster.tenants import tenant_policies
 from router.learning.replay import ReplayGuards, ReplayReport, replay
 from router.routing.capabilities import Registry
+from spillover.terminal import printable
 
 SHOWN_CHANGES = 50
 

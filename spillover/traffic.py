@@ -22,9 +22,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cli.gateway_client import add_key_argument, gateway_url, get_json
 from cluster.config import load_config
 from router.errors import ClusterError
+from spillover.gateway_client import add_key_argument, gateway_url, get_json
 
 PATH = "/v1/spillover/traffic"
 

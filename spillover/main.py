@@ -35,17 +35,17 @@ import yaml
 from bench.cli import add_bench_parser
 from bench.cloud_sim import add_cloud_sim_parser
 from bench.cloud_sim.process import running_cloud_sim
-from cli.capacity import add_capacity_parser
-from cli.explain import add_explain_parser
-from cli.replay import add_replay_parser
-from cli.status import add_status_parser
-from cli.traffic import add_traffic_parser
 from cluster.capacity_bound import calibration_line
 from cluster.config import DEFAULT_CONFIG, SpilloverConfig, default_config_path, load_config
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.render import serve_config
 from router.errors import ConfigError, SpilloverError
 from router.routing.capabilities import provider_model_name
+from spillover.capacity import add_capacity_parser
+from spillover.explain import add_explain_parser
+from spillover.replay import add_replay_parser
+from spillover.status import add_status_parser
+from spillover.traffic import add_traffic_parser
 
 CLOUD_SIM = "cloud-sim"
 OVERLAY_HELP = "config overlay merged on top (repeatable), e.g. the overlay.yaml `bench calibrate` writes"

@@ -12,9 +12,9 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from cli.gateway_client import add_key_argument, gateway_url, get_json
-from cli.terminal import printable
 from cluster.config import load_config
+from spillover.gateway_client import add_key_argument, gateway_url, get_json
+from spillover.terminal import printable
 
 NEEDS = ("needs_tools", "needs_parallel_tools", "needs_json_schema", "needs_json_mode", "needs_streaming")
 

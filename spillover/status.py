@@ -17,10 +17,10 @@ import os
 import time
 from typing import Any
 
-from cli.gateway_client import add_key_argument, gateway_url, get_json
 from cluster.config import load_config
 from cluster.nvml import reader_from_env
 from router.routing.snapshot import ReplicaStats
+from spillover.gateway_client import add_key_argument, gateway_url, get_json
 
 GIB = 1024**3
 
