@@ -2,7 +2,7 @@
 acceptance of a served run against the float32 reference.
 
     right        the prompt's regular expression matches the answer (bench/factual_set.py)
-    degenerate   the answer ends in a repeated n-gram loop (`router.degenerate.loop_in`): what a wrong
+    degenerate   the answer ends in a repeated n-gram loop (`router.output.degenerate.loop_in`): what a wrong
                  kernel or dtype produces at temperature 0; judged on every answer, cut or not
     acceptance   every prompt the reference answers right is answered right in every served pass, and
                  no served answer degenerates; each exception is a `Violation`:
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bench.factual_set import FactualPrompt
-from router.degenerate import loop_in
+from router.output.degenerate import loop_in
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@
                 (prompt and cached tokens: prefix-cache hits) and `x-spillover-route` / `-target`
 
 `replica_view` reads what the gateway says of the model's replicas (`GET /v1/spillover/cluster`):
-precision, CPU class, numerics state, fault and notes (router/snapshot.py `ReplicaStats`).
+precision, CPU class, numerics state, fault and notes (router/routing/snapshot.py `ReplicaStats`).
 """
 
 from __future__ import annotations

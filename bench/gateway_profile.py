@@ -31,8 +31,8 @@ import httpx
 
 from cluster.config import default_config_path, dump_config, load_config, parse_config
 from router import headers as hdr
-from router.openai_request import Kind
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.openai_request import Kind
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

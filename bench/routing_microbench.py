@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from router import headers as hdr
-from router.capabilities import ProviderModel, Registry, Target, cloud_target, local_target
-from router.contract import RequestContract, derive_contract
-from router.pipeline import run_pipeline
-from router.plugins import TargetState
-from router.policy import Policy
+from router.request.contract import RequestContract, derive_contract
+from router.routing.capabilities import ProviderModel, Registry, Target, cloud_target, local_target
+from router.routing.pipeline import run_pipeline
+from router.routing.plugins import TargetState
+from router.routing.policy import Policy
 
 ALIAS = "qwen-7b"
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 from bench.typing_set import EXAMPLES, HELD_OUT, POLICY
 from cluster.models import cache_dir
-from router.embedding import Embedder, HashingEmbedder, Vector, normalised
-from router.policy import Policy
-from router.typing_rules import CentroidClassifier, RequestTyper
+from router.request.embedding import Embedder, HashingEmbedder, Vector, normalised
+from router.request.typing_rules import CentroidClassifier, RequestTyper
+from router.routing.policy import Policy
 
 THRESHOLDS = (0.0, 0.35, 0.5, 0.7, 0.8, 0.9)
 

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from cluster.config_base import FieldProblems, StrictModel, is_loopback, no_duplicates
 from cluster.resilience_config import ProviderProbe
-from router.capabilities import ProviderModelEntry
+from router.routing.capabilities import ProviderModelEntry
 
 DEFAULT_MAX_REPLY_BYTES = 32 * 1024 * 1024  # a provider reply read whole (body) or in total (stream)
 

@@ -25,10 +25,10 @@ from cluster.resilience_config import ResilienceSection, SpendSection
 from cluster.routes_config import RouteSpec, route_problems
 from cluster.session_config import SessionsSection
 from cluster.traffic_config import TrafficSection
-from router.capabilities import cloud_id
 from router.errors import ConfigError
-from router.policy import Policy
-from router.watermarks import Watermarks
+from router.routing.capabilities import cloud_id
+from router.routing.policy import Policy
+from router.routing.watermarks import Watermarks
 
 __all__ = ["GatewayAutoscaling", "GatewaySection", "SpilloverConfig", "Tenant", "load_config", "parse_config"]
 
@@ -54,14 +54,14 @@ class ClusterSection(StrictModel):
 
 
 class TelemetrySection(StrictModel):
-    """The direct engine-stats path (router/snapshot.py)."""
+    """The direct engine-stats path (router/routing/snapshot.py)."""
 
     poll_period_s: float = Field(0.2, gt=0, le=5, description="how often the gateway reads the replicas' engine stats")
     max_age_s: float = Field(1.0, gt=0, description="older replica stats are stale (counted as saturated)")
 
 
 class AdmissionSection(StrictModel):
-    """Gateway-enforced admission (router/burst.py, serve_apps/dispatch.py)."""
+    """Gateway-enforced admission (router/routing/burst.py, serve_apps/dispatch.py)."""
 
     mean_prompt_tokens: int = Field(512, ge=1, description="for the computed admission limit")
     mean_output_tokens: int = Field(256, ge=1, description="for the computed admission limit")

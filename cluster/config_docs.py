@@ -3,7 +3,8 @@
     python -m cluster.config_docs > docs/configuration.md
 
 One table per section of `SpilloverConfig` (cluster/config.py, and the models it embeds from
-cluster/resilience_config.py, router/watermarks.py, router/policy.py and router/capabilities.py):
+cluster/resilience_config.py, router/routing/watermarks.py, router/routing/policy.py and
+router/routing/capabilities.py):
 each key's path, its type with the bounds validation enforces, its default and the field's
 `description`. A field whose type is a model is a section with its own table: `key` for a nested
 or optional model, `key[]` for a list of them, `key.<name>` for a mapping of them. A model that
@@ -38,9 +39,9 @@ SOURCES = (
     "cluster/perf_config.py",
     "cluster/resilience_config.py",
     "cluster/session_config.py",
-    "router/watermarks.py",
-    "router/policy.py",
-    "router/capabilities.py",
+    "router/routing/watermarks.py",
+    "router/routing/policy.py",
+    "router/routing/capabilities.py",
 )
 MIB = 1024 * 1024
 MAP_KEYS = {"models": "<alias>"}  # what a mapping's keys are, where "<name>" would mislead

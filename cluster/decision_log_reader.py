@@ -10,8 +10,8 @@ and the first `MAX_EXAMPLES` are named with their line number and why.
 
 Memory follows the log's bytes, not what its JSON would parse into (a schema blob of `[{}, {}, ...]`
 parses into ~20 times its size): record lines are kept as read and parsed one at a time when the
-replay reads them (`Records`, router/replay.py checks the fields it needs); blob lines
-(router/decision_inputs.py) are indexed by id and parsed on lookup, the parsed ones cached up to
+replay reads them (`Records`, router/learning/replay.py checks the fields it needs); blob lines
+(router/learning/decision_inputs.py) are indexed by id and parsed on lookup, the parsed ones cached up to
 `BLOB_CACHE_BYTES` of their lines (`Blobs`). At most about twice the log's bytes are held, plus one
 parsed line.
 
@@ -33,8 +33,8 @@ from typing import Any, BinaryIO, overload
 import yaml
 
 from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
-from router.decision_inputs import BLOB_KINDS
 from router.errors import ConfigError
+from router.learning.decision_inputs import BLOB_KINDS
 
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_LINE_BYTES = 4 * 1024 * 1024

@@ -3,7 +3,7 @@
 vLLM reserves `gpu_memory_utilization × total` of each of its devices when the engine starts
 (weights + KV pool), before any request. A whole-device used/total therefore reads ~0.9 on an idle
 replica; what matters for burst is the memory *other* processes take from the headroom the engine
-needs (router/saturation.py turns the split into the pressure term).
+needs (router/routing/saturation.py turns the split into the pressure term).
 
 Per device, from one NVML read:
 
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from cluster.nvml import GpuInfo, GpuInventory
-from router.snapshot import GpuMemory, GpuProcessMemory
+from router.routing.snapshot import GpuMemory, GpuProcessMemory
 
 
 def attribute_device(gpu: GpuInfo, engine_pids: Collection[int], reserved_fraction: float | None) -> GpuMemory:

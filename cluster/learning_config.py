@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from cluster.config_base import StrictModel, compiled_or_none
-from router.policy import Policy
+from router.routing.policy import Policy
 
 NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
@@ -80,9 +80,9 @@ class TypingSection(StrictModel):
 
 
 class LearningSection(StrictModel):
-    quality: QualitySection = Field(QualitySection(), description="per-bucket quality (router/quality.py)")
+    quality: QualitySection = Field(QualitySection(), description="per-bucket quality (router/learning/quality.py)")
     feedback: FeedbackSection = Field(FeedbackSection(), description="POST /v1/spillover/feedback")
-    typing: TypingSection = Field(TypingSection(), description="request typing (router/typing_rules.py)")
+    typing: TypingSection = Field(TypingSection(), description="request typing (router/request/typing_rules.py)")
 
     def unknown_scenarios(self, policy: Policy) -> list[str]:
         named = {r.scenario for r in self.typing.rules} | set(self.typing.examples)

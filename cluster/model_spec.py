@@ -10,7 +10,7 @@ from cluster.config_base import StrictModel
 from cluster.numerics_config import NumericsSettings
 from cluster.perf_config import PerfSection
 from cluster.resilience_config import GoldenProbe
-from router.watermarks import Watermarks
+from router.routing.watermarks import Watermarks
 
 PREPARED_PREFIX = "prepared:"
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's default `gpu_memory_utilization`

@@ -3,7 +3,7 @@
 Defaults follow common practice: retries ≤ ~10% of requests (gRPC retry throttling), backoff with
 full jitter, breakers that need a minimum count before they judge, probes at 10 s / 30 s /
 5 min, yellow moving ~30% of new requests away, recovery after a short cool-down through a half-open
-phase (a few live trials, probes every 5 s), then a 20% → 50% → 100% ramp (router/health.py).
+phase (a few live trials, probes every 5 s), then a 20% → 50% → 100% ramp (router/resilience/health.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from cluster.config_base import StrictModel
-from router.breaker import BreakerSettings
-from router.health import HealthSettings
+from router.resilience.breaker import BreakerSettings
+from router.resilience.health import HealthSettings
 
 
 class GoldenProbe(StrictModel):
@@ -81,7 +81,7 @@ BreakerSection = BreakerSettings  # the router's breaker settings are the config
 
 
 class HealthSection(HealthSettings):
-    # the health state machine's settings (router/health.py) and the probe schedule
+    # the health state machine's settings (router/resilience/health.py) and the probe schedule
 
     liveness_probe_s: float = Field(10.0, gt=0, description="L1: is the target reachable at all")
     latency_probe_s: float = Field(30.0, gt=0, description="L2: a tiny prompt within latency_slo_s")

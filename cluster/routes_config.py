@@ -2,12 +2,12 @@
 
     routes:
       - alias: chat                       # the `model` name clients use
-        targets:                          # tried in this order (router/plan.py), each still filtered by the
+        targets:                          # tried in this order (router/routing/plan.py), each still filtered by the
           - local:smollm2-135m-instruct   #   request's contract; at most one local model, and first
           - cloud:cloud-sim/chat          # cloud:<provider>/<key of that provider's models>
           - cloud:cloud-anthropic/chat
 
-A target is named by its target id (router/capabilities.py): `local:<models[].alias>` or
+A target is named by its target id (router/routing/capabilities.py): `local:<models[].alias>` or
 `cloud:<provider>/<key>` where `<key>` is a key of that provider's `models`. A route with no local
 target is served by the cloud only; a gateway whose config has only such routes starts no engine.
 
@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from pydantic import Field
 
 from cluster.config_base import StrictModel
-from router.capabilities import LOCAL_PREFIX, ProviderModel, cloud_id, local_id
+from router.routing.capabilities import LOCAL_PREFIX, ProviderModel, cloud_id, local_id
 
 CLOUD_PREFIX = "cloud:"
 _SHOWN = 8  # known target ids quoted in an "unknown target" error

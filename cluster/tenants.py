@@ -1,4 +1,4 @@
-"""The gateway's tenants, from the config: keys from the environment, policies for router/auth.py."""
+"""The gateway's tenants, from the config: keys from the environment, policies for router/request/auth.py."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import logging
 from collections.abc import Mapping
 
 from cluster.config import SpilloverConfig
-from router.auth import Authenticator, TenantPolicy
+from router.request.auth import Authenticator, TenantPolicy
 
 log = logging.getLogger("spillover.auth")
 
 
 def tenant_policies(config: SpilloverConfig) -> list[TenantPolicy]:
-    """What each configured tenant may do (router/auth.py), without its key."""
+    """What each configured tenant may do (router/request/auth.py), without its key."""
     return [
         TenantPolicy(
             t.name,

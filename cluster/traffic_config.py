@@ -1,17 +1,17 @@
 """The `traffic:` section of the deployment config: graded switches, their sharing between gateway
-replicas, and the deferred requests of the degradation tiers (router/migration.py, router/tiers.py,
-router/tickets.py)."""
+replicas, and the deferred requests of the degradation tiers (router/traffic/migration.py, router/resilience/tiers.py,
+router/traffic/tickets.py)."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from cluster.config_base import StrictModel
-from router.migration import Gates
+from router.traffic.migration import Gates
 
 
 class MigrationSection(Gates):
-    # the gates of a graded switch (router/migration.py) and how it is staggered and dry-run
+    # the gates of a graded switch (router/traffic/migration.py) and how it is staggered and dry-run
     stagger_share: float = Field(
         0.5, gt=0, le=1, description="share of the gateway replicas that adopt a switch at once; the rest follow"
     )

@@ -2,7 +2,7 @@
 
 A code is a public interface: clients branch on `error.code` of the OpenAI error shape
 (docs/http-api.md "Errors"), decision records keep it per attempt, and the retry table
-(router/failure.py) classifies an `UpstreamError` by it. So the values never change; a member is
+(router/resilience/failure.py) classifies an `UpstreamError` by it. So the values never change; a member is
 added, never renamed. Each member *is* its string (`ErrorCode.INVALID_JSON == "invalid_json"`,
 `json.dumps` and f-strings give the bare value), so a body, a log line or a record reads the same
 as when the codes were plain strings.
@@ -66,7 +66,7 @@ class ErrorCode(StrEnum):
     TARGET_UNAVAILABLE = "target_unavailable"
     NON_CORE_SHED = "non_core_shed"
 
-    # a target failed (5xx; the retry table of router/failure.py reads these)
+    # a target failed (5xx; the retry table of router/resilience/failure.py reads these)
     UPSTREAM_ERROR = "upstream_error"
     REQUEST_TIMEOUT = "request_timeout"
     REPLICAS_STALE = "replicas_stale"

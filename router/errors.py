@@ -32,7 +32,7 @@ calls the library; nothing else in the code base raises bare library errors upwa
         │   │                            context_length_exceeded, what OpenAI clients expect)
         │   └── CarriedContextRestricted 422  ... because the context its session carries may not
         │                                go to the targets that could serve the turn (code
-        │                                carried_context_restricted; router/carried.py)
+        │                                carried_context_restricted; router/sessions/carried.py)
         ├── LocalCapacityExhausted 429 no local room before the deadline and the request may not
         │                              (or cannot) burst; carries `retry_after_s`
         ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
@@ -94,7 +94,7 @@ class RequestError(SpilloverError):
     error_type: str = "invalid_request_error"
     # an ErrorCode for every error spillover raises; any other string only through `quoting`
     code: str | None = None
-    degraded: str = ""  # x-spillover-degraded of the answer when it comes from a degraded mode (router/tiers.py)
+    degraded: str = ""  # x-spillover-degraded of an answer from a degraded mode (router/resilience/tiers.py)
 
     def __init__(self, message: str, *, param: str | None = None, code: ErrorCode | None = None) -> None:
         super().__init__(message)
@@ -350,7 +350,7 @@ class NoTargetFitsContext(NoCapableModel):
 class CarriedContextRestricted(NoCapableModel):
     """A turn of a session whose carried context (anchor, summaries, stored history) may go only to
     targets none of which can serve the turn: refused rather than sent elsewhere or dropped. The
-    message names the turns the constraints came from (router/carried.py)."""
+    message names the turns the constraints came from (router/sessions/carried.py)."""
 
     code = ErrorCode.CARRIED_CONTEXT_RESTRICTED
 
@@ -381,7 +381,7 @@ class DryRunFailed(RequestError):
 
 
 class NonCoreShed(TargetUnavailable):
-    """A non-core request shed under shortage so that core requests keep the capacity (router/tiers.py)."""
+    """A non-core request shed under shortage so that core requests keep the capacity (router/resilience/tiers.py)."""
 
     code = ErrorCode.NON_CORE_SHED
     degraded = "shed"  # the x-spillover-degraded value of its answer

@@ -15,7 +15,7 @@ PROVIDERS = "x-spillover-providers"
 MAX_COST = "x-spillover-max-cost-usd"
 DEADLINE = "x-spillover-deadline-ms"
 
-# -- request: conversation continuity (router/sessions.py)
+# -- request: conversation continuity (router/sessions/sessions.py)
 SESSION = "x-spillover-session"  # names the conversation a request belongs to
 
 # -- response

@@ -30,8 +30,8 @@ from cluster.config import SpilloverConfig
 from cluster.engine_sim import default_limits
 from cluster.model_spec import ModelSpec
 from router.errors import LocalCapacityExhausted
-from router.plan import Plan
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.routing.plan import Plan
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch_types import DispatchObserver
 from serve_apps.workload_mix import WorkloadMix

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from router.openai_request import Kind
+from router.request.openai_request import Kind
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ board received it, on the board's clock: serve_apps/telemetry_board.py), so the 
 check never compares a worker's or the head's clock with ours; a row without it (a board started before
 this rule) keeps the replica's own `read_at`.
 
-Each new snapshot is assessed once (router/saturation.py `assess`, against each model's
+Each new snapshot is assessed once (router/routing/saturation.py `assess`, against each model's
 watermarks): the router, `/metrics` and `GET /v1/spillover/cluster` all read those saturations.
 """
 
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from router.saturation import assess
-from router.snapshot import AGE_KEY, ClusterSnapshot, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.saturation import assess
+from router.routing.snapshot import AGE_KEY, ClusterSnapshot, ReplicaStats
+from router.routing.watermarks import Watermarks
 
 log = logging.getLogger("spillover.telemetry")
 

@@ -35,7 +35,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from router.breaker import Breakers
+from router.resilience.breaker import Breakers
 from serve_apps.head_actor import on_head
 
 log = logging.getLogger("spillover.breaker_exchange")

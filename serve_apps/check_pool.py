@@ -1,7 +1,7 @@
 """Where the gateway's CPU-bound request checks run: a small thread pool shared fairly by tenants.
 
-A client's JSON Schemas are checked when its request's contract is derived (router/json_schema.py, up to
-~2 s for the largest allowed schemas) and its answers are validated against them (router/output_contract.py,
+A client's JSON Schemas are checked when its request's contract is derived (router/request/json_schema.py, up to
+~2 s for the largest allowed schemas) and its answers are validated against them (router/output/output_contract.py,
 at most 2 s each). Both are pure Python: on the default executor, eight requests with the largest schemas
 held every worker and the GIL, and a request of another tenant queued behind them for 17-22 s.
 

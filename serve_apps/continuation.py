@@ -1,5 +1,5 @@
 """A stream that breaks after its first byte, continued on the next target and spliced into the
-same response (router/continuation.py decides whether and with what request).
+same response (router/resilience/continuation.py decides whether and with what request).
 
 `Splicer.stream(observed, job)` passes the first target's SSE events through, noting what the client
 received. When that stream raises a `RequestError` (the connection dropped, the provider failed
@@ -31,11 +31,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from router.capabilities import Target
-from router.continuation import StreamSoFar, can_continue, may_continue, parse_events, prefill_body, splice
-from router.contract import RequestContract
-from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.errors import RequestError, UpstreamError
+from router.learning.decision import Attempt, DecisionRecord, DecisionStore
+from router.request.contract import RequestContract
+from router.resilience.continuation import StreamSoFar, can_continue, may_continue, parse_events, prefill_body, splice
+from router.routing.capabilities import Target
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch_types import DispatchObserver
 from serve_apps.resilience import Resilience

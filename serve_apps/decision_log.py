@@ -1,6 +1,6 @@
 """The decision log's file sink (`gateway.decisions_log`): one JSON line per decision record.
 
-The store (router/decision.py) calls it from the background writer's thread, never on the loop.
+The store (router/learning/decision.py) calls it from the background writer's thread, never on the loop.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     GET /v1/spillover/decisions/{request_id}   the caller's own decision record (404 otherwise)
 
 A record belongs to the tenant whose request made it ("" without auth). Before a request is
-dispatched its id is claimed for its tenant in the `DecisionStore` (router/decision.py); a
+dispatched its id is claimed for its tenant in the `DecisionStore` (router/learning/decision.py); a
 client-chosen `x-request-id` that another tenant holds (a stored record, or a request in flight)
 is replaced by a new id, so it can never overwrite that tenant's record, and a tenant asking for
 another tenant's id gets the same 404 as for an unknown one.
@@ -19,9 +19,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.auth import TenantPolicy
-from router.decision import DecisionStore
 from router.errors import NotFound
+from router.learning.decision import DecisionStore
+from router.request.auth import TenantPolicy
 from serve_apps.http_edge import HttpEdge
 
 log = logging.getLogger("spillover.gateway")

@@ -1,7 +1,7 @@
 """Degradation tiers at dispatch: core requests as before, non-core ones deferred or shed under shortage.
 
 `TieredDispatch` wraps the `Dispatcher`. A request of a `priority: non_core` scenario
-(router/tiers.py) is first planned: when every capable target is unavailable, or the local model is
+(router/resilience/tiers.py) is first planned: when every capable target is unavailable, or the local model is
 saturated with nowhere to burst (the plan says `wait`), it does not take a seat in the waiting room;
 when it is dispatched and every attempt fails for want of a target (503 / 502 / 504 / 429 wait
 timeout), the same happens. Then:
@@ -9,7 +9,7 @@ timeout), the same happens. Then:
 * deferred (non-streamed, `traffic.tickets.enabled`, a free ticket slot in the tenant's share): `202`
   with a ticket (`x-spillover-degraded: deferred`, `x-spillover-ticket`, `location`); the gateway
   retries it in the background every `traffic.tickets.retry_s` for up to `traffic.tickets.max_wait_s`
-  and stores the answer, or the last error, in the bounded `TicketStore` (router/tickets.py):
+  and stores the answer, or the last error, in the bounded `TicketStore` (router/traffic/tickets.py):
   `GET /v1/spillover/tickets/{id}` returns it. While it is pending the ticket is one of its tenant's
   requests in flight (`tenants[].max_concurrent`, serve_apps/tenant_limits.py), and it holds the
   request id for that tenant, so the background attempts' decision record is stored under it only;
@@ -30,7 +30,6 @@ from typing import Any
 
 from cluster.traffic_config import CacheSection, TicketSection
 from router import headers as hdr
-from router.contract import RequestContract
 from router.errors import (
     ContractViolation,
     LocalCapacityExhausted,
@@ -39,11 +38,12 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
-from router.openai_request import Kind
-from router.policy import Policy
-from router.response_cache import ResponseCache, cache_key, could_have_answered
-from router.tickets import TicketStore
-from router.tiers import priority_of, under_shortage
+from router.request.contract import RequestContract
+from router.request.openai_request import Kind
+from router.resilience.response_cache import ResponseCache, cache_key, could_have_answered
+from router.resilience.tiers import priority_of, under_shortage
+from router.routing.policy import Policy
+from router.traffic.tickets import TicketStore
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
@@ -75,7 +75,7 @@ def response_cache(section: CacheSection, clock: Callable[[], float]) -> Respons
 
 @dataclass(frozen=True)
 class Kept:
-    """Where the tiered dispatch keeps answers: the deferred requests' tickets (router/tickets.py; the same
+    """Where the tiered dispatch keeps answers: the deferred requests' tickets (router/traffic/tickets.py; the same
     store serve_apps/traffic_routes.py reads them from) and the recent answers' cache, if any."""
 
     tickets: TicketStore

@@ -1,10 +1,10 @@
 """Dispatch one request: plan it, wait for local room if it must, run the attempts, record why.
 
-The decisions are pure (`router.plan.plan_request`: contract pipeline, then burst decision);
+The decisions are pure (`router.routing.plan.plan_request`: contract pipeline, then burst decision);
 this module owns the gateway's mutable state for them — per-model in-flight and waiting counts,
 hysteresis latches, the decision store — and the awaiting.
 
-Attempts (`serve_apps.resilience` holds the state, `router.failure` the table) walk the candidates with one
+Attempts (`serve_apps.resilience` holds the state, `router.resilience.failure` the table) walk the candidates with one
 `Walk` per request (serve_apps/dispatch_walk.py: the trail, notes, streams and events it leaves), through
 named doors: arrange the candidates (`_arranged`: the traffic controls), refuse a target (`_gate`: the
 refusals, then the resilience gate), shape the body (`_body_for`), observe the outcome (`_after_failure`,
@@ -15,7 +15,7 @@ refusals, then the resilience gate), shape the body (`_body_for`), observe the o
 * after a failure the table decides: retry the same target once after a full-jitter backoff
   (honouring Retry-After), fail over to the next candidate, or return the error to the client; a
   429 whose short Retry-After fits the deadline is waited out on the same target when the
-  scenario's strategy says so (router/retry.py `retry_after_choice`);
+  scenario's strategy says so (router/resilience/retry.py `retry_after_choice`);
 * a provider's 400 context_length_exceeded fails over and is remembered for that request size
   (serve_apps/learned_windows.py);
 * a local call still waiting for its first byte when every replica of the model goes stale (Serve
@@ -25,7 +25,7 @@ refusals, then the resilience gate), shape the body (`_body_for`), observe the o
 * an L1 answer that breaks its output contract moves on to the next capable target, or ends as
   502 contract_violation;
 * a candidate whose cost estimate is above what the request's cost ceiling leaves after the earlier
-  attempts is skipped with the reason (router/budget.py), which the final error also names;
+  attempts is skipped with the reason (router/limits/budget.py), which the final error also names;
 * at most `resilience.retry.max_attempts` attempts start, none after the request's deadline, and
   retries against the domain that just failed draw on the gateway-wide retry budget.
 After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event,
@@ -46,24 +46,24 @@ from functools import partial
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.budget import bounded_body
-from router.burst import Route
-from router.cache_salt import salted
-from router.capabilities import Registry, Target
-from router.contract import RequestContract
-from router.decision import Attempt, DecisionStore
 from router.errors import (
     ContractViolation,
     ProviderContextExceeded,
     RequestError,
 )
 from router.headers import DEGRADED, TRAFFIC
-from router.openai_request import Kind
-from router.output_contract import CONTRACT_HEADER
-from router.plan import Plan, PlanInputs, plan_request
-from router.quality import contract_bucket
-from router.retry import AttemptBudget, after_failure, before_attempt
-from router.snapshot import ClusterSnapshot
+from router.learning.decision import Attempt, DecisionStore
+from router.learning.quality import contract_bucket
+from router.limits.budget import bounded_body
+from router.output.output_contract import CONTRACT_HEADER
+from router.request.cache_salt import salted
+from router.request.contract import RequestContract
+from router.request.openai_request import Kind
+from router.resilience.retry import AttemptBudget, after_failure, before_attempt
+from router.routing.burst import Route
+from router.routing.capabilities import Registry, Target
+from router.routing.plan import Plan, PlanInputs, plan_request
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission, Waited
 from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.check_pool import CheckPool
@@ -146,7 +146,7 @@ class Dispatcher:
         return tuple(t for t in self._registry.for_alias(model) if t.endpoint == endpoint)
 
     def plan(self, contract: RequestContract, kind: Kind, *, peek: bool = False) -> Plan:
-        """The request's plan. A route's local model (router/capabilities.py): its replicas, admission and
+        """The request's plan. A route's local model (router/routing/capabilities.py): its replicas, admission and
         latches decide. `peek`: what the plan would be now, leaving the hysteresis latches and the `decided`
         metric alone (the tiered dispatch's look before it dispatches, serve_apps/deferral.py)."""
         snapshot, now, model = self._snapshot(), self._wall(), self._registry.local_model(contract.model)
@@ -253,10 +253,10 @@ class Dispatcher:
 
     async def _attempts(self, walk: Walk) -> Dispatched:
         """Walk the candidates; every attempt is appended to `walk.trail`. What comes next is decided by
-        router/retry.py (`before_attempt`; `after_failure`, fed by `router.failure`'s table: retry the
-        same target after a backoff, fail over to the next one, or give up); this loop carries it out."""
+        router/resilience/retry.py (`before_attempt`; `after_failure`, fed by `router.resilience.failure`'s table:
+        retry the same target after a backoff, fail over to the next one, or give up); this loop carries it out."""
         res = self._resilience
-        granted = res.budget.try_withdraw  # the gateway-wide retry budget (router/retry.py)
+        granted = res.budget.try_withdraw  # the gateway-wide retry budget (router/resilience/retry.py)
         candidates = self._arranged(walk)
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=walk.deadline)
         index = same = 0
@@ -322,7 +322,7 @@ class Dispatcher:
 
     def _body_for(self, walk: Walk, target: Target, body: dict[str, Any]) -> dict[str, Any]:
         """The door `shape the body for a target`: the per-tenant prefix-cache salt for local engines
-        (router/cache_salt.py), the cost ceiling's output bound for providers (router/budget.py)."""
+        (router/request/cache_salt.py), the cost ceiling's output bound for providers (router/limits/budget.py)."""
         return (
             salted(body, walk.contract.tenant) if target.kind == "local" else bounded_body(body, walk.contract, target)
         )
@@ -347,7 +347,8 @@ class Dispatcher:
         self, walk: Walk, target: Target, gate: Gate, exc: RequestError, began: float, same: int
     ) -> tuple[str, float]:
         """The door `observe an attempt's outcome`, for a failure: health, quota, spend, learned windows,
-        the Retry-After rule; returns router/retry.py's next step and, to retry the same target, the delay."""
+        the Retry-After rule; returns router/resilience/retry.py's next step and, to retry the same target, the
+        delay."""
         res = self._resilience
         rule = res.failed(target, exc)
         res.settle(gate.reservation, 0)

@@ -1,5 +1,5 @@
 """How the dispatcher reaches a target: the local models through their backend — with only the body fields
-a local engine may receive (router/engine_fields.py), abandoned when every replica of the model goes stale
+a local engine may receive (router/request/engine_fields.py), abandoned when every replica of the model goes stale
 before the first byte (Serve holds a dead replica's requests until a new one starts) — or a cloud provider
 through its chat API."""
 
@@ -10,12 +10,12 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from router.capabilities import Target
-from router.engine_fields import engine_body
 from router.error_codes import ErrorCode
 from router.errors import TargetUnavailable
-from router.openai_request import Kind
-from router.snapshot import ClusterSnapshot
+from router.request.engine_fields import engine_body
+from router.request.openai_request import Kind
+from router.routing.capabilities import Target
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.admission import Admission
 from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
 
@@ -41,7 +41,7 @@ class Calls:
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
     ) -> BackendReply:
         if target.kind == "local":
-            body = engine_body(kind, body)  # only the fields a local engine may get (router/engine_fields.py)
+            body = engine_body(kind, body)  # only the fields a local engine may get (router/request/engine_fields.py)
             body["model"] = target.alias  # a route's name becomes its local model's
             return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
         return await self._providers[target.provider or ""].chat(target.alias, body, request_id)

@@ -1,7 +1,7 @@
 """The decision record of one dispatched request, built from the plan that was executed — the last one,
 after any wait and re-plans — with its attempts, how it ended, the graded switch or weight it ran under,
 its events (Retry-After, stream repairs and continuations), its session and the capability / health
-snapshot a replay needs (router/decision_inputs.py)."""
+snapshot a replay needs (router/learning/decision_inputs.py)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from router.capabilities import Target
-from router.contract import RequestContract
-from router.decision import Attempt, DecisionRecord
-from router.decision_inputs import plan_snapshot
 from router.errors import RequestTimeout
-from router.plan import Plan
-from router.policy import Policy
+from router.learning.decision import Attempt, DecisionRecord
+from router.learning.decision_inputs import plan_snapshot
+from router.request.contract import RequestContract
+from router.routing.capabilities import Target
+from router.routing.plan import Plan
+from router.routing.policy import Policy
 from serve_apps.admission import Waited
 from serve_apps.dispatch_types import Dispatched
 

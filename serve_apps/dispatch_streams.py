@@ -12,11 +12,11 @@ from functools import partial
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.capabilities import Target
-from router.contract import RequestContract
-from router.decision import DecisionRecord, DecisionStore
-from router.openai_request import Kind
-from router.tool_calls import StreamedMessage
+from router.learning.decision import DecisionRecord, DecisionStore
+from router.output.tool_calls import StreamedMessage
+from router.request.contract import RequestContract
+from router.request.openai_request import Kind
+from router.routing.capabilities import Target
 from serve_apps.backend import BackendReply
 from serve_apps.check_pool import CheckRunner
 from serve_apps.clocks import Clocks

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from router.burst import Route
-from router.capabilities import local_id
-from router.contract import RequestContract
-from router.decision import DecisionRecord
-from router.engine_fields import engine_body
-from router.openai_request import Kind
+from router.learning.decision import DecisionRecord
+from router.request.contract import RequestContract
+from router.request.engine_fields import engine_body
+from router.request.openai_request import Kind
+from router.routing.burst import Route
+from router.routing.capabilities import local_id
 from serve_apps.backend import BackendReply, ModelBackend
 
 

@@ -4,14 +4,14 @@
 attempt loop, which appends to it instead of filling lists its caller passed in; the record, the session's
 turn and the traffic gates read the same object afterwards:
 
-`trail`     every attempt, skipped ones included (router/decision.py `Attempt`)
+`trail`     every attempt, skipped ones included (router/learning/decision.py `Attempt`)
 `notes`     the graded switch the request ran under (serve_apps/traffic.py `arrange`), for the record
 `streams`   the attempt whose stream the client gets, booked when the stream ends
 `events`    the record's events (a Retry-After waited out or not)
 `reason`    why the request is where it is now (the plan's reason, then the last skip or fail-over)
 
 The refusal doors (`Refusal`) are the checks that may refuse a target before its resilience gate, each from
-its own module: the cost ceiling less what earlier attempts spent (router/budget.py) and a context window the
+its own module: the cost ceiling less what earlier attempts spent (router/limits/budget.py) and a context window the
 target refused before (serve_apps/learned_windows.py).
 """
 
@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.resilience_config import RetrySection
-from router.budget import ceiling_refusal, spent_usd
-from router.capabilities import Target
-from router.contract import RequestContract
-from router.decision import Attempt
 from router.errors import ContractViolation, ProviderRateLimited, RequestError, TargetUnavailable
-from router.openai_request import Kind
-from router.plan import Plan
-from router.retry import RetryAfterChoice, retry_after_choice
+from router.learning.decision import Attempt
+from router.limits.budget import ceiling_refusal, spent_usd
+from router.request.contract import RequestContract
+from router.request.openai_request import Kind
+from router.resilience.retry import RetryAfterChoice, retry_after_choice
+from router.routing.capabilities import Target
+from router.routing.plan import Plan
 from serve_apps.backend import BackendReply
 from serve_apps.sessions import Turn
 from serve_apps.stream_record import StreamedAttempt
@@ -103,7 +103,7 @@ class Walk:
 
 
 def over_cost_ceiling(walk: Walk, target: Target) -> str | None:
-    """The request's cost ceiling less what its earlier attempts spent (router/budget.py)."""
+    """The request's cost ceiling less what its earlier attempts spent (router/limits/budget.py)."""
     over = ceiling_refusal(walk.contract, target, spent_usd(a.cost_usd for a in walk.trail))
     if over is None:
         return None
@@ -122,7 +122,7 @@ def candidates(plan: Plan, contract: RequestContract) -> list[tuple[Target, str]
 
 
 def retry_after_wait(exc: RequestError, walk: Walk, retry: RetrySection, now: float) -> RetryAfterChoice | None:
-    """The Retry-After rule's choice for a 429 (router/retry.py), None for anything else."""
+    """The Retry-After rule's choice for a 429 (router/resilience/retry.py), None for anything else."""
     if not isinstance(exc, ProviderRateLimited):
         return None
     return retry_after_choice(

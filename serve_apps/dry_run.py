@@ -4,7 +4,7 @@ Before an operator's switch moves any traffic, the standby is sent one small cha
 `dry_run` sample (`messages`, `tools`, `tool_choice`, `response_format`; checked as hostile input
 like a client's request), else "Reply with the word OK." — under the scenario's contract, held to
 L1: the answer must come within `traffic.migration.dry_run_timeout_s` and pass its output contract
-(router/output_contract.py, the check the dispatcher runs). Anything else refuses the switch
+(router/output/output_contract.py, the check the dispatcher runs). Anything else refuses the switch
 (`409 dry_run_failed`, recorded in the board's history and `/metrics`).
 """
 
@@ -17,13 +17,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from router.capabilities import Registry, Target
-from router.contract import derive_contract
 from router.error_codes import ErrorCode
 from router.errors import DryRunFailed, InvalidRequest, RequestError
 from router.headers import SCENARIO
-from router.openai_request import parse_body
-from router.policy import Policy
+from router.request.contract import derive_contract
+from router.request.openai_request import parse_body
+from router.routing.capabilities import Registry, Target
+from router.routing.policy import Policy
 from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.output_check import checked
 

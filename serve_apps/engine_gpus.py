@@ -27,7 +27,7 @@ import psutil
 
 from cluster.gpu_memory import replica_gpus
 from cluster.nvml import GpuReader
-from router.snapshot import GpuMemory
+from router.routing.snapshot import GpuMemory
 
 FOOTPRINT_REFRESH_S = 5.0
 

@@ -7,7 +7,7 @@ Serve's health checks passed. The replica sees more: whether its engine holds un
 when the engine last reported a scheduler step (cluster/stats_tap.py). `StallWatch` turns those into
 "stalled for N s"; past `models[].stall_s` the replica
 
-1. marks its stats with the fault (router/snapshot.py `ReplicaStats.fault`): the gateways stop
+1. marks its stats with the fault (router/routing/snapshot.py `ReplicaStats.fault`): the gateways stop
    routing to it at their next snapshot;
 2. kills its engine's processes (`kill_engine`: the `VLLM::` processes below the replica), so the
    requests it held fail at once with vLLM's engine-dead error — a request that has sent no byte

@@ -3,10 +3,10 @@
 `build_gateway(config, handles, env)` builds each part once and hands the same one to every part
 that needs it:
 
-* one registry of targets, routes included (router/capabilities.py), for the dispatcher, the traffic
+* one registry of targets, routes included (router/routing/capabilities.py), for the dispatcher, the traffic
   controls (live scores' prices, the standby's dry-run) and learning (the configured quality);
-* one decision store (router/decision.py), written by the dispatcher and read by the decision and
-  learning routes; one ticket store (router/tickets.py), written by the tiered dispatch and read by
+* one decision store (router/learning/decision.py), written by the dispatcher and read by the decision and
+  learning routes; one ticket store (router/traffic/tickets.py), written by the tiered dispatch and read by
   the traffic routes (serve_apps/traffic_wiring.py);
 * the shared head-node actors (serve_apps/head_actor.py): the telemetry board, the breaker exchange,
   the traffic board and the session pins (and history, with `sessions.store`);
@@ -36,11 +36,11 @@ from cluster.config import SpilloverConfig
 from cluster.models import CATALOG, cache_dir
 from cluster.resilience_config import SpendSection
 from cluster.tenants import authenticator_for
-from router.capabilities import Registry
-from router.decision import DecisionStore
 from router.errors import SpilloverError
-from router.idempotency import IdempotencyStore
-from router.snapshot import ClusterSnapshot
+from router.learning.decision import DecisionStore
+from router.request.idempotency import IdempotencyStore
+from router.routing.capabilities import Registry
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.background_writer import BackgroundWriter
 from serve_apps.board_poller import BoardPoller
 from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_resets_since, ray_swap

@@ -20,7 +20,7 @@ Where a request runs is decided by the injected dispatcher (serve_apps/dispatch.
 cloud provider, or a bounded wait for local room); answers carry `x-spillover-route` (local|cloud),
 `x-spillover-target` and `x-spillover-reason`. Clients may send `x-spillover-residency: local_only`
 (never leaves the cluster), `x-spillover-deadline-ms` and the other contract headers
-(router/contract_headers.py). `GET /v1/spillover/decisions/{request_id}` returns the decision record
+(router/request/contract_headers.py). `GET /v1/spillover/decisions/{request_id}` returns the decision record
 of a recent request. A non-streamed request with `Idempotency-Key` is answered once and replayed for
 repeats (serve_apps/idempotent.py).
 
@@ -54,12 +54,12 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from router import headers as hdr
-from router.auth import TenantPolicy, narrow_for_tenant
 from router.error_codes import ErrorCode
 from router.errors import InvalidRequest, NotFound, RequestError, RequestTimeout, UpstreamError
-from router.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
-from router.policy import Policy
-from router.saturation import cluster_view
+from router.request.auth import TenantPolicy, narrow_for_tenant
+from router.request.openai_request import Kind, ModelLimits, decode_json, parse_body, resolve_model
+from router.routing.policy import Policy
+from router.routing.saturation import cluster_view
 from serve_apps.backend import ModelBackend
 from serve_apps.check_pool import RequestChecks
 from serve_apps.decision_routes import OwnedDecisions, owner_of

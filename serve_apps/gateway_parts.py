@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from cluster.gateway_config import HttpLimits
-from router.auth import Authenticator
-from router.decision import DecisionStore
-from router.policy import Policy
-from router.snapshot import ClusterSnapshot
+from router.learning.decision import DecisionStore
+from router.request.auth import Authenticator
+from router.routing.policy import Policy
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.check_pool import RequestChecks
 from serve_apps.golden_gate import GoldenGate
 from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES
@@ -37,7 +37,8 @@ def new_request_id() -> str:
 
 @dataclass(frozen=True)
 class EdgeSettings:
-    authenticator: Authenticator | None = None  # with one, every /v1/* route needs a tenant's key (router/auth.py)
+    # with one, every /v1/* route needs a tenant's key (router/request/auth.py)
+    authenticator: Authenticator | None = None
     new_id: Callable[[], str] = new_request_id  # a request id when the client sent no usable one
     set_request_id: bool = True  # False behind Serve's proxy, which sets x-request-id itself
     redact: Iterable[str] = ()  # names no error text may show a client (serve_apps/http_guards.py)
@@ -49,7 +50,7 @@ class EdgeSettings:
 
 @dataclass(frozen=True)
 class GatewayParts:
-    policy: Policy | None = None  # scenarios and their strategies (router/policy.py)
+    policy: Policy | None = None  # scenarios and their strategies (router/routing/policy.py)
     decisions: DecisionStore | None = None  # the dispatcher's records, read per tenant
     metrics: GatewayMetrics | None = None
     checks: RequestChecks | None = None  # where contracts are derived (serve_apps/check_pool.py)

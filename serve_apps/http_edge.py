@@ -28,9 +28,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from router import headers as hdr
-from router.auth import Authenticator, TenantPolicy
 from router.error_codes import ErrorCode
 from router.errors import Forbidden, InternalError, RequestError, RouteNotFound
+from router.request.auth import Authenticator, TenantPolicy
 from serve_apps.http_guards import ClientText, request_id_of
 
 log = logging.getLogger("spillover.gateway")

@@ -22,8 +22,8 @@ from starlette.responses import JSONResponse, Response
 from router import headers as hdr
 from router.error_codes import ErrorCode
 from router.errors import InvalidRequest
-from router.idempotency import Fresh, IdempotencyStore, StoredResponse, fingerprint, validate_key
-from router.openai_request import decode_json
+from router.request.idempotency import Fresh, IdempotencyStore, StoredResponse, fingerprint, validate_key
+from router.request.openai_request import decode_json
 
 KEY_HEADER = hdr.IDEMPOTENCY_KEY
 REPLAY_HEADER = hdr.IDEMPOTENT_REPLAY

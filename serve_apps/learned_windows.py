@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from router.capabilities import Target
+from router.routing.capabilities import Target
 
 
 class LearnedWindows:

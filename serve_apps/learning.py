@@ -1,13 +1,13 @@
 """One gateway replica's learning state, wired from the config's `learning` section.
 
-* `QualityBook` (router/quality.py): fed every finished request's decision record through the
+* `QualityBook` (router/learning/quality.py): fed every finished request's decision record through the
   dispatcher's observer (`observer()` wraps the metrics observer), read by the dispatcher's plan for
   the quality scorer, and by feedback.
-* `FeedbackStore` (router/feedback.py): reports from `POST /v1/spillover/feedback`, at most
+* `FeedbackStore` (router/learning/feedback.py): reports from `POST /v1/spillover/feedback`, at most
   `learning.feedback.per_tenant_per_minute` per tenant (a token bucket per tenant on the monotonic
   clock; 429 feedback_rate_limited). A tenant's report moves its own routing and typing only, unless
   it shares feedback (`admin`, or `tenants[].global_feedback`; everyone's without auth).
-* `RequestTyper` (router/typing_rules.py), when `learning.typing.enabled`: `derive()` types a request
+* `RequestTyper` (router/request/typing_rules.py), when `learning.typing.enabled`: `derive()` types a request
   that declares no scenario before its contract is derived; the contract (and so the decision record)
   carries the typing result and its scores.
 * `QualityCollector`: the book at `/metrics`, read at scrape time.
@@ -26,17 +26,17 @@ from prometheus_client.registry import Collector
 
 from cluster.config import SpilloverConfig
 from router import headers as hdr
-from router.auth import TenantPolicy
-from router.capabilities import Registry
-from router.contract import RequestContract, derive_contract
-from router.decision import DecisionRecord
-from router.embedding import HashingEmbedder
 from router.errors import FeedbackRateLimited
-from router.feedback import Feedback, FeedbackInput, FeedbackStore
-from router.policy import Policy
-from router.quality import QualityBook
-from router.rate_limit import TokenBucket
-from router.typing_rules import CentroidClassifier, RequestTyper, Rule, last_user_text
+from router.learning.decision import DecisionRecord
+from router.learning.feedback import Feedback, FeedbackInput, FeedbackStore
+from router.learning.quality import QualityBook
+from router.limits.rate_limit import TokenBucket
+from router.request.auth import TenantPolicy
+from router.request.contract import RequestContract, derive_contract
+from router.request.embedding import HashingEmbedder
+from router.request.typing_rules import CentroidClassifier, RequestTyper, Rule, last_user_text
+from router.routing.capabilities import Registry
+from router.routing.policy import Policy
 from serve_apps.dispatch_types import DispatchObserver
 
 

@@ -1,13 +1,13 @@
 """Routes of the learning state (serve_apps/learning.py).
 
     POST /v1/spillover/feedback  {request_id, outcome: success|failure, label?, source}
-                                 a late verdict on an answered request (router/feedback.py): any
+                                 a late verdict on an answered request (router/learning/feedback.py): any
                                  tenant, on its own requests only — another tenant's request id gets
                                  the same 404 as an unknown one; 200 says what it changed (quality,
                                  typing examples) and for whom (`scope`: own, everyone); 400
                                  invalid_feedback, 409 feedback_exists (one per request and source
                                  kind), 429 feedback_rate_limited (per tenant, before the body is read)
-    GET  /v1/spillover/quality   learned quality per target and bucket (router/quality.py); with
+    GET  /v1/spillover/quality   learned quality per target and bucket (router/learning/quality.py); with
                                  gateway auth only an `admin` tenant (403 otherwise)
 
 Feedback finds the request's decision record on this gateway replica (the last
@@ -23,10 +23,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.decision import DecisionStore
 from router.error_codes import ErrorCode
 from router.errors import NotFound
-from router.feedback import parse_feedback
+from router.learning.decision import DecisionStore
+from router.learning.feedback import parse_feedback
 from serve_apps.decision_routes import owner_of
 from serve_apps.http_edge import HttpEdge
 from serve_apps.learning import Learning

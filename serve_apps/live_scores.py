@@ -1,4 +1,4 @@
-"""Live health scores per target and scenario (router/health_score.py), fed by every attempt the
+"""Live health scores per target and scenario (router/resilience/health_score.py), fed by every attempt the
 dispatcher makes, and each target's measured latency.
 
 Each target × scenario has a `TargetScore`; its weight steps at most `max_step` points per
@@ -22,9 +22,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from router.decision import Attempt
-from router.health_score import ScoreSettings, TargetScore
-from router.traffic import endpoint_of
+from router.learning.decision import Attempt
+from router.resilience.health_score import ScoreSettings, TargetScore
+from router.traffic.traffic import endpoint_of
 
 MAX_KEYS = 1000  # target x scenario pairs kept (both come from the config: bounded anyway)
 

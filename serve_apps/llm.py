@@ -20,7 +20,7 @@ from cluster.engine_settings import ENGINE_KEY, engine_settings
 from cluster.model_spec import ModelSpec
 from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
-from router.watermarks import Watermarks
+from router.routing.watermarks import Watermarks
 from serve_apps.gpu_sim_workers import GPU_SIM_ENV
 from serve_apps.replica_router import ROUTER_PATH, ROUTING_STATS_PERIOD_S
 

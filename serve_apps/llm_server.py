@@ -5,7 +5,7 @@ it runs on and binds its threads; after it started, the replica checks the engin
 the model's float32 reference before Serve sees it ready (a bf16 engine that fails, where `auto`
 chose bf16, is recorded and the replica restarts in float32), then appends a `StatsTap` to vLLM's stat
 loggers and pushes its `ReplicaStats` to the TelemetryBoard every `push_period_s` (see
-router/snapshot.py for the whole path). While it serves it re-checks numerics every
+router/routing/snapshot.py for the whole path). While it serves it re-checks numerics every
 `models[].numerics.interval_s` and watches for a wedged engine (serve_apps/engine_watchdog.py); either
 fault is in every pushed reading (the gateways stop routing to it) and fails Serve's `check_health`
 (Serve replaces it). A start-up numerics failure keeps the replica out of routing without a restart
@@ -34,7 +34,7 @@ from cluster.models import compile_cache_dir
 from cluster.numerics_check import NumericsVerdict
 from cluster.nvml import reader_from_env
 from cluster.stats_tap import StatsTap
-from router.snapshot import ReplicaStats
+from router.routing.snapshot import ReplicaStats
 from serve_apps.engine_gpus import ReplicaGpus, replica_engine
 from serve_apps.engine_reaper import start_reaper
 from serve_apps.engine_setup import BF16Rejected, EngineSetup

@@ -18,7 +18,7 @@ from ray.serve.handle import DeploymentHandle
 from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
 from router.errors import InvalidRequest, TargetUnavailable, UpstreamError
-from router.openai_request import Kind
+from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
 from serve_apps.engine_replies import DONE, error_in_events, is_error_response, to_sse, translate_error_response
 

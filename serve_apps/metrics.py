@@ -8,9 +8,9 @@ replica exports its own series; Prometheus sums them (label `instance`).
     spillover_routing_decision_seconds                       contract pipeline + burst decision time
     spillover_admission_queue_length{model}                  requests waiting for local room
     spillover_admission_wait_seconds{model,outcome}          time waited (outcome: local|cloud|timeout|rejected)
-    spillover_replica_saturation{model,replica}              router/saturation.py value (stale = +Inf)
+    spillover_replica_saturation{model,replica}              router/routing/saturation.py value (stale = +Inf)
     spillover_replica_kv_cache_usage{model,replica}          engine KV usage 0..1
-    spillover_replica_gpu_memory_pressure{model,replica,gpu} router/saturation.py GPU memory pressure term
+    spillover_replica_gpu_memory_pressure{model,replica,gpu} router/routing/saturation.py GPU memory pressure term
     spillover_replica_gpu_memory_bytes{model,replica,gpu,owner}  NVML used memory, owner engine | others
     spillover_replica_gpu_utilization{model,replica,gpu}     SM utilisation, percent (NVML)
     spillover_tokens_total{target,kind}                      prompt / completion tokens by target
@@ -45,9 +45,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from router.decision import DecisionRecord
-from router.saturation import assessed_at
-from router.snapshot import ClusterSnapshot
+from router.learning.decision import DecisionRecord
+from router.routing.saturation import assessed_at
+from router.routing.snapshot import ClusterSnapshot
 
 PREFIX = "spillover_"
 HEALTH_LEVELS = {"green": 0, "yellow": 1, "red": 2, "black": 3}
@@ -220,7 +220,7 @@ class GatewayMetrics:
             self._log_seen[reason] = max(total, self._log_seen[reason])
 
     def replicas(self, snapshot: ClusterSnapshot, now: float) -> None:
-        """The replicas' gauges from `snapshot` and the saturations it carries (router/saturation.py
+        """The replicas' gauges from `snapshot` and the saturations it carries (router/routing/saturation.py
         `assess`: the values the router decides with), stale ones at `now` as +Inf."""
         for replica in snapshot.replicas:
             self.kv_usage.labels(replica.model, replica.replica_id).set(replica.kv_cache_usage)

@@ -6,7 +6,7 @@ path: no gateway, HTTP or Serve hop, and the prompt token ids are the reference'
 (cluster/numerics_reference.py), so only numerics can differ. Each check salts its prompts' prefix-cache
 keys afresh, so it recomputes the prefill too rather than reading KV blocks an earlier check left.
 The verdict (cluster/numerics_check.py) travels in the replica's pushed stats: a replica that fails
-leaves routing at once (router/snapshot.py `ReplicaStats.fault`).
+leaves routing at once (router/routing/snapshot.py `ReplicaStats.fault`).
 """
 
 from __future__ import annotations

@@ -24,10 +24,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router.capabilities import local_id
 from router.errors import InvalidRequest
-from router.health import Health
-from router.openai_request import decode_json
+from router.request.openai_request import decode_json
+from router.resilience.health import Health
+from router.routing.capabilities import local_id
 from serve_apps.http_edge import HttpEdge
 from serve_apps.resilience import Resilience
 

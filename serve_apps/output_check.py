@@ -1,4 +1,4 @@
-"""The output contract applied to a complete chat answer (router/output_contract.py decides).
+"""The output contract applied to a complete chat answer (router/output/output_contract.py decides).
 
 The check runs in a worker thread of the gateway's schema-check pool (serve_apps/check_pool.py: per-tenant
 admission, fair hand-over), bounded by VALIDATION_TIMEOUT_S once it runs: a hostile schema or answer never
@@ -13,10 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import partial
 
-from router.capabilities import Target
-from router.contract import RequestContract
-from router.openai_request import Kind
-from router.output_contract import (
+from router.output.output_contract import (
     CONTRACT_HEADER,
     VALIDATION_TIMEOUT_S,
     OutputVerdict,
@@ -24,6 +21,9 @@ from router.output_contract import (
     contract_violation,
     enforce,
 )
+from router.request.contract import RequestContract
+from router.request.openai_request import Kind
+from router.routing.capabilities import Target
 from serve_apps.backend import BackendReply
 from serve_apps.check_pool import CheckRunner, Unpooled
 

@@ -1,4 +1,4 @@
-"""The live-answer loop check (router/degenerate.py) where the dispatcher meets a complete answer.
+"""The live-answer loop check (router/output/degenerate.py) where the dispatcher meets a complete answer.
 
 Greedy answers (temperature 0) of a local model with `models[].degenerate_check` that ran into their
 token limit and end in a repeated phrase are flagged: the attempt's record names the loop among its
@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.capabilities import Target
-from router.degenerate import degenerate
+from router.output.degenerate import degenerate
+from router.routing.capabilities import Target
 
 FLAG = "degenerate_output"
 

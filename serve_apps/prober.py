@@ -1,4 +1,4 @@
-"""Health probes (router/health.py): the evidence that moves a target's health when traffic is thin.
+"""Health probes (router/resilience/health.py): the evidence that moves a target's health when traffic is thin.
 
 Three levels, each on its own period (`resilience.health`):
 
@@ -12,11 +12,11 @@ Three levels, each on its own period (`resilience.health`):
 
 Fair judging:
 * a probe error whose rule marks credentials bad (401/403, key variable unset) makes the target
-  black; a client-side rejection of the probe's request (`router.failure` class CLIENT: a 4xx other
+  black; a client-side rejection of the probe's request (`router.resilience.failure` class CLIENT: a 4xx other
   than 401/403/408/429, e.g. a content filter) is no evidence of ill health: it is logged, counted
   on the machine and the state is kept; any other failure is a failed probe;
 * while live traffic is recent, the machine records probes without acting on them
-  (router/health_evidence.py);
+  (router/resilience/health_evidence.py);
 * the schedule follows the target, not the gateway's start: liveness and latency probes of a red
   target run every `recovery_probe_s` (when that is shorter), and after each health transition the
   target's next probes are due one period after it. The same fault sequence then meets the same
@@ -39,11 +39,11 @@ from typing import Any, Literal, Protocol
 from cluster.config import SpilloverConfig
 from cluster.model_spec import ModelSpec
 from cluster.resilience_config import ProviderProbe
-from router.capabilities import local_id, provider_key
 from router.errors import RequestError
-from router.failure import FailureClass, classify, rule_for
-from router.health import Health, HealthBoard
-from router.snapshot import ClusterSnapshot
+from router.resilience.failure import FailureClass, classify, rule_for
+from router.resilience.health import Health, HealthBoard
+from router.routing.capabilities import local_id, provider_key
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import CloudBackend, ModelBackend
 
 log = logging.getLogger("spillover.prober")

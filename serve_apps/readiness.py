@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from router.snapshot import ClusterSnapshot
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.golden_gate import GoldenGate
 

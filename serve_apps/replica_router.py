@@ -11,7 +11,7 @@ Balanced against load and saturation:
 * replicas whose own engine says they are saturated are left out, unless every one is: each
   replica answers Serve's `record_routing_stats` hook (`SpilloverLLMServer`, every
   ROUTING_STATS_PERIOD_S) with `routing_stats` of its latest reading, the saturation of
-  router/saturation.py against its model's watermarks, computed there once per period; a request
+  router/routing/saturation.py against its model's watermarks, computed there once per period; a request
   only compares that number with 1;
 * when the preferred replica's queue is longer than the shortest by more than
   `imbalanced_threshold`, the two shortest-queued of two random picks win (power of two);
@@ -33,9 +33,9 @@ from typing import Any
 
 from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
 
-from router.saturation import load
-from router.snapshot import ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.saturation import load
+from router.routing.snapshot import ReplicaStats
+from router.routing.watermarks import Watermarks
 
 ROUTER_PATH = "serve_apps.replica_router:PrefixAffinityRouter"
 ROUTING_STATS_PERIOD_S = 1.0
@@ -44,7 +44,7 @@ DEFAULT_PREFIX_CHARS = 2000
 
 def routing_stats(reading: ReplicaStats, watermarks: Watermarks) -> dict[str, Any]:
     """What a replica answers Serve's routing-stats hook with: its reading's saturation (the
-    gateway computes the same from the same reading, router/saturation.py `load`)."""
+    gateway computes the same from the same reading, router/routing/saturation.py `load`)."""
     saturation = load(reading, watermarks)
     return {"saturation": saturation.value, "saturation_term": saturation.term, "read_at": reading.read_at}
 

@@ -1,9 +1,9 @@
 """The gateway's resilience state, and the one place an attempt's outcome updates all of it.
 
 A gateway replica holds one `Resilience`: circuit breakers per target and failure domain
-(`router.breaker`), a health machine per local model and cloud provider (`router.health`), the
-gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM windows
-(`router.quota`, fed also by the providers' rate-limit headers) and the spend ledger
+(`router.resilience.breaker`), a health machine per local model and cloud provider (`router.resilience.health`), the
+gateway-wide retry budget and the backoff (`router.resilience.retry`), per-provider RPM/TPM windows
+(`router.limits.quota`, fed also by the providers' rate-limit headers) and the spend ledger
 (`serve_apps.spend_ledger`). The dispatcher asks it three things:
 
 * `unavailable(targets)` at plan time: a local model that has not passed its start-up golden
@@ -13,7 +13,7 @@ gateway-wide retry budget and the backoff (`router.retry`), per-provider RPM/TPM
 * `gate(target, ...)` just before an attempt: a half-open breaker's trial slot, the health share
   (yellow keeps ~70%, half-open red ~10% as trials, a ramp 20/50/100%) when there is another
   candidate, the provider's quota;
-* `failed(target, error)` / `succeeded(target)` after it: `router.failure`'s table decides what
+* `failed(target, error)` / `succeeded(target)` after it: `router.resilience.failure`'s table decides what
   the error means for the breakers, the domain's cool-down and the health.
 
 Health keys are the `x-spillover-target` forms: `local:<alias>` and `cloud:<provider>`.
@@ -36,18 +36,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.breaker import Breakers
-from router.budget import cost_weight
-from router.capabilities import Target, local_id
-from router.decision import Attempt
 from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
-from router.failure import Rule, rule_for
-from router.health import Health, HealthBoard, HealthMachine
-from router.policy import Policy
-from router.quota import Quotas, Refusal, Reservation
-from router.rate_headers import read_rate_limits
-from router.retry import Backoff, RetryBudget
-from router.snapshot import ClusterSnapshot
+from router.learning.decision import Attempt
+from router.limits.budget import cost_weight
+from router.limits.quota import Quotas, Refusal, Reservation
+from router.limits.rate_headers import read_rate_limits
+from router.resilience.breaker import Breakers
+from router.resilience.failure import Rule, rule_for
+from router.resilience.health import Health, HealthBoard, HealthMachine
+from router.resilience.retry import Backoff, RetryBudget
+from router.routing.capabilities import Target, local_id
+from router.routing.policy import Policy
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.golden_gate import GoldenGate
 from serve_apps.learned_windows import LearnedWindows
 from serve_apps.spend_ledger import SpendLedger
@@ -248,7 +248,7 @@ class Resilience:
             self.quotas.settle(reservation, tokens)
 
     def observe_rate_limits(self, provider: str, headers: Mapping[str, str]) -> None:
-        """A provider's rate-limit response headers (`router.rate_headers`) update its quota window;
+        """A provider's rate-limit response headers (`router.limits.rate_headers`) update its quota window;
         resets are capped at `max_retry_after_s` like a Retry-After."""
         reading = read_rate_limits(headers, wall_now=self._wall(), max_reset_s=self.max_retry_after_s)
         if reading is not None:

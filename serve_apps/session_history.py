@@ -1,11 +1,11 @@
 """Server-side session history (`sessions.store: true`): the stored turns of each session.
 
-`HistoryStore` keeps, per pin key (tenant, model alias, session: router/session_id.py), the session's
-messages as router/history.py bounds them (`sessions.history_max_bytes` each) and their label
-(router/carried.py: the strictest constraints of the turns they came from, JSON; every write joins
+`HistoryStore` keeps, per pin key (tenant, model alias, session: router/sessions/session_id.py), the session's
+messages as router/sessions/history.py bounds them (`sessions.history_max_bytes` each) and their label
+(router/sessions/carried.py: the strictest constraints of the turns they came from, JSON; every write joins
 it with the stored one, so it only gets stricter while the session lives). It holds at most
 `sessions.history_total_bytes` in all, evicted per tenant (the least recently used session of the
-tenant holding the most bytes: router/tenant_lru.py), and forgets a session unused for
+tenant holding the most bytes: router/sessions/tenant_lru.py), and forgets a session unused for
 `sessions.ttl_s`. In a deployment it is a named, detached Ray actor on the head node next to the pin
 table (serve_apps/session_actor.py), so every gateway replica reads the same history and label.
 
@@ -23,9 +23,9 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from router.carried import from_json
-from router.session_id import tenant_of_key
-from router.tenant_lru import TenantLru
+from router.sessions.carried import from_json
+from router.sessions.session_id import tenant_of_key
+from router.sessions.tenant_lru import TenantLru
 
 log = logging.getLogger("spillover.sessions")
 

@@ -1,11 +1,11 @@
 """Where sessions are pinned: one table shared by every gateway replica, and each replica's cache of it.
 
-`PinTable` maps a pin key (tenant, model alias, session id: router/session_id.py) to the session's
+`PinTable` maps a pin key (tenant, model alias, session id: router/sessions/session_id.py) to the session's
 record — its target id, when it was pinned there, its turns and switches, its state anchor
-(router/anchor.py, at most `sessions.anchor.max_bytes`) and the anchor's label (router/carried.py:
+(router/sessions/anchor.py, at most `sessions.anchor.max_bytes`) and the anchor's label (router/sessions/carried.py:
 the strictest constraints of the turns it came from, JSON; every write joins it with the stored
 one, so it only gets stricter). It holds at most `max_sessions` records, evicted per tenant (the
-least recently used of the tenant holding the most: router/tenant_lru.py), and forgets one unused
+least recently used of the tenant holding the most: router/sessions/tenant_lru.py), and forgets one unused
 for `ttl_s` (`sessions.ttl_s`).
 
 In a deployment the table lives in a named, detached Ray actor on the head node
@@ -30,9 +30,9 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from router.carried import from_json
-from router.session_id import tenant_of_key
-from router.tenant_lru import TenantLru
+from router.sessions.carried import from_json
+from router.sessions.session_id import tenant_of_key
+from router.sessions.tenant_lru import TenantLru
 
 log = logging.getLogger("spillover.sessions")
 
@@ -71,7 +71,7 @@ class PinTable:
     def record(
         self, key: str, expected: str | None, target: str, anchor: Mapping[str, Any] | None, label: Mapping[str, Any]
     ) -> Record:
-        """One answered turn on `target`, whose context is labelled `label` (router/carried.py); the pin
+        """One answered turn on `target`, whose context is labelled `label` (router/sessions/carried.py); the pin
         moves only if it still points at `expected` (None: no pin). Returns the stored record (another
         replica's pin when it got there first: its anchor stands, the label is joined all the same)."""
         now = self._clock()

@@ -3,8 +3,8 @@
 `Summariser.summary` writes the summary of a compression plan's older turns with
 `sessions.compress.summariser` (a local model alias; the request's own by default) within
 `summary_timeout_s`, or — when it cannot answer — the start of each turn (`extractive`). A summary
-a model wrote is kept per session with the label of the turns it summarises (router/summary_cache.py,
-router/carried.py): a later turn reuses it for the turns it covers, but only on a target that label
+a model wrote is kept per session with the label of the turns it summarises (router/sessions/summary_cache.py,
+router/sessions/carried.py): a later turn reuses it for the turns it covers, but only on a target that label
 admits; anywhere else it is written afresh from the turns the request itself carries.
 """
 
@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from cluster.session_config import CompressSection
-from router.capabilities import Target
-from router.carried import Label
-from router.compress import CompressionPlan, extractive_summary, transcript
-from router.contract import CHARS_PER_TOKEN, RequestContract
-from router.filters import carried_refusal
-from router.summary_cache import SummaryCache, incremental_transcript
+from router.request.contract import CHARS_PER_TOKEN, RequestContract
+from router.routing.capabilities import Target
+from router.routing.filters import carried_refusal
+from router.sessions.carried import Label
+from router.sessions.compress import CompressionPlan, extractive_summary, transcript
+from router.sessions.summary_cache import SummaryCache, incremental_transcript
 from serve_apps.backend import ModelBackend
 
 log = logging.getLogger("spillover.sessions")

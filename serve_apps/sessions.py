@@ -1,21 +1,21 @@
 """The dispatcher's side of sessions: read the pin, steer the plan, carry the state on a switch.
 
-One `Turn` per request that names a session (router/session_id.py), in this order:
+One `Turn` per request that names a session (router/sessions/session_id.py), in this order:
 
 1. `Sessions.open` reads the session's record through the replica's pin cache (serve_apps/session_pins.py)
-   and, with `sessions.store`, its stored turns; the labels both carry (router/carried.py) are joined
+   and, with `sessions.store`, its stored turns; the labels both carry (router/sessions/carried.py) are joined
    into the turn's contract (`RequestContract.carried`): the turn may go only where the turns its
    session carries could (the carried-state rule, docs/security.md).
 2. `Turn.planner` wraps the dispatcher's plan: when nothing can take the whole history (a 400
    context_length_exceeded, or a wait because the only other targets' windows are too small), or the
    pinned target's window is what keeps it out, it plans again with the history as short as
-   compression can make it; then router/sessions.py's
+   compression can make it; then router/sessions/sessions.py's
    `decide_pin` keeps the session on its pinned target or switches it (the scenario's `switch`).
    Every re-plan of a wait for local room goes through the same wrapper.
 3. `Turn.body_for(target, body)`, before each attempt: a history that does not fit the target's
-   window is compressed (router/compress.py; the summary: serve_apps/session_summaries.py), and on a
+   window is compressed (router/sessions/compress.py; the summary: serve_apps/session_summaries.py), and on a
    target other than the pinned one the session's anchor is added after the client's system
-   messages (router/anchor.py). Both are user messages: their text is the client's, never a system
+   messages (router/sessions/anchor.py). Both are user messages: their text is the client's, never a system
    prompt.
 4. `Turn.close` stores the pin (compare-and-set) with the anchor updated from a validated JSON
    answer and the label of the turn (its own constraints joined with what it carried), and
@@ -34,19 +34,19 @@ from functools import reduce
 from typing import Any
 
 from cluster.config import SpilloverConfig
-from router.anchor import anchor_message, update_anchor, with_anchor
-from router.capabilities import Target
-from router.carried import Label, Origin, effective_label, from_json
-from router.compress import compressed, floor_tokens, message_tokens, plan_compression
-from router.contract import RequestContract, estimate_prompt_tokens
-from router.decision import Attempt
 from router.errors import NoCapableModel
 from router.headers import CONTRACT
-from router.history import grown, supply
-from router.plan import Plan
-from router.session_id import pin_key
-from router.sessions import PinDecision, after_failover, decide_pin
-from router.tool_calls import StreamedMessage
+from router.learning.decision import Attempt
+from router.output.tool_calls import StreamedMessage
+from router.request.contract import RequestContract, estimate_prompt_tokens
+from router.routing.capabilities import Target
+from router.routing.plan import Plan
+from router.sessions.anchor import anchor_message, update_anchor, with_anchor
+from router.sessions.carried import Label, Origin, effective_label, from_json
+from router.sessions.compress import compressed, floor_tokens, message_tokens, plan_compression
+from router.sessions.history import grown, supply
+from router.sessions.session_id import pin_key
+from router.sessions.sessions import PinDecision, after_failover, decide_pin
 from serve_apps.backend import ModelBackend
 from serve_apps.dispatch_types import Dispatched
 from serve_apps.session_history import HistoryClient, HistoryStore, Stored, local_history
@@ -126,7 +126,7 @@ class Turn:
             log.warning("session pin of another tenant ignored")  # keys hold the tenant: never expected
             record = None
         self._record = record
-        # the labels of what the session carries (router/carried.py): the pin's anchor, the stored history
+        # the labels of what the session carries (router/sessions/carried.py): the pin's anchor, the stored history
         self._labels: list[Label] = [from_json(record.get("label"), contract.tenant)] if record else []
         turns = record["turns"] + 1 if record else (1 if answered else None)
         self._origin = Origin(request_id, contract.scenario, turns)
@@ -145,7 +145,7 @@ class Turn:
         self._answered: tuple[str, list[Any] | None] | None = None  # after close: the target, the stored history
 
     def supply(self, read: Stored | None, history_tokens: int) -> None:
-        """Put the session's stored turns in front of the client's (sessions.store; router/history.py)."""
+        """Put the session's stored turns in front of the client's (sessions.store; router/sessions/history.py)."""
         stored, label = read if read is not None else (None, None)
         if label is not None and not _own(label, self._contract.tenant):
             log.warning("session history of another tenant ignored")  # keys hold the tenant: never expected
@@ -154,7 +154,9 @@ class Turn:
         if stored is None:
             self._history_view = {"store": "unavailable"}
             return
-        if stored or label is not None:  # stored turns without a label count as the strictest (router/carried.py)
+        if (
+            stored or label is not None
+        ):  # stored turns without a label count as the strictest (router/sessions/carried.py)
             self._labels.append(from_json(label, self._contract.tenant))
         supplied = supply(stored, self._sent, history_tokens)
         self._sent = supplied.new  # what the store gets after this turn (not what the client re-sent)
@@ -251,7 +253,7 @@ class Turn:
                 done["compression"] = {**plan.view(), "summary_by": by}
                 if reused:
                     done["compression"]["summary_reused"] = reused
-        if anchored:  # after the client's system messages, before the summary (router/anchor.py)
+        if anchored:  # after the client's system messages, before the summary (router/sessions/anchor.py)
             messages = with_anchor(messages, self._anchor)
             done["anchor"] = True
         self._prepared[target.id] = ({"messages": messages}, done)

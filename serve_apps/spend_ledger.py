@@ -18,7 +18,7 @@ as last read by that thread, asking it to read again when the value is older tha
 `month_refresh_s`. A locked database (another process inside its busy timeout) or a slow disk
 therefore never stalls the event loop that serves requests.
 
-What the month's spend does to routing is pure and lives in router/budget.py (a soft budget, never
+What the month's spend does to routing is pure and lives in router/limits/budget.py (a soft budget, never
 a refusal); the hard per-request cap is the contract pipeline's `cost` filter. Rows carry the
 tenant (null without auth): `recent_tenant_totals()` is each tenant's spend this month, which
 serve_apps/tenant_limits.py holds against `tenants[].monthly_budget_usd` (a refusal). A ledger file

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from ray.actor import ActorHandle
 
-from router.snapshot import ReplicaStats
+from router.routing.snapshot import ReplicaStats
 
 log = logging.getLogger("spillover.replica")
 

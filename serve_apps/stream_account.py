@@ -9,7 +9,7 @@ client did not ask for it (`wants_usage`), so a client sees exactly the chunks i
 
 `Tally.feed(text)` reads the SSE events one backend yielded (one or several `data:` events), keeps
 the reported usage, counts the content-bearing deltas (one per token on vLLM and the cloud
-simulator; an estimate elsewhere), assembles choice 0's answer (router/tool_calls.py) and returns
+simulator; an estimate elsewhere), assembles choice 0's answer (router/output/tool_calls.py) and returns
 the text to pass on without the usage chunk when it is to be dropped and without `[DONE]`.
 
 `accounted(...)` wraps the stream the client reads. When it ends it calls `finish(StreamEnd)` once,
@@ -39,7 +39,7 @@ from typing import Any
 
 from router.error_codes import ErrorCode
 from router.errors import RequestError, UpstreamError
-from router.tool_calls import StreamedMessage
+from router.output.tool_calls import StreamedMessage
 
 log = logging.getLogger("spillover.streams")
 

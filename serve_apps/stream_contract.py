@@ -1,5 +1,5 @@
-"""The output contract applied to streamed answers (router/tool_calls.py assembles, router/output_contract.py
-decides; serve_apps/output_check.py does the same for complete answers).
+"""The output contract applied to streamed answers (router/output/tool_calls.py assembles,
+router/output/output_contract.py decides; serve_apps/output_check.py does the same for complete answers).
 
     end_check(kind, contract, target)   the check `serve_apps.stream_account.accounted` runs when a stream
                                         reaches `[DONE]`: L2 → the violation is flagged (recorded, counted
@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from functools import partial
 
-from router.capabilities import Target
-from router.contract import RequestContract
-from router.openai_request import Kind
-from router.output_contract import contract_violation, enforce
-from router.tool_calls import StreamedMessage, check_streamed
+from router.output.output_contract import contract_violation, enforce
+from router.output.tool_calls import StreamedMessage, check_streamed
+from router.request.contract import RequestContract
+from router.request.openai_request import Kind
+from router.routing.capabilities import Target
 from serve_apps.backend import BackendReply
 from serve_apps.check_pool import CheckRunner
 from serve_apps.output_check import off_loop

@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from router.capabilities import Target
-from router.decision import Attempt, DecisionRecord, DecisionStore
 from router.error_codes import ErrorCode
 from router.errors import UpstreamError
-from router.quota import Reservation
+from router.learning.decision import Attempt, DecisionRecord, DecisionStore
+from router.limits.quota import Reservation
+from router.routing.capabilities import Target
 from serve_apps.dispatch_types import DispatchObserver
 from serve_apps.output_loops import FLAG as LOOP_FLAG
 from serve_apps.resilience import Resilience

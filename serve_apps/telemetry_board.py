@@ -21,7 +21,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from router.snapshot import AGE_KEY
+from router.routing.snapshot import AGE_KEY
 from serve_apps.head_actor import on_head
 
 BOARD_NAME = "spillover-telemetry"

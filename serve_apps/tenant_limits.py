@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from router.auth import TenantPolicy
 from router.errors import TenantBudgetExceeded, TenantConcurrencyExceeded
+from router.request.auth import TenantPolicy
 
 CONCURRENCY_RETRY_AFTER_S = 1.0  # a slot frees when some request of the tenant ends: no better guess
 

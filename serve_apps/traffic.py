@@ -1,12 +1,12 @@
 """One gateway replica's side of the operator's traffic controls and graded switches.
 
-The operator's document (router/traffic.py) lives in the shared `TrafficBoard` actor
+The operator's document (router/traffic/traffic.py) lives in the shared `TrafficBoard` actor
 (serve_apps/traffic_board.py); every `traffic.sync_period_s` this replica pushes what its own gates
 decided (a rollback, a completed switch) and pulls the document back. From it:
 
 * drains and pins make targets unavailable at plan time (`unavailable`, with the reason in the
   decision record);
-* a running switch gets a `Migration` (router/migration.py) here, adopted at once by the first
+* a running switch gets a `Migration` (router/traffic/migration.py) here, adopted at once by the first
   `migration.stagger_share` of the replicas and `migration.stagger_s` later by the rest
   (`stagger_delay_s`); `arrange` puts the standby first for its share of the requests that would have
   gone to the primary (a deterministic split), and says so in the decision record
@@ -29,11 +29,11 @@ from functools import partial
 from typing import Any, Protocol
 
 from cluster.config import SpilloverConfig
-from router import traffic as doc_ops
-from router.capabilities import Target
-from router.contract import RequestContract
-from router.decision import Attempt
-from router.migration import Gates, Migration, splitter, stagger_delay_s
+from router.learning.decision import Attempt
+from router.request.contract import RequestContract
+from router.routing.capabilities import Target
+from router.traffic import traffic as doc_ops
+from router.traffic.migration import Gates, Migration, splitter, stagger_delay_s
 from serve_apps.live_scores import LiveScores
 from serve_apps.traffic_metrics import TrafficMetrics
 from serve_apps.weight_routing import WeightRouting

@@ -1,11 +1,11 @@
 """The operator's traffic document shared by every gateway replica: a small named Ray actor on the
 head node, like the breaker exchange (serve_apps/breaker_exchange.py).
 
-`command` applies an operator's command (router/traffic.py) and bumps the version; `sync` takes a
+`command` applies an operator's command (router/traffic/traffic.py) and bumps the version; `sync` takes a
 replica's reports (a switch its gates rolled back or completed: the first report wins, the others
 see the phase already set) and returns the document with the replica's position in [0, 1) among
 the replicas heard from in the last `forget_after_s` (the order they first synced in), which sets
-when it adopts a switch (router/migration.py, `stagger_delay_s`).
+when it adopts a switch (router/traffic/migration.py, `stagger_delay_s`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.actor import ActorHandle
 
-from router import traffic as doc_ops
+from router.traffic import traffic as doc_ops
 from serve_apps.head_actor import on_head
 
 BOARD_NAME = "spillover-traffic"

@@ -3,7 +3,7 @@
     GET  /v1/spillover/traffic           the shared operator document (drains, pins, switches, history)
                                          and this replica's graded switches (step, share, gates, events);
                                          admin
-    POST /v1/spillover/traffic           one command (router/traffic.py): drain / undrain a target,
+    POST /v1/spillover/traffic           one command (router/traffic/traffic.py): drain / undrain a target,
                                          pin / unpin a model or scenario, switch (after the standby's
                                          dry-run, serve_apps/dry_run.py; 409 dry_run_failed refuses it),
                                          rollback, clear; admin; 400 invalid_traffic_command otherwise
@@ -23,11 +23,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from router import traffic as doc_ops
 from router.error_codes import ErrorCode
 from router.errors import DryRunFailed, InvalidRequest, RequestError, TicketAnswerDropped, TicketNotFound
 from router.headers import DEGRADED, TICKET
-from router.tickets import TicketStore
+from router.traffic import traffic as doc_ops
+from router.traffic.tickets import TicketStore
 from serve_apps.deferral import TICKETS_PATH
 from serve_apps.dry_run import DryRun
 from serve_apps.http_edge import HttpEdge

@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from cluster.config import SpilloverConfig
-from router.capabilities import Registry
-from router.tickets import TicketStore
+from router.routing.capabilities import Registry
+from router.traffic.tickets import TicketStore
 from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.clocks import Clocks
 from serve_apps.deferral import Kept, TieredDispatch, response_cache
@@ -51,7 +51,7 @@ class TrafficParts:
 
 
 def ticket_store(config: SpilloverConfig, clock: Callable[[], float]) -> TicketStore:
-    """The bounded store of `traffic.tickets` (router/tickets.py)."""
+    """The bounded store of `traffic.tickets` (router/traffic/tickets.py)."""
     tickets = config.traffic.tickets
     return TicketStore(
         max_entries=tickets.max_entries,

@@ -1,4 +1,4 @@
-"""The live routing weight applied to one request's candidates (rule: router/weight_split.py).
+"""The live routing weight applied to one request's candidates (rule: router/routing/weight_split.py).
 
 The first candidate keeps the share of new requests its weight in the request's scenario gives
 (serve_apps/live_scores.py: the health score followed in bounded steps); the others go to the
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from router.capabilities import Target
-from router.weight_split import reordered, weigh
+from router.routing.capabilities import Target
+from router.routing.weight_split import reordered, weigh
 from serve_apps.live_scores import MAX_KEYS, LiveScores
 
 

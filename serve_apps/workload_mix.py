@@ -1,7 +1,7 @@
 """The live workload mix per model: mean prompt and output tokens of its most recent requests.
 
 Each request the gateway dispatches adds (estimated prompt tokens, max output tokens) from its
-contract (router/contract.py) to its model's window of the last `size` requests; outputs are
+contract (router/request/contract.py) to its model's window of the last `size` requests; outputs are
 counted at the request's cap, an upper bound that keeps the admission limit on the safe side.
 The gateway's admission limit reads the means (serve_apps/admission.py). Owned by one gateway
 replica, used on its event loop.

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from router.errors import ProviderRejected, RequestError, UpstreamError
-from router.openai_request import Kind
+from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
 
 

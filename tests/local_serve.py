@@ -28,12 +28,12 @@ def free_port() -> int:
 def serving(
     args: list[str], env: Mapping[str, str], log_path: Path, *, timeout_s: float, poll_s: float = 1.0
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """`python -m cli serve ARGS` logging to `log_path`, yielded once it says "spillover is serving" (the
+    """`python -m spillover serve ARGS` logging to `log_path`, yielded once it says "spillover is serving" (the
     test fails with the log's tail if it exits or `timeout_s` passes first); stopped with SIGTERM as an
     operator stops it (its process group killed after 120 s), and the log's tail printed."""
     with log_path.open("w") as log:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", *args],
+            [sys.executable, "-m", "spillover", "serve", *args],
             cwd=REPO,
             env=dict(env),
             stdout=log,

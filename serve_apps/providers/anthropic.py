@@ -29,9 +29,9 @@ import httpx
 
 from cluster.cloud_config import DEFAULT_MAX_REPLY_BYTES
 from router import headers as hdr
-from router.capabilities import ProviderModel
 from router.error_codes import ErrorCode
 from router.errors import ProviderOverloaded, RequestError, UpstreamError
+from router.routing.capabilities import ProviderModel
 from serve_apps.providers.anthropic_wire import ChunkTranslator, chat_completion, malformed, messages_request
 from serve_apps.providers.bounded import loads
 from serve_apps.providers.openai_compat import (

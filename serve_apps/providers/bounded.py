@@ -14,7 +14,7 @@ never ends, or JSON nested past Python's recursion limit must not exhaust the ga
                    lone UTF-16 surrogate that no UTF-8 answer can carry, is None like any other
                    malformed body: the adapters answer `provider_malformed`
 
-Both errors are `UpstreamError`s of the PROTOCOL class (router/failure.py): the request fails over to
+Both errors are `UpstreamError`s of the PROTOCOL class (router/resilience/failure.py): the request fails over to
 the next capable target, the target's breaker counts a failure, and it is not retried on the same target.
 """
 
@@ -29,7 +29,7 @@ import httpx
 
 from router.error_codes import ErrorCode
 from router.errors import UpstreamError
-from router.openai_request import MAX_DEPTH, shape_error
+from router.request.openai_request import MAX_DEPTH, shape_error
 
 ERROR_BODY_BYTES = 64 * 1024  # of a non-2xx answer: its message and code are at the start
 

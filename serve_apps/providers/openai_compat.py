@@ -49,7 +49,6 @@ import httpx
 
 from cluster.cloud_config import CloudProvider
 from router import headers as hdr
-from router.capabilities import provider_model_name
 from router.error_codes import ErrorCode
 from router.errors import (
     ModelNotFound,
@@ -60,6 +59,7 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
+from router.routing.capabilities import provider_model_name
 from serve_apps.backend import BackendReply
 from serve_apps.providers.bounded import ERROR_BODY_BYTES, loads, read_body, read_prefix
 from serve_apps.providers.capability_errors import context_exceeded
@@ -93,7 +93,7 @@ CHAT_FIELDS = frozenset(
         "reasoning_effort",
     }
 )
-# vLLM's chat extension a stream continuation sends (router/continuation.py); forwarded only as booleans
+# vLLM's chat extension a stream continuation sends (router/resilience/continuation.py); forwarded only as booleans
 PREFILL_FIELDS = frozenset({"continue_final_message", "add_generation_prompt"})
 FORWARDED_HEADERS = frozenset({hdr.ATTEMPT})
 KEPT_HEADER_PREFIXES = ("openai-", "x-ratelimit-", "anthropic-ratelimit-")

@@ -27,7 +27,7 @@ from typing import Any
 
 from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
 from cluster.nvml import GpuInfo, PynvmlReader
-from router.saturation import gpu_memory_pressure
+from router.routing.saturation import gpu_memory_pressure
 from serve_apps.engine_gpus import ReplicaGpus, own_processes
 
 GIB = 1024**3

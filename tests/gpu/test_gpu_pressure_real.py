@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from cluster.nvml import PynvmlReader
-from router.saturation import gpu_memory_pressure
-from router.snapshot import GpuMemory
+from router.routing.saturation import gpu_memory_pressure
+from router.routing.snapshot import GpuMemory
 from serve_apps.engine_gpus import ReplicaGpus, own_processes
 from tests.gpu import cuda_torch_or_skip
 

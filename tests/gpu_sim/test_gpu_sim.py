@@ -123,7 +123,7 @@ def test_gpu_sim_routes_by_memory_other_processes_take(stack: tuple[str, Path, P
     print(f"co-tenant gone: {route} / {reason}")
 
     status = subprocess.run(
-        [sys.executable, "-m", "cli", "status", "--config", str(config), "--json"],
+        [sys.executable, "-m", "spillover", "status", "--config", str(config), "--json"],
         cwd=REPO,
         env={**os.environ, FAKE_NVML_ENV: str(gpus_file)},
         capture_output=True,

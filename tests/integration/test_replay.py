@@ -87,7 +87,7 @@ def test_a_policy_forbidding_a_provider_moves_exactly_its_requests(stack: Stack,
     policy = tmp_path / "no-cloud-sim.yaml"
     policy.write_text(yaml.safe_dump(raw))
 
-    command = [sys.executable, "-m", "cli.main", "replay", "--policy", str(policy), "--decisions", str(subset)]
+    command = [sys.executable, "-m", "spillover.main", "replay", "--policy", str(policy), "--decisions", str(subset)]
     done = subprocess.run([*command, "--json", "--max-changed-pct", "100"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

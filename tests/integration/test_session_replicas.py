@@ -38,8 +38,8 @@ import ray
 from ray import serve
 
 from cluster.render import APP_NAME, GATEWAY_DEPLOYMENT
-from router.contract import derive_contract
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.contract import derive_contract
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.session_actor import HISTORY_NAME, PINS_NAME, PINS_NAMESPACE, ray_history, ray_pins

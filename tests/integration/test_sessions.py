@@ -34,10 +34,10 @@ import pytest
 import ray
 
 from cluster.render import GATEWAY_DEPLOYMENT
-from router.anchor import ANCHOR_INTRO
-from router.compress import SUMMARY_INTRO
-from router.contract import derive_contract
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.contract import derive_contract
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
+from router.sessions.anchor import ANCHOR_INTRO
+from router.sessions.compress import SUMMARY_INTRO
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts
 from serve_apps.session_actor import PINS_NAME, PINS_NAMESPACE, ray_pins

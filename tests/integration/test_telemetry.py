@@ -111,7 +111,7 @@ def test_kv_usage_rises_under_load_and_falls_after(stack: Stack) -> None:
 
 def test_status_command_shows_replicas(stack: Stack) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cli", "status", "--url", stack.base_url, "--json"],
+        [sys.executable, "-m", "spillover", "status", "--url", stack.base_url, "--json"],
         capture_output=True,
         text=True,
         timeout=60,

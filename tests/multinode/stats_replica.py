@@ -19,7 +19,7 @@ from ray import serve
 
 from cluster.nvml import reader_from_env
 from cluster.nvml_sim import announce_engine
-from router.snapshot import ReplicaStats
+from router.routing.snapshot import ReplicaStats
 from serve_apps.engine_gpus import ReplicaGpus, own_processes
 from serve_apps.stats_pusher import push_forever
 from serve_apps.telemetry_board import get_or_create_board

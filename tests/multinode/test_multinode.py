@@ -31,9 +31,9 @@ from cluster.config import SpilloverConfig, parse_config
 from cluster.nvml import FAKE_NVML_ENV
 from cluster.nvml_fake import GIB
 from cluster.nvml_sim import DRIVER_GIB, write_default_file
-from router.health import Health
-from router.saturation import gpu_memory_pressure, replica_saturation
-from router.snapshot import ClusterSnapshot
+from router.resilience.health import Health
+from router.routing.saturation import gpu_memory_pressure, replica_saturation
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.board_poller import BoardPoller
 from serve_apps.dispatch import Dispatcher
 from serve_apps.resilience import Resilience
@@ -216,7 +216,7 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
 
 def test_two_gateway_replicas_share_an_open_breaker_through_the_exchange_actor(cluster: Cluster) -> None:
     """What two gateway replicas run (serve_apps/breaker_exchange.py), over the real named actor."""
-    from router.breaker import Breakers, BreakerSettings
+    from router.resilience.breaker import Breakers, BreakerSettings
     from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, kill_exchange, ray_swap
 
     period_s = 0.5

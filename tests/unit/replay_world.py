@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import SpilloverConfig, dump_config, parse_config
-from router.contract import derive_contract
-from router.decision import DecisionStore
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.learning.decision import DecisionStore
+from router.request.contract import derive_contract
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

@@ -19,9 +19,9 @@ import httpx
 
 from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
-from router.decision import DecisionStore
-from router.idempotency import IdempotencyStore
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.learning.decision import DecisionStore
+from router.request.idempotency import IdempotencyStore
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.check_pool import RequestChecks
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher

@@ -6,7 +6,7 @@ It reproduces what the real gateway shows the soak: the OpenAI chat surface (JSO
 the cloud provider of that region (here a cloud-sim) and anything else to the local model (here an
 in-process cloud-sim app: deterministic answers, as a greedy engine gives), upstream errors passed on
 as OpenAI error bodies with their status, and `GET /v1/spillover/cluster` listing the model's replica
-with precision and numerics (router/snapshot.py `ReplicaStats.to_dict`).
+with precision and numerics (router/routing/snapshot.py `ReplicaStats.to_dict`).
 """
 
 from __future__ import annotations

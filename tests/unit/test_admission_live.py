@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.burst import BurstInputs, decide
-from router.snapshot import ClusterSnapshot, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.burst import BurstInputs, decide
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
+from router.routing.watermarks import Watermarks
 from serve_apps.admission import Admission
 from serve_apps.dispatch_types import NoObserver
 from serve_apps.workload_mix import WorkloadMix

@@ -9,11 +9,11 @@ import pytest
 
 from cluster.config import parse_config
 from cluster.tenants import authenticator_for
-from router.auth import Authenticator, TenantPolicy, narrow_for_tenant
-from router.contract import RequestContract, derive_contract
 from router.errors import ConfigError, Unauthorized
-from router.openai_request import Kind
-from router.policy import Policy
+from router.request.auth import Authenticator, TenantPolicy, narrow_for_tenant
+from router.request.contract import RequestContract, derive_contract
+from router.request.openai_request import Kind
+from router.routing.policy import Policy
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch_types import Dispatched
@@ -151,7 +151,7 @@ async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp
     from bench.cloud_sim import SimSettings
     from bench.cloud_sim import build_app as build_cloud_sim
     from cluster.config import dump_config, load_config
-    from router.snapshot import ClusterSnapshot, ReplicaStats
+    from router.routing.snapshot import ClusterSnapshot, ReplicaStats
     from serve_apps.dispatch import Dispatcher
     from serve_apps.providers import OpenAICompatProvider
 
@@ -201,7 +201,7 @@ async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp
 
 
 def test_token_bucket_refills_at_its_rate() -> None:
-    from router.rate_limit import TokenBucket
+    from router.limits.rate_limit import TokenBucket
 
     now = [0.0]
     bucket = TokenBucket(per_minute=60, burst=2, clock=lambda: now[0])

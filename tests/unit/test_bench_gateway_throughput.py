@@ -22,7 +22,7 @@ from bench.gateway_throughput import (
     throughput_comparisons,
     throughput_markdown,
 )
-from cli.main import main as spillover
+from spillover.main import main as spillover
 
 OPTS = ThroughputOptions(
     gateway_url="http://gateway/v1",

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from router.breaker import Breakers, BreakerSettings, CircuitBreaker
+from router.resilience.breaker import Breakers, BreakerSettings, CircuitBreaker
 from tests.fakes import FakeClock
 
 SETTINGS = BreakerSettings()  # window 30s, min 5, ratio 0.5, open 10s, 1 half-open probe

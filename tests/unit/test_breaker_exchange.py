@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.breaker import Breakers, BreakerSettings
+from router.resilience.breaker import Breakers, BreakerSettings
 from serve_apps.breaker_exchange import RESETS_KEPT, BreakerExchange, BreakerSync
 from tests.fakes import FakeClock
 

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from router.burst import BurstInputs, decide, release_ratio
-from router.saturation import replica_saturation
-from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.burst import BurstInputs, decide, release_ratio
+from router.routing.saturation import replica_saturation
+from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.routing.watermarks import Watermarks
 
 WM = Watermarks()  # kv 0.85, gpu 0.95, queue 8, low 0.75
 NOW = 1000.0

@@ -1,5 +1,5 @@
 """Cross-tenant prefix-cache side channel: with auth on, every local request carries a
-per-tenant vLLM `cache_salt` (router/cache_salt.py), over the real HTTP layer and dispatcher.
+per-tenant vLLM `cache_salt` (router/request/cache_salt.py), over the real HTTP layer and dispatcher.
 
 The local backend records the body it is handed: exactly what ServeHandleBackend validates into
 ray.serve.llm's ChatCompletionRequest and sends to the engine (the last test checks that the
@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 from cluster.config import parse_config
-from router.auth import Authenticator, TenantPolicy
-from router.cache_salt import MAX_SALT_CHARS, salted, tenant_salt
+from router.request.auth import Authenticator, TenantPolicy
+from router.request.cache_salt import MAX_SALT_CHARS, salted, tenant_salt
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from cluster.config import parse_config
-from router.capabilities import (
+from router.routing.capabilities import (
     ProviderModel,
     ProviderModelEntry,
     Registry,

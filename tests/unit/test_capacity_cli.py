@@ -1,4 +1,4 @@
-"""`spillover capacity` (cli/capacity.py) on the shipped configs, without Ray or a GPU."""
+"""`spillover capacity` (spillover/capacity.py) on the shipped configs, without Ray or a GPU."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from cli.capacity import add_capacity_parser, cmd_capacity
 from cluster.cpu_caps import CpuCaps
 from cluster.model_shape import QWEN2_5_7B, SMOLLM2_135M
 from cluster.models import MARKER, model_dir
@@ -18,6 +17,7 @@ from cluster.nvml import GpuReader, PynvmlReader
 from cluster.nvml_fake import GIB, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from cluster.precision_local import engine_version, precision_memory
 from router.errors import ConfigError
+from spillover.capacity import add_capacity_parser, cmd_capacity
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL = str(REPO / "configs" / "local.yaml")

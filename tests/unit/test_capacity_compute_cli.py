@@ -1,4 +1,4 @@
-"""`spillover capacity --slo-e2e-p95-s / --slo-ttft-p95-s` (cli/capacity.py): the compute bound beside
+"""`spillover capacity --slo-e2e-p95-s / --slo-ttft-p95-s` (spillover/capacity.py): the compute bound beside
 the KV-memory bound for a model with fitted `models[].perf`, and bad inputs refused."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_bad_slo_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str
 def test_bad_perf_config_is_exit_2_without_traceback(tmp_path: Path, perf: Any, says: str) -> None:
     path = config_with(tmp_path, perf)
     done = subprocess.run(
-        [sys.executable, "-m", "cli.main", "capacity", "--config", path, "--slo-e2e-p95-s", "10"],
+        [sys.executable, "-m", "spillover.main", "capacity", "--config", path, "--slo-e2e-p95-s", "10"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr

@@ -1,5 +1,5 @@
-"""The carried-state labels (router/carried.py), the per-tenant bound of the session stores
-(router/tenant_lru.py) and how the stores and the summariser keep and use both."""
+"""The carried-state labels (router/sessions/carried.py), the per-tenant bound of the session stores
+(router/sessions/tenant_lru.py) and how the stores and the summariser keep and use both."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from typing import Any
 
 from cluster.config import parse_config
 from cluster.session_config import CompressSection
-from router.capabilities import local_target
-from router.carried import STRICTEST, Label, Origin, effective_label, from_json, label_of, restricted
-from router.compress import plan_compression
-from router.contract import RequestContract, derive_contract
 from router.errors import NoCapableModel
-from router.session_id import pin_key
-from router.summary_cache import SummaryCache
-from router.tenant_lru import TenantLru
+from router.request.contract import RequestContract, derive_contract
+from router.routing.capabilities import local_target
+from router.sessions.carried import STRICTEST, Label, Origin, effective_label, from_json, label_of, restricted
+from router.sessions.compress import plan_compression
+from router.sessions.session_id import pin_key
+from router.sessions.summary_cache import SummaryCache
+from router.sessions.tenant_lru import TenantLru
 from serve_apps.session_history import HistoryClient, HistoryStore
 from serve_apps.session_pins import PinClient, PinTable
 from serve_apps.session_summaries import Summariser

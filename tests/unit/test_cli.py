@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
 from cluster import models
+from spillover.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,8 +63,8 @@ def test_prepare_unknown_model_is_an_argument_error(capsys: pytest.CaptureFixtur
 
 
 def test_with_cloud_sim_enables_only_that_provider() -> None:
-    from cli.main import with_cloud_sim
     from cluster.config import load_config
+    from spillover.main import with_cloud_sim
 
     config, port, names = with_cloud_sim(load_config(REPO / "configs/local.yaml"))
     assert (port, names) == (9100, ["sim-smollm2"])
@@ -77,8 +77,8 @@ def test_serve_cloud_sim_without_provider_exits_2(capsys: pytest.CaptureFixture[
 
 
 def test_with_cloud_sim_drops_an_unset_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cli.main import with_cloud_sim
     from cluster.config import load_config
+    from spillover.main import with_cloud_sim
 
     monkeypatch.delenv("SPILLOVER_CLOUD_SIM_KEY", raising=False)
     config, _, _ = with_cloud_sim(load_config(REPO / "configs/local.yaml"))

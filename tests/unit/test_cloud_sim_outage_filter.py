@@ -11,7 +11,7 @@ import pytest
 from bench.cloud_sim.replies import CONTENT_FILTERED
 from cluster.cloud_config import CloudProvider
 from router.errors import ProviderRejected, UpstreamError
-from router.failure import FailureClass, classify
+from router.resilience.failure import FailureClass, classify
 from serve_apps.providers import OpenAICompatProvider
 from tests.unit.cloud_sim_client import chat, client_for, make_sim
 

@@ -15,10 +15,10 @@ import pytest
 from bench.cloud_sim import SimSettings, build_app
 from bench.cloud_sim.replies import wrong_value
 from cluster.config import SpilloverConfig, parse_config
-from router.contract import derive_contract
-from router.decision import DecisionStore
-from router.output_contract import check_output
-from router.policy import Policy
+from router.learning.decision import DecisionStore
+from router.output.output_contract import check_output
+from router.request.contract import derive_contract
+from router.routing.policy import Policy
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

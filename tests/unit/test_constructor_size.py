@@ -1,4 +1,4 @@
-"""No constructor in router/, cluster/, serve_apps/, bench/ or cli/ takes more than 8 parameters.
+"""No constructor in router/, cluster/, serve_apps/, bench/ or spillover/ takes more than 8 parameters.
 
 A constructor past that wires too much in one place: group its collaborators into small frozen
 bundles (serve_apps/dispatch_parts.py, serve_apps/gateway_parts.py) and let the gateway's composition
@@ -15,7 +15,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ["router", "cluster", "serve_apps", "bench", "cli"]
+PACKAGES = ["router", "cluster", "serve_apps", "bench", "spillover"]
 MAX_PARAMETERS = 8
 
 

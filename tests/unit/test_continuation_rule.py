@@ -1,4 +1,4 @@
-"""router/continuation.py alone: what the client received, whether it may be continued, the
+"""router/resilience/continuation.py alone: what the client received, whether it may be continued, the
 continuation request and the splice."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from router.capabilities import ProviderModel, cloud_target
-from router.continuation import StreamSoFar, can_continue, may_continue, parse_events, prefill_body, splice
-from router.contract import derive_contract
-from router.policy import Policy
+from router.request.contract import derive_contract
+from router.resilience.continuation import StreamSoFar, can_continue, may_continue, parse_events, prefill_body, splice
+from router.routing.capabilities import ProviderModel, cloud_target
+from router.routing.policy import Policy
 from tests.unit.test_dispatch_continuation import caps
 
 BODY: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from router.contract import derive_contract
 from router.errors import InvalidRequest
-from router.policy import Policy, Scenario
+from router.request.contract import derive_contract
+from router.routing.policy import Policy, Scenario
 
 POLICY = Policy(
     version="7",

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from router.policy import DEFAULT_WEIGHTS, SCORER_NAMES, Policy, Scenario
-from router.scorers import DEFAULT_SCORERS
+from router.routing.policy import DEFAULT_WEIGHTS, SCORER_NAMES, Policy, Scenario
+from router.routing.scorers import DEFAULT_SCORERS
 
 
 def test_defaults() -> None:

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.budget import attempt_estimate_usd, bounded_body, ceiling_refusal, output_limit, spent_usd
-from router.capabilities import ProviderModel, cloud_target, local_target
-from router.contract import MAX_N, derive_contract
 from router.errors import ContractViolation, InvalidRequest, NoCapableModel
-from router.policy import Policy
+from router.limits.budget import attempt_estimate_usd, bounded_body, ceiling_refusal, output_limit, spent_usd
+from router.request.contract import MAX_N, derive_contract
+from router.routing.capabilities import ProviderModel, cloud_target, local_target
+from router.routing.policy import Policy
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from tests.fakes import FakeEngine, FakeProvider
@@ -166,8 +166,8 @@ async def test_n_choices_can_put_every_target_over_the_ceiling() -> None:
 
 
 def test_without_max_tokens_a_small_output_limit_does_not_remove_the_target() -> None:
-    from router.filters import max_output
-    from router.plugins import UNKNOWN_STATE
+    from router.routing.filters import max_output
+    from router.routing.plugins import UNKNOWN_STATE
 
     small = cloud_target("a", "chat", PRICED.model_copy(update={"max_output_tokens": 4}))
     assert max_output(contract({}, None), small, UNKNOWN_STATE) is None  # the gateway's default is no request

@@ -9,12 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from router.capabilities import ProviderModel, cloud_target, local_target
-from router.contract import derive_contract
-from router.decision import Attempt, Candidate, DecisionRecord, DecisionStore
-from router.pipeline import run_pipeline
-from router.plugins import TargetState
-from router.policy import Policy
+from router.learning.decision import Attempt, Candidate, DecisionRecord, DecisionStore
+from router.request.contract import derive_contract
+from router.routing.capabilities import ProviderModel, cloud_target, local_target
+from router.routing.pipeline import run_pipeline
+from router.routing.plugins import TargetState
+from router.routing.policy import Policy
 
 POLICY = Policy(version="2025-06-01")
 LOCAL = local_target("qwen", {"max_model_len": 4096})

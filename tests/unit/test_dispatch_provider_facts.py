@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from router.contract import derive_contract
 from router.errors import ProviderContextExceeded, ProviderRateLimited, ProviderRejected
-from router.retry import retry_after_choice
+from router.request.contract import derive_contract
+from router.resilience.retry import retry_after_choice
 from tests.fakes import WordStreamProvider
 from tests.unit.test_dispatch_continuation import ANSWER, World, make_config
 

@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.contract import derive_contract
 from router.errors import (
     ProviderRateLimited,
     ProviderRejected,
     TargetUnavailable,
     UpstreamError,
 )
-from router.health import Health
-from router.policy import Policy
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.contract import derive_contract
+from router.resilience.health import Health
+from router.routing.policy import Policy
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

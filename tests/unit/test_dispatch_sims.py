@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from bench.cloud_sim import SimSettings, build_app
-from router.contract import derive_contract
 from router.errors import RequestError
-from router.snapshot import ClusterSnapshot
+from router.request.contract import derive_contract
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from router.contract import derive_contract
-from router.decision import DecisionRecord, DecisionStore
 from router.errors import ContractViolation, UpstreamError
-from router.policy import Policy
+from router.learning.decision import DecisionRecord, DecisionStore
+from router.request.contract import derive_contract
+from router.routing.policy import Policy
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

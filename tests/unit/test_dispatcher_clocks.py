@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from cluster.config import dump_config, load_config, parse_config
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel

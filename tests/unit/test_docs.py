@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from cluster import config_docs
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("router", "cluster", "serve_apps", "bench", "cli", "tests")
+PACKAGES = ("router", "cluster", "serve_apps", "bench", "spillover", "tests")
 
 # Pointers to text outside the repository: design notes, their numbered sections, planning issues and
 # source articles. A random seed (`--seed 0`, "seed of the fault draws") is no citation.
@@ -83,7 +83,7 @@ def test_a_config_key_without_a_description_is_refused() -> None:
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\[(?:[^\[\]]|\[[^\]]*\])*\]\(([^)\s]+)\)")  # the text may hold `models[]`
 CODE = re.compile(r"`([^`\n]+)`")
-TOP_LEVEL = ("router", "cluster", "serve_apps", "bench", "cli", "configs", "scripts", "tests", "docs", ".ci")
+TOP_LEVEL = ("router", "cluster", "serve_apps", "bench", "spillover", "configs", "scripts", "tests", "docs", ".ci")
 
 
 def _markdown_files() -> list[Path]:

@@ -1,4 +1,4 @@
-"""The local engine receives only the fields the adapter knows (router/engine_fields.py): OpenAI's
+"""The local engine receives only the fields the adapter knows (router/request/engine_fields.py): OpenAI's
 parameters and the allow-listed vLLM sampling extensions; engine controls a client could abuse
 (`kv_transfer_params`, `vllm_xargs`, `priority`, `request_id`, `chat_template`, `chat_template_kwargs`,
 `structured_outputs`, `prompt_embeds`, ...) never pass, and a client's `cache_salt` never replaces the
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from router.cache_salt import tenant_salt
-from router.engine_fields import ENGINE_FIELDS, engine_body
+from router.request.cache_salt import tenant_salt
+from router.request.engine_fields import ENGINE_FIELDS, engine_body
 from tests.fakes import FakeEngine
 from tests.unit.security_gateway import APPS, CHAT, MODEL, build
 

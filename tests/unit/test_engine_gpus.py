@@ -14,7 +14,7 @@ import threading
 
 from cluster.nvml import GpuInventory, PynvmlReader
 from cluster.nvml_fake import GIB, FakeGpu, FakeNvml, FakeProcess
-from router.snapshot import GpuMemory
+from router.routing.snapshot import GpuMemory
 from serve_apps.engine_gpus import EngineFootprint, ReplicaGpus, own_processes, process_tree
 
 

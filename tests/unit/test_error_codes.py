@@ -13,10 +13,10 @@ import pytest
 import router.errors as errors
 from router.error_codes import ErrorCode
 from router.errors import RequestError, UpstreamError
-from router.failure import RETRY_TABLE, UPSTREAM_CODES, FailureClass, classify, rule_for
+from router.resilience.failure import RETRY_TABLE, UPSTREAM_CODES, FailureClass, classify, rule_for
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCTION = ("router", "cluster", "serve_apps", "bench", "cli")
+PRODUCTION = ("router", "cluster", "serve_apps", "bench", "spillover")
 # bench/cloud_sim imitates the cloud providers: its codes are theirs (`not_found_error`, `content_filter`)
 FOREIGN = ("bench/cloud_sim",)
 
@@ -128,7 +128,7 @@ def test_the_retry_table_names_only_members() -> None:
 @pytest.mark.parametrize("code", list(UPSTREAM_CODES))
 def test_each_listed_code_classifies_as_listed(code: ErrorCode) -> None:
     if code in (ErrorCode.REQUEST_TIMEOUT, ErrorCode.CONTRACT_VIOLATION):
-        return  # their classes classify by type first (router/failure.py); a bare UpstreamError is by code
+        return  # their classes classify by type first (router/resilience/failure.py); a bare UpstreamError is by code
     assert classify(UpstreamError("x", code=code)) is UPSTREAM_CODES[code]
 
 

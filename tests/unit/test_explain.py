@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cli.explain import render
-from router.decision import Attempt, Candidate, DecisionRecord
+from router.learning.decision import Attempt, Candidate, DecisionRecord
+from spillover.explain import render
 
 
 def test_render_names_removals_scores_and_attempts() -> None:

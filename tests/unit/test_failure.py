@@ -25,7 +25,7 @@ from router.errors import (
     Unauthorized,
     UpstreamError,
 )
-from router.failure import RETRY_TABLE, FailureClass, Rule, classify, rule_for
+from router.resilience.failure import RETRY_TABLE, FailureClass, Rule, classify, rule_for
 
 F = FailureClass
 

@@ -14,7 +14,7 @@ import pytest
 
 from cluster.config import parse_config
 from cluster.tenants import authenticator_for
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

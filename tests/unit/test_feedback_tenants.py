@@ -13,7 +13,7 @@ import httpx
 
 from cluster.config import parse_config
 from cluster.tenants import authenticator_for
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts
@@ -154,8 +154,8 @@ def test_feedback_steers_only_its_tenant_typing_and_an_admin_moves_everyone() ->
 
 def test_shared_feedback_is_weighted_per_tenant() -> None:
     """Pure: a tenant whose feedback is shared still counts for at most max_feedback_per_tenant samples."""
-    from router.decision import Attempt, DecisionRecord
-    from router.quality import QualityBook
+    from router.learning.decision import Attempt, DecisionRecord
+    from router.learning.quality import QualityBook
 
     contract = {"scenario": "default", "language": "latin", "est_prompt_tokens": 1, "needs_tools": False}
     rec = DecisionRecord(

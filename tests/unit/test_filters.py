@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from router import filters
-from router.capabilities import Capabilities, ProviderModel, Target, cloud_target, local_target
-from router.carried import Label, Origin
-from router.contract import RequestContract
-from router.plugins import TargetState
+from router.request.contract import RequestContract
+from router.routing import filters
+from router.routing.capabilities import Capabilities, ProviderModel, Target, cloud_target, local_target
+from router.routing.plugins import TargetState
+from router.sessions.carried import Label, Origin
 
 CLOUD = cloud_target(
     "openai",
@@ -110,7 +110,7 @@ CASES: list[tuple[str, RequestContract, Target, str | None]] = [
     ),
     ("data_policy", _c(level="L2"), CLOUD, None),
     ("data_policy", _c(level="L3"), CLOUD, None),
-    # carried: what the session carries goes only where the turns it came from could (router/carried.py)
+    # carried: what the session carries goes only where the turns it came from could (router/sessions/carried.py)
     ("carried", BASE, CLOUD, None),
     ("carried", _c(carried=PRIVATE), LOCAL, None),
     ("carried", _c(carried=Label(level="L2", residency=frozenset({"us-east"}))), CLOUD, None),

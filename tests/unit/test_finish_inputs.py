@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from cluster.config import parse_config
-from router.contract import derive_contract
 from router.errors import ConfigError
+from router.request.contract import derive_contract
 from tests.unit.cloud_sim_client import chat, client_for, make_sim
 from tests.unit.test_dispatch_continuation import ANSWER, BODY, World, caps
 

@@ -1,12 +1,12 @@
-"""The operator commands' gateway calls (cli/gateway_client.py) over httpx.MockTransport."""
+"""The operator commands' gateway calls (spillover/gateway_client.py) over httpx.MockTransport."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from cli.gateway_client import get_json
 from router.errors import ClusterError
+from spillover.gateway_client import get_json
 
 URL = "http://127.0.0.1:8000"
 

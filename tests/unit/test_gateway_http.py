@@ -10,7 +10,6 @@ from typing import Any
 import httpx
 import pytest
 
-from router.contract import RequestContract
 from router.errors import (
     ContextLengthExceeded,
     LocalCapacityExhausted,
@@ -20,7 +19,8 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
-from router.openai_request import Kind
+from router.request.contract import RequestContract
+from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch_types import Dispatched, LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
@@ -265,7 +265,7 @@ async def test_local_capacity_exhausted_is_429_with_retry_after() -> None:
 
 
 async def test_cluster_snapshot_endpoint(backend: FakeEngine) -> None:
-    from router.snapshot import ClusterSnapshot, ReplicaStats
+    from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 
     replica = ReplicaStats("small", "r1", "n1", 99.0, 0.4, 2, 1, 10, 5, 364, 128)
     snapshot = ClusterSnapshot(taken_at=99.5, replicas=(replica,), max_age_s=1.0)
@@ -286,7 +286,7 @@ async def test_cluster_snapshot_endpoint(backend: FakeEngine) -> None:
 async def test_readiness_waits_for_a_fresh_stats_reading_of_each_model(backend: FakeEngine) -> None:
     """After a redeploy the telemetry board can hold only the previous replica's last reading:
     ready means the gateway would route to the model now, so a fresh reading is needed too."""
-    from router.snapshot import ClusterSnapshot, ReplicaStats
+    from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 
     def stats(model: str, read_at: float) -> ReplicaStats:
         return ReplicaStats(model, f"{model}-r", "n1", read_at, 0.1, 0, 0, 0, 0, 364, 128)
@@ -336,7 +336,7 @@ async def test_invalid_json_schema_is_400_naming_the_error() -> None:
 
 
 async def test_decision_endpoint(backend: FakeEngine) -> None:
-    from router.decision import DecisionRecord, DecisionStore
+    from router.learning.decision import DecisionRecord, DecisionStore
 
     store = DecisionStore(max_records=5)
     store.put(DecisionRecord("abc", "7", {}, (), ((), ()), started_at=1.0))

@@ -9,9 +9,9 @@ import httpx
 import pytest
 
 from cluster.config import parse_config
-from router.auth import Authenticator, TenantPolicy
 from router.errors import TargetUnavailable
-from router.idempotency import IdempotencyStore
+from router.request.auth import Authenticator, TenantPolicy
+from router.request.idempotency import IdempotencyStore
 from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from router.decision import DecisionStore
+from router.learning.decision import DecisionStore
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.contract import derive_contract
 from router.errors import RequestError
-from router.policy import Policy
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.contract import derive_contract
+from router.routing.policy import Policy
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher

@@ -18,9 +18,9 @@ from cluster.gpu_memory import attribute_device, replica_gpus
 from cluster.nvml import PynvmlReader
 from cluster.nvml_fake import GIB, NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml, FakeProcess
 from router.errors import ConfigError
-from router.saturation import Saturation, gpu_memory_pressure, replica_saturation
-from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.saturation import Saturation, gpu_memory_pressure, replica_saturation
+from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.routing.watermarks import Watermarks
 
 ENGINE, OTHER, NOW = 4100, 7700, 1000.0
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from router.health import MAX_TRANSITIONS, Health, HealthBoard, HealthMachine, HealthSettings
+from router.resilience.health import MAX_TRANSITIONS, Health, HealthBoard, HealthMachine, HealthSettings
 from tests.fakes import FakeClock
 
 SETTINGS = HealthSettings()
@@ -182,7 +182,7 @@ def test_full_recovery_red_cooldown_probes_then_20_50_100() -> None:
         pytest.param(
             [*GOOD2[:2], ("probe", "latency", False), *GOOD2[:2], ("wait", 100)], None, True, id="failed-probe-resets"
         ),
-        # the live failure also outranks the next probe (router/health_evidence.py): no streak at all
+        # the live failure also outranks the next probe (router/resilience/health_evidence.py): no streak at all
         pytest.param([*GOOD2[:2], ("live", False), *GOOD2[:2], ("wait", 100)], None, True, id="live-failure-resets"),
         pytest.param([*GOOD2[:2], ("down", "stale again"), *GOOD2, ("wait", 100)], 10.0, False, id="down-resets"),
     ],

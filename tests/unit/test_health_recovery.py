@@ -1,5 +1,6 @@
 """Health recovery: half-open trials, live evidence outranking probes, the default 30 s timeline
-(router/health.py, router/health_evidence.py). Fake clock, pure; the helpers are test_health.py's."""
+(router/resilience/health.py, router/resilience/health_evidence.py). Fake clock, pure; the helpers are
+test_health.py's."""
 
 from __future__ import annotations
 

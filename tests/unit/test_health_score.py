@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.health_score import ScoreSettings, TargetScore, latency_component, score
+from router.resilience.health_score import ScoreSettings, TargetScore, latency_component, score
 from tests.fakes import FakeClock
 
 

@@ -19,14 +19,14 @@ from typing import Any
 import httpx
 import pytest
 
-import router.contract as contract_module
+import router.request.contract as contract_module
 from cluster.config import parse_config
-from router.contract import RequestContract, derive_contract
 from router.errors import InvalidRequest
-from router.json_schema import check_client_schema, schema_validator
-from router.openai_request import Kind
-from router.output_contract import MAX_JSON_CANDIDATES, check_output, extract_json, schema_errors
-from router.policy import Policy
+from router.output.output_contract import MAX_JSON_CANDIDATES, check_output, extract_json, schema_errors
+from router.request.contract import RequestContract, derive_contract
+from router.request.json_schema import check_client_schema, schema_validator
+from router.request.openai_request import Kind
+from router.routing.policy import Policy
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher

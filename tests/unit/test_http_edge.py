@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from router.auth import Authenticator, TenantPolicy
 from router.errors import LocalCapacityExhausted, NotFound
+from router.request.auth import Authenticator, TenantPolicy
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

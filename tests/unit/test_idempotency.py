@@ -10,7 +10,7 @@ from functools import partial
 import pytest
 
 from router.errors import IdempotencyConflict, InvalidRequest
-from router.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse, fingerprint, validate_key
+from router.request.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse, fingerprint, validate_key
 from serve_apps.idempotent import IdempotentReplies
 from tests.fakes import FakeClock as Clock
 from tests.unit.security_gateway import APPS, BOUND_S, CHAT, build

@@ -1,4 +1,4 @@
-"""Layers go one way: router ← cluster ← serve_apps ← bench ← cli.
+"""Layers go one way: router ← cluster ← serve_apps ← bench ← spillover.
 
 A module may import from its own layer and the layers below it, never above — at module level or
 inside a function (a function-level import is still a dependency). Read from the source with `ast`,
@@ -8,7 +8,7 @@ so the check needs nothing installed and names the file and line of every wrong-
     cluster     what the cluster has: config, NVML, model catalog, capacity formulas
     serve_apps  Ray Serve, HTTP, providers and other I/O adapters
     bench       load generation, calibration, the cloud simulator
-    cli         the `spillover` command
+    spillover   the `spillover` command
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-LAYERS = ["router", "cluster", "serve_apps", "bench", "cli"]
+LAYERS = ["router", "cluster", "serve_apps", "bench", "spillover"]
 
 
 def imported_packages(path: Path) -> list[tuple[int, str]]:

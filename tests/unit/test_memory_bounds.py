@@ -9,9 +9,9 @@ from typing import Any
 import httpx
 
 from cluster.config import parse_config
-from router.decision import DecisionRecord, DecisionStore
-from router.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse
-from router.openai_request import Kind
+from router.learning.decision import DecisionRecord, DecisionStore
+from router.request.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse
+from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher

@@ -6,10 +6,10 @@ import json
 import re
 from pathlib import Path
 
-from router.decision import Attempt, DecisionRecord
-from router.saturation import assess
-from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
-from router.watermarks import Watermarks
+from router.learning.decision import Attempt, DecisionRecord
+from router.routing.saturation import assess
+from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.routing.watermarks import Watermarks
 from serve_apps.metrics import PREFIX, GatewayMetrics
 
 REPO = Path(__file__).resolve().parents[2]

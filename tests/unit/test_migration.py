@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.migration import Gates, Migration, splitter, stagger_delay_s
+from router.traffic.migration import Gates, Migration, splitter, stagger_delay_s
 from tests.fakes import FakeClock
 
 OLD, NEW = "local:m", "cloud:sim"

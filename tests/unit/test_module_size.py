@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("router", "cluster", "serve_apps", "bench", "cli", "tests")
+PACKAGES = ("router", "cluster", "serve_apps", "bench", "spillover", "tests")
 MAX_LINES = 400
 
 

@@ -13,10 +13,10 @@ import time
 import pytest
 
 from cluster.config import parse_config
-from router.auth import Authenticator, TenantPolicy
-from router.capabilities import Registry
 from router.errors import ConfigError, ProviderRateLimited, TargetUnavailable, TenantRateLimited
-from router.rate_limit import TokenBucket
+from router.limits.rate_limit import TokenBucket
+from router.request.auth import Authenticator, TenantPolicy
+from router.routing.capabilities import Registry
 from serve_apps.prober import Prober
 from serve_apps.resilience import Resilience
 from tests.fakes import FakeClock as Clock

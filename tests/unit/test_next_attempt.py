@@ -1,13 +1,13 @@
-"""The attempt loop's decisions (router/retry.py `after_failure`, `before_attempt`), fed by the
-retry table (router/failure.py): pure, table-driven; the budget grant is a stub that records
+"""The attempt loop's decisions (router/resilience/retry.py `after_failure`, `before_attempt`), fed by the
+retry table (router/resilience/failure.py): pure, table-driven; the budget grant is a stub that records
 whether it was asked (asking it withdraws a token from the gateway-wide budget)."""
 
 from __future__ import annotations
 
 import pytest
 
-from router.failure import RETRY_TABLE, FailureClass
-from router.retry import MAX_SAME_TARGET_RETRIES, AttemptBudget, after_failure, before_attempt
+from router.resilience.failure import RETRY_TABLE, FailureClass
+from router.resilience.retry import MAX_SAME_TARGET_RETRIES, AttemptBudget, after_failure, before_attempt
 
 
 class Grant:

@@ -18,7 +18,7 @@ import pytest
 from cluster.gpu_memory import replica_gpus
 from cluster.nvml import PynvmlReader
 from cluster.nvml_sim import SimulatedNvml
-from router.saturation import gpu_memory_pressure
+from router.routing.saturation import gpu_memory_pressure
 
 FACTS = json.loads((Path(__file__).resolve().parents[1] / "gpu" / "h200-nvml-facts.json").read_text())
 ENGINE_PID = FACTS["engine"]["pid"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 
 from cluster.config import parse_config
-from router.decision import DecisionRecord, DecisionStore
+from router.learning.decision import DecisionRecord, DecisionStore
 from serve_apps.background_writer import BackgroundWriter
 from serve_apps.decision_log import JsonlFile
 from serve_apps.dispatch_types import LocalDispatch

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from router.errors import InvalidRequest, ModelNotFound
-from router.openai_request import ModelLimits, parse_body, resolve_model
+from router.request.openai_request import ModelLimits, parse_body, resolve_model
 
 MODELS = {"a": ModelLimits("a", 1024), "b": ModelLimits("b", None)}
 

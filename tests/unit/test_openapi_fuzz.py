@@ -23,8 +23,8 @@ from bench.cloud_sim import SimSettings
 from bench.cloud_sim import build_app as build_cloud_sim
 from cluster.config import dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
-from router.idempotency import IdempotencyStore
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.idempotency import IdempotencyStore
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel

@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from router.contract import RequestContract
 from router.errors import ContractViolation, UpstreamError
-from router.output_contract import (
+from router.output.output_contract import (
     MAX_ERROR_CHARS,
     MAX_ERRORS,
     Action,
@@ -20,6 +19,7 @@ from router.output_contract import (
     enforce,
     extract_json,
 )
+from router.request.contract import RequestContract
 
 TICKET = {
     "type": "object",

@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import pytest
 
 from cluster.config import parse_config
-from router.capabilities import ProviderModel, Registry, Target, cloud_target, local_target
-from router.contract import RequestContract, derive_contract
-from router.filters import CheckFilter
-from router.pipeline import clamp, no_capable_model, run_pipeline
-from router.plugins import ScoreView, TargetState
-from router.policy import Policy
+from router.request.contract import RequestContract, derive_contract
+from router.routing.capabilities import ProviderModel, Registry, Target, cloud_target, local_target
+from router.routing.filters import CheckFilter
+from router.routing.pipeline import clamp, no_capable_model, run_pipeline
+from router.routing.plugins import ScoreView, TargetState
+from router.routing.policy import Policy
 
 CONTRACT = RequestContract(model="qwen", scenario="s", level="L2", strategy="quality", est_prompt_tokens=100)
 

@@ -9,8 +9,8 @@ import pytest
 
 from cluster.config import parse_config
 from router.errors import ConfigError, ProviderRateLimited, ProviderRejected, TargetUnavailable, UpstreamError
-from router.health import Health, HealthBoard, HealthSettings
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.resilience.health import Health, HealthBoard, HealthSettings
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.prober import ProbeCheck, Prober, cloud_checks, local_checks
 from tests.fakes import FakeClock, FakeEngine, FakeProvider

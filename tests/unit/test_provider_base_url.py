@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from cli.main import main
 from cluster.config import dump_config, load_config, parse_config
 from router.errors import ConfigError
+from spillover.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from router.errors import ProviderContextExceeded, ProviderRejected
-from router.failure import FailureClass, classify
+from router.resilience.failure import FailureClass, classify
 from serve_apps.providers.capability_errors import context_exceeded
 from tests.unit import test_provider_anthropic as anth
 from tests.unit import test_provider_openai_compat as oai

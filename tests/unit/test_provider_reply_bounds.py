@@ -21,7 +21,7 @@ import pytest
 
 from cluster.config import dump_config, load_config, parse_config
 from router.errors import InvalidRequest
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.gateway_http import GatewayHTTP, ServedModel

@@ -1,4 +1,4 @@
-"""Per-bucket quality (router/quality.py): bucket keys, the Beta prior, bucket statistics, and the
+"""Per-bucket quality (router/learning/quality.py): bucket keys, the Beta prior, bucket statistics, and the
 quality scorer switching from the configured number to the learned one at `min_samples`."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from router.capabilities import Registry
-from router.contract import derive_contract
-from router.decision import Attempt, DecisionRecord
+from router.learning.decision import Attempt, DecisionRecord
+from router.learning.quality import QualityBook, beta_mean, bucket_key, contract_bucket, length_band
 from router.percentile import percentile
-from router.pipeline import run_pipeline
-from router.plugins import TargetState
-from router.policy import Policy
-from router.quality import QualityBook, beta_mean, bucket_key, contract_bucket, length_band
+from router.request.contract import derive_contract
+from router.routing.capabilities import Registry
+from router.routing.pipeline import run_pipeline
+from router.routing.plugins import TargetState
+from router.routing.policy import Policy
 from tests.unit.replay_world import make_config
 
 CONTRACT = {"scenario": "default", "language": "latin", "est_prompt_tokens": 10, "needs_tools": False, "level": "L2"}

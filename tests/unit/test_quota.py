@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from router.quota import ProviderQuota, Quotas, Refusal, Reservation
+from router.limits.quota import ProviderQuota, Quotas, Refusal, Reservation
 from tests.fakes import FakeClock as Clock
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from cluster.config import dump_config, load_config, parse_config
-from router.capabilities import cloud_target
-from router.quota import ProviderQuota, Refusal, Reservation
-from router.rate_headers import RateLimitReading, Remaining, parse_count, parse_reset, read_rate_limits
+from router.limits.quota import ProviderQuota, Refusal, Reservation
+from router.limits.rate_headers import RateLimitReading, Remaining, parse_count, parse_reset, read_rate_limits
+from router.routing.capabilities import cloud_target
 from serve_apps.resilience import Resilience
 from tests.fakes import FakeClock as Clock
 

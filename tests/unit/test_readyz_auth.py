@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from router.auth import Authenticator, TenantPolicy
+from router.request.auth import Authenticator, TenantPolicy
 from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from serve_apps.gateway_parts import EdgeSettings

@@ -24,9 +24,9 @@ import pytest
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import SimSettings
 from cluster.config import SpilloverConfig, parse_config
-from router.contract import derive_contract
-from router.policy import Policy
-from router.snapshot import ClusterSnapshot
+from router.request.contract import derive_contract
+from router.routing.policy import Policy
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher

@@ -1,5 +1,5 @@
-"""Offline replay of recorded decisions under a new policy (router/replay.py) over a recorded run of
-the real dispatcher, and the compact records it needs (router/decision_inputs.py)."""
+"""Offline replay of recorded decisions under a new policy (router/learning/replay.py) over a recorded run of
+the real dispatcher, and the compact records it needs (router/learning/decision_inputs.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from cluster.decision_log_reader import read_decision_log
-from router.capabilities import Registry
-from router.replay import ReplayGuards, ReplayReport, replay
+from router.learning.replay import ReplayGuards, ReplayReport, replay
+from router.routing.capabilities import Registry
 from tests.unit.replay_world import REQUESTS, make_config, record_run
 
 FORBID_SIM = {

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
 from cluster.decision_log_reader import read_decision_log
 from router.errors import ConfigError
+from spillover.main import main
 from tests.unit.replay_world import make_config, record_run, write_yaml
 from tests.unit.test_replay import FORBID_SIM
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
 from cluster.decision_log_reader import read_decision_log
+from spillover.main import main
 from tests.unit.replay_world import make_config, record_run, write_yaml
 
 BOUND_S = 20.0

@@ -1,4 +1,4 @@
-"""What the gateway does with what a replica says of its own engine (router/snapshot.py
+"""What the gateway does with what a replica says of its own engine (router/routing/snapshot.py
 `ReplicaStats.fault`: numerics failed, engine stalled) and with a greedy answer stuck in a loop
 (serve_apps/output_loops.py), through the real dispatcher over the fakes of tests/fakes.py."""
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from router.capabilities import local_id
 from router.errors import TargetUnavailable
 from router.headers import DEGRADED
-from router.snapshot import ClusterSnapshot
+from router.routing.capabilities import local_id
+from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_parts import OperatorParts
@@ -151,7 +151,7 @@ async def test_readyz_names_the_replicas_fault_before_its_failed_health_check() 
     "RayTaskError(RuntimeError)": /readyz gives the fault the replica reports instead."""
     import httpx
 
-    from router.snapshot import ReplicaStats
+    from router.routing.snapshot import ReplicaStats
     from serve_apps.gateway_http import GatewayHTTP, ServedModel
 
     now = 1_800_000_000.0

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.config import parse_config
-from router.snapshot import GpuMemory, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.snapshot import GpuMemory, ReplicaStats
+from router.routing.watermarks import Watermarks
 from serve_apps.llm import llm_config_for, watermarks_of
 from serve_apps.replica_router import ROUTER_PATH, prefix_key, rendezvous, routing_stats, saturated, unsaturated
 

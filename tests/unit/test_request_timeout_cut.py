@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from cluster.config import dump_config, load_config, parse_config
-from router.capabilities import Registry
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.routing.capabilities import Registry
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

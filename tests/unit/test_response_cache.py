@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from router.capabilities import Registry
-from router.contract import derive_contract
-from router.policy import Policy
-from router.response_cache import ResponseCache, cache_key, could_have_answered
+from router.request.contract import derive_contract
+from router.resilience.response_cache import ResponseCache, cache_key, could_have_answered
+from router.routing.capabilities import Registry
+from router.routing.policy import Policy
 from tests.fakes import FakeClock
 from tests.unit.test_deferral import CORE, NON_CORE, _drain_all
 from tests.unit.traffic_fixture import TrafficWorld, traffic_config

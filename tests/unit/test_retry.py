@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from router.retry import AttemptBudget, Backoff, RetryBudget
+from router.resilience.retry import AttemptBudget, Backoff, RetryBudget
 from tests.fakes import FakeClock
 
 # --- Backoff ---------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from cluster.config import parse_config
-from router.capabilities import Registry
 from router.errors import ConfigError
+from router.routing.capabilities import Registry
 
 CAPS = {"snapshot": "s-1", "context_window": 8192, "region": "us", "price_in_per_mtok": 0.1, "price_out_per_mtok": 0.4}
 MODEL = {"alias": "m", "source": "prepared:x", "family": "llama", "engine_args": {"max_model_len": 4096}}

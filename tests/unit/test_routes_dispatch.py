@@ -11,8 +11,8 @@ import httpx
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.contract import derive_contract
 from router.errors import NoCapableModel, TargetUnavailable
+from router.request.contract import derive_contract
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_types import LocalDispatch

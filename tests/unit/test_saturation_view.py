@@ -1,6 +1,6 @@
 """Saturation computed once per snapshot and shown the same everywhere: the router's decision,
 `GET /v1/spillover/cluster`, `spillover status` and `/metrics` read the values the gateway's poller
-attached to the snapshot (router/saturation.py `assess`); only staleness is judged when read."""
+attached to the snapshot (router/routing/saturation.py `assess`); only staleness is judged when read."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from cli.main import main
-from router.burst import BurstInputs, decide
-from router.saturation import assess, cluster_view, replica_saturation
-from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.burst import BurstInputs, decide
+from router.routing.saturation import assess, cluster_view, replica_saturation
+from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.routing.watermarks import Watermarks
 from serve_apps.metrics import GatewayMetrics
+from spillover.main import main
 
 GIB = 1024**3
 MARKS = {"m": Watermarks(kv_cache=0.5, gpu_memory=0.95, low=0.25)}
@@ -70,8 +70,8 @@ def test_status_shows_what_the_gateway_answered(
         assert path == "/v1/spillover/cluster"
         return answer
 
-    monkeypatch.setattr("cli.status.get_json", get_json)
-    monkeypatch.setattr("cli.status.time.time", lambda: 100.0)
+    monkeypatch.setattr("spillover.status.get_json", get_json)
+    monkeypatch.setattr("spillover.status.time.time", lambda: 100.0)
     monkeypatch.delenv("SPILLOVER_FAKE_NVML", raising=False)
     assert main(["status", "--url", "http://gw", "--json"]) == 0
     fresh, old = json.loads(capsys.readouterr().out)["replicas"]

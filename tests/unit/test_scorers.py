@@ -6,10 +6,10 @@ from dataclasses import replace
 
 import pytest
 
-from router.capabilities import ProviderModel, Target, cloud_target, local_target
-from router.contract import RequestContract
-from router.plugins import Peers, ScoreView, TargetState
-from router.scorers import (
+from router.request.contract import RequestContract
+from router.routing.capabilities import ProviderModel, Target, cloud_target, local_target
+from router.routing.plugins import Peers, ScoreView, TargetState
+from router.routing.scorers import (
     UNKNOWN_LATENCY_SCORE,
     CostScorer,
     LatencyScorer,

@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from router.decision import DecisionStore
 from router.errors import TargetUnavailable
+from router.learning.decision import DecisionStore
 from serve_apps.decision_log import JsonlFile
 from serve_apps.providers.openai_compat import CHAT_FIELDS
 from tests.fakes import FakeEngine

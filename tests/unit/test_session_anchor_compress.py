@@ -1,11 +1,12 @@
-"""The state anchor (router/anchor.py) and compression planning (router/compress.py): pure, no clock."""
+"""The state anchor (router/sessions/anchor.py) and compression planning
+(router/sessions/compress.py): pure, no clock."""
 
 from __future__ import annotations
 
 import json
 
-from router.anchor import ANCHOR_INTRO, AnchorRules, anchor_message, update_anchor, with_anchor
-from router.compress import (
+from router.sessions.anchor import ANCHOR_INTRO, AnchorRules, anchor_message, update_anchor, with_anchor
+from router.sessions.compress import (
     SUMMARY_INTRO,
     compressed,
     extractive_summary,

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from cluster.config import SpilloverConfig, parse_config
-from router.anchor import ANCHOR_INTRO
-from router.compress import SUMMARY_INTRO
-from router.contract import derive_contract
 from router.errors import LocalCapacityExhausted, NoTargetFitsContext, TargetUnavailable, UpstreamError
+from router.request.contract import derive_contract
+from router.sessions.anchor import ANCHOR_INTRO
+from router.sessions.compress import SUMMARY_INTRO
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts

@@ -1,11 +1,12 @@
-"""Server-side history (router/history.py): what is put in front of a new turn, and how the store is bounded."""
+"""Server-side history (router/sessions/history.py): what is put in front of a new turn, and how the store
+is bounded."""
 
 from __future__ import annotations
 
 import json
 
-from router.compress import message_tokens
-from router.history import grown, resent_at, supply
+from router.sessions.compress import message_tokens
+from router.sessions.history import grown, resent_at, supply
 
 SYSTEM = {"role": "system", "content": "be brief"}
 

@@ -1,4 +1,4 @@
-"""The session id (router/session_id.py): only an explicit name makes a session (the header, then
+"""The session id (router/sessions/session_id.py): only an explicit name makes a session (the header, then
 `metadata.session_id`; never `user` or `prompt_cache_key`), and hostile values at every source."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from router.errors import InvalidRequest
-from router.session_id import pin_key, session_id_of
+from router.sessions.session_id import pin_key, session_id_of
 from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine
@@ -83,5 +83,5 @@ async def test_over_http_a_bad_session_is_a_clear_400(
     response = await client.post("/v1/chat/completions", json=body, headers=headers)
     assert response.status_code == 400
     error = response.json()["error"]
-    # `user` is checked with the body (a string, router/openai_request.py) before it names a session
+    # `user` is checked with the body (a string, router/request/openai_request.py) before it names a session
     assert error["code"] in ("invalid_session", "invalid_request") and "Traceback" not in response.text

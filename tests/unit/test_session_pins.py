@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.carried import Label
+from router.sessions.carried import Label
 from serve_apps.session_pins import PinClient, PinTable, Record, local_pins
 from tests.fakes import FakeClock
 
-LABEL = Label().to_json()  # a turn's context that may go anywhere (router/carried.py)
+LABEL = Label().to_json()  # a turn's context that may go anywhere (router/sessions/carried.py)
 
 
 def test_the_first_turn_pins_and_later_turns_count() -> None:

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 
 from cluster.config import SpilloverConfig
-from router.anchor import ANCHOR_INTRO
-from router.compress import SUMMARY_INTRO
+from router.sessions.anchor import ANCHOR_INTRO
+from router.sessions.compress import SUMMARY_INTRO
 from serve_apps.session_history import HistoryClient, HistoryStore, local_history
 from serve_apps.session_pins import PinClient, PinTable, local_pins
 from serve_apps.sessions import Sessions

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from cluster.config import SpilloverConfig, parse_config
-from router.carried import Label
-from router.contract import derive_contract
+from router.request.contract import derive_contract
+from router.sessions.carried import Label
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
 from serve_apps.dispatch_parts import DispatchParts
@@ -19,7 +19,7 @@ from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import World
 
 SYSTEM = {"role": "system", "content": "be brief"}
-LABEL = Label().to_json()  # a turn's context that may go anywhere (router/carried.py)
+LABEL = Label().to_json()  # a turn's context that may go anywhere (router/sessions/carried.py)
 
 
 def make_config(**sessions: Any) -> SpilloverConfig:

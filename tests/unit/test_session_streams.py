@@ -10,11 +10,11 @@ import json
 from typing import Any
 
 from cluster.config import SpilloverConfig, parse_config
-from router.carried import Label
-from router.contract import derive_contract
-from router.decision import Attempt
-from router.session_id import pin_key
-from router.tool_calls import StreamedMessage
+from router.learning.decision import Attempt
+from router.output.tool_calls import StreamedMessage
+from router.request.contract import derive_contract
+from router.sessions.carried import Label
+from router.sessions.session_id import pin_key
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher
@@ -29,7 +29,7 @@ from tests.unit.test_dispatch import World
 
 ANSWER = '{"intent": "book", "status": "found 3 trains", "noise": 1}'
 KEY = pin_key(None, "m", "s1")
-LABEL = Label().to_json()  # a turn's context that may go anywhere (router/carried.py)
+LABEL = Label().to_json()  # a turn's context that may go anywhere (router/sessions/carried.py)
 
 
 def make_config() -> SpilloverConfig:

@@ -1,5 +1,5 @@
 """A session kept on a smaller window is not re-summarised from scratch every turn: the summary of its
-older turns is kept per session (router/summary_cache.py) and reused for the turns it covers, through
+older turns is kept per session (router/sessions/summary_cache.py) and reused for the turns it covers, through
 the real dispatcher over the shared fakes (tests/unit/test_session_dispatch.py's Parts: the local
 FakeEngine writes the summaries, as the configured local summariser does)."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.carried import Label
-from router.compress import SUMMARY_INTRO, plan_compression
-from router.summary_cache import EARLIER, SummaryCache, incremental_transcript
+from router.sessions.carried import Label
+from router.sessions.compress import SUMMARY_INTRO, plan_compression
+from router.sessions.summary_cache import EARLIER, SummaryCache, incremental_transcript
 from tests.unit.test_dispatch import World, stats
 from tests.unit.test_session_dispatch import Parts, _long_turn, make_config
 
-ANY = Label()  # summarised turns whose context may go anywhere (router/carried.py)
+ANY = Label()  # summarised turns whose context may go anywhere (router/sessions/carried.py)
 
 
 def _turns(n: int) -> list[dict[str, Any]]:

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from cluster.config import load_config
-from router.snapshot import ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.snapshot import ReplicaStats
+from router.routing.watermarks import Watermarks
 from serve_apps.board_poller import BoardPoller
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch import Dispatcher

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from router.budget import cost_weight
 from router.errors import ConfigError
+from router.limits.budget import cost_weight
 from serve_apps.spend_ledger import SpendLedger, month_bounds
 from tests.fakes import FakeClock as Clock
 from tests.ledger_rows import spend_by_provider

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from router.health import Health
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.resilience.health import Health
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from tests.unit.test_dispatch_resilience import T0, World, setup
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from router.capabilities import local_target
-from router.contract import derive_contract
 from router.errors import ContractViolation, UpstreamError
-from router.policy import Policy
-from router.tool_calls import StreamedMessage
+from router.output.tool_calls import StreamedMessage
+from router.request.contract import derive_contract
+from router.routing.capabilities import local_target
+from router.routing.policy import Policy
 from serve_apps.backend import BackendReply
 from serve_apps.check_pool import CheckPool
 from serve_apps.stream_account import DONE, StreamEnd, StreamVerdict, Tally, accounted, asking_usage, wants_usage

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cluster.stats_tap import StatsTap
-from router.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
-from router.watermarks import Watermarks
+from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
+from router.routing.watermarks import Watermarks
 from serve_apps.board_poller import BoardPoller
 from tests.fakes import FakeClock as Clock
 

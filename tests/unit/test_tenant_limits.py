@@ -18,9 +18,9 @@ from starlette.responses import StreamingResponse
 
 from cluster.config import dump_config, load_config, parse_config
 from cluster.tenants import authenticator_for
-from router.auth import TenantPolicy
 from router.errors import ConfigError, TenantBudgetExceeded, TenantConcurrencyExceeded
-from router.openai_request import Kind
+from router.request.auth import TenantPolicy
+from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch_types import LocalDispatch
 from serve_apps.gateway_http import GatewayHTTP, ServedModel

@@ -8,8 +8,8 @@ import asyncio
 import time
 
 from cluster.config import SpilloverConfig, parse_config
-from router.auth import TenantPolicy
-from router.tickets import TicketStore
+from router.request.auth import TenantPolicy
+from router.traffic.tickets import TicketStore
 from tests.fakes import FakeClock
 from tests.unit.test_deferral import CHAT, NON_CORE, _drain_all, _settle
 from tests.unit.traffic_fixture import ADMIN, APP, TrafficWorld, traffic_config

@@ -1,5 +1,5 @@
 """Streamed answers put back together from their deltas and checked against the declared tool
-schemas (router/tool_calls.py), hostile schemas and hostile deltas included."""
+schemas (router/output/tool_calls.py), hostile schemas and hostile deltas included."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import time
 from typing import Any
 
-from router.contract import RequestContract, derive_contract
-from router.policy import Policy
-from router.tool_calls import StreamedMessage, check_streamed
+from router.output.tool_calls import StreamedMessage, check_streamed
+from router.request.contract import RequestContract, derive_contract
+from router.routing.policy import Policy
 
 WEATHER = {
     "type": "object",

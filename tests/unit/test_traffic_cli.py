@@ -9,10 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cli.gateway_client import get_json
-from cli.main import build_parser
-from cli.traffic import command_body, render
 from router.errors import ClusterError
+from spillover.gateway_client import get_json
+from spillover.main import build_parser
+from spillover.traffic import command_body, render
 
 
 def body_of(*argv: str) -> dict[str, object] | None:
@@ -89,7 +89,7 @@ def test_the_view_lists_drains_pins_and_switches() -> None:
 
 
 def test_explain_shows_the_graded_switch_a_request_ran_under() -> None:
-    from cli.explain import render as explain
+    from spillover.explain import render as explain
 
     record = {
         "request_id": "r",

@@ -1,4 +1,4 @@
-"""Request typing (router/typing_rules.py, router/embedding.py, serve_apps/learning.py): rules, the
+"""Request typing (router/request/typing_rules.py, router/request/embedding.py, serve_apps/learning.py): rules, the
 centroid classifier on a small labelled set (bench/typing_set.py; accuracy asserted and
 reported in docs/learning.md), narrowing only, a declared scenario winning, feedback examples."""
 
@@ -10,11 +10,11 @@ import pytest
 
 from bench.typing_set import EXAMPLES, HELD_OUT, POLICY
 from cluster.config import parse_config
-from router.contract import derive_contract
-from router.embedding import HashingEmbedder, cosine
-from router.language import script_of
-from router.policy import Policy
-from router.typing_rules import CentroidClassifier, RequestTyper, Rule, last_user_text, looser_than
+from router.request.contract import derive_contract
+from router.request.embedding import HashingEmbedder, cosine
+from router.request.language import script_of
+from router.request.typing_rules import CentroidClassifier, RequestTyper, Rule, last_user_text, looser_than
+from router.routing.policy import Policy
 from serve_apps.learning import Learning
 from tests.unit.replay_world import config_data
 

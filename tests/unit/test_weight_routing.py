@@ -12,9 +12,9 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from router.capabilities import Registry, Target
-from router.decision import Attempt
-from router.weight_split import kept_share, reordered, weigh
+from router.learning.decision import Attempt
+from router.routing.capabilities import Registry, Target
+from router.routing.weight_split import kept_share, reordered, weigh
 from serve_apps.http_edge import HttpEdge
 from serve_apps.live_scores import LiveScores
 from serve_apps.ops_routes import OpsRoutes

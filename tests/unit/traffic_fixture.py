@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from cluster.config import SpilloverConfig, parse_config
-from router.auth import Authenticator, TenantPolicy
-from router.snapshot import ClusterSnapshot, ReplicaStats
+from router.request.auth import Authenticator, TenantPolicy
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.deferral import TieredDispatch
 from serve_apps.dispatch import Dispatcher

@@ -1,5 +1,0 @@
-"""`python -m cli ...` is `spillover ...`."""
-
-from cli.main import main
-
-raise SystemExit(main())

@@ -1,0 +1,8 @@
+"""Spend and rate limits: the monthly budget and per-request cost ceiling, per-provider RPM/TPM quotas
+and the rate-limit headers that feed them, and per-tenant request rate limits.
+
+    budget.py        the monthly budget and the per-request cost ceiling
+    quota.py         per-provider RPM / TPM quotas
+    rate_headers.py  what a provider's rate-limit headers say is left
+    rate_limit.py    per-tenant request rate limits (token bucket)
+"""

@@ -1,0 +1,7 @@
+"""Checking answers: output contracts, streamed answers reassembled for checking, and the greedy-loop
+check.
+
+    output_contract.py  does an answer deliver what the contract asked for
+    tool_calls.py       a streamed answer put back together from its chunks
+    degenerate.py       did greedy decoding fall into a loop
+"""
