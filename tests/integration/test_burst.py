@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from tests.integration.conftest import Stack
-from tests.integration.qwen_load import QWEN, SHORT, chat, cloud_requests, saturated_qwen
+from tests.integration.qwen_load import QWEN, SHORT, chat, chat_until_local, cloud_requests, saturated_qwen
 
 pytestmark = pytest.mark.integration
 
@@ -53,8 +53,7 @@ def test_saturated_model_bursts_to_cloud_and_comes_back(stack: Stack) -> None:
             assert private.headers["x-spillover-route"] == "local"
 
     assert sorted(done) == [0, 1, 2]  # the load ended and the hysteresis released
-    back_id = f"back-{uuid.uuid4().hex}"
-    back = chat(stack, SHORT, request_id=back_id)
+    back, back_id = chat_until_local(stack, SHORT, "back")
     assert back.headers["x-spillover-route"] == "local", back.headers.get("x-spillover-reason")
     seen = cloud_requests(stack)
     assert private_id not in seen and back_id not in seen
