@@ -56,9 +56,8 @@ def chat_until_local(stack: Stack, messages: list[dict[str, str]], prefix: str) 
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         response = chat(stack, messages, request_id=request_id)
         reason = response.headers.get("x-spillover-reason", "")
-        if response.headers.get("x-spillover-route") != "cloud" or "kv_usage" not in reason:
-            return response, request_id
-        if time.monotonic() > deadline:
+        burst_on_kv = response.headers.get("x-spillover-route") == "cloud" and "kv_usage" in reason
+        if not burst_on_kv or time.monotonic() > deadline:
             return response, request_id
         time.sleep(0.5)
 
