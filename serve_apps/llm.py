@@ -9,6 +9,7 @@ the model's `num_gpus`, so Serve places replicas on the GPUs the nodes declare.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,9 @@ from router.errors import ConfigError
 from router.routing.watermarks import Watermarks
 from serve_apps.gpu_sim_workers import GPU_SIM_ENV
 from serve_apps.replica_router import ROUTER_PATH, ROUTING_STATS_PERIOD_S
+
+ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+ONEDNN_CACHE_DEFAULT = "64"
 
 
 def resolve_source(spec: ModelSpec, config_path: str = "(config)", index: int = 0) -> str:
@@ -102,6 +106,11 @@ def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None =
         # ("'function' object has no attribute 'finalize_loading'"): every start compiled again. Its
         # classic compile cache loads (a warm start ~34 s instead of ~70 s; docs/dtype.md)
         env["VLLM_USE_AOT_COMPILE"] = "0"
+        # oneDNN keeps up to 1,024 JIT-compiled GEMM primitives, one per new input shape: on vLLM-CPU's
+        # float32 path every new batch size adds one, so the engine worker's heap grew for half an hour
+        # of mixed traffic (bench/reports/cpu-smollm2-soak/growth-investigation.md). vLLM's own
+        # per-layer caches keep the shapes in use; this bounds the rest. The operator's own setting wins.
+        env[ONEDNN_CACHE_ENV] = os.environ.get(ONEDNN_CACHE_ENV, ONEDNN_CACHE_DEFAULT)
         extra["accelerator_config"] = {"kind": "cpu"}
         bundle: dict[str, float] = {"CPU": spec.num_cpus}
         if spec.uses_gpus:  # gpu-sim: Ray places the replica on (simulated) GPUs it declares

@@ -143,3 +143,11 @@ async def test_choose_replicas_prefers_the_prefix_owner_unless_saturated_or_imba
     router._replica_queue_len_cache = Lens({r.replica_id: (9 if r is owner else 1) for r in replicas})  # type: ignore[attr-defined]
     ranks = await router.choose_replicas(replicas, request)
     assert len(ranks) == 1 and ranks[0][0] is not owner  # imbalanced: power of two, shorter queue first
+
+
+def test_a_cpu_engine_bounds_onednns_primitive_cache_unless_the_operator_set_it(monkeypatch: Any) -> None:
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    spec = config(accelerator="cpu").models[0]
+    assert llm_config_for(spec, "/models/m").runtime_env["env_vars"]["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "64"
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
+    assert llm_config_for(spec, "/models/m").runtime_env["env_vars"]["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
