@@ -51,7 +51,9 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from bench.calibrate import CalibrateOptions, calibrate, summary_lines
+from bench.calibrate.fit import parse_shapes
+from bench.calibrate.knee import DEFAULT_MAX_ERROR_RATE
+from bench.calibrate.run import CalibrateOptions, calibrate, summary_lines
 from bench.cli_args import number as _number
 from bench.cli_args import run as _run
 from bench.cli_gateway import (
@@ -63,12 +65,10 @@ from bench.cli_gateway import (
     cmd_overhead,
 )
 from bench.cli_trust import add_trust_subcommands
-from bench.fit import parse_shapes
-from bench.knee import DEFAULT_MAX_ERROR_RATE
-from bench.overload import DEFAULT_MULTIPLES, OverloadOptions, run_overload
-from bench.overload import summary_lines as overload_summary_lines
-from bench.overload_metrics import MODES
-from bench.workload import WorkloadError
+from bench.load.workload import WorkloadError
+from bench.overload.metrics import MODES
+from bench.overload.run import DEFAULT_MULTIPLES, OverloadOptions, run_overload
+from bench.overload.run import summary_lines as overload_summary_lines
 
 
 def _levels(text: str) -> tuple[int, ...]:

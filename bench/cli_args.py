@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from bench.target import BenchError
+from bench.load.target import BenchError
 
 
 def number(kind: type, minimum: float, *, exclusive: bool = False, maximum: float | None = None) -> Callable:

@@ -8,20 +8,20 @@ import sys
 import time
 from pathlib import Path
 
-from bench.affinity import AffinityOptions, run_affinity_command
-from bench.affinity import summary_lines as affinity_summary
 from bench.cli_args import choices
 from bench.cli_args import levels as _levels
 from bench.cli_args import number as _number
 from bench.cli_args import run as _run
-from bench.faults import FAULTS, FaultOptions, FaultRun, run_faults
-from bench.faults import summary_lines as faults_summary_lines
-from bench.gateway_throughput import DEFAULT_LEVELS as THROUGHPUT_LEVELS
-from bench.gateway_throughput import ThroughputOptions
-from bench.overhead import OverheadOptions, run_overhead
-from bench.overhead import summary_lines as overhead_summary
-from bench.overhead_streams import DEFAULT_LEVELS, StreamOptions
-from bench.target import BenchError, api_key_from_env
+from bench.gateway.affinity import AffinityOptions, run_affinity_command
+from bench.gateway.affinity import summary_lines as affinity_summary
+from bench.gateway.faults import FAULTS, FaultOptions, FaultRun, run_faults
+from bench.gateway.faults import summary_lines as faults_summary_lines
+from bench.gateway.overhead import OverheadOptions, run_overhead
+from bench.gateway.overhead import summary_lines as overhead_summary
+from bench.gateway.overhead_streams import DEFAULT_LEVELS, StreamOptions
+from bench.gateway.throughput import DEFAULT_LEVELS as THROUGHPUT_LEVELS
+from bench.gateway.throughput import ThroughputOptions
+from bench.load.target import BenchError, api_key_from_env
 
 
 def add_faults_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,12 +11,12 @@ from bench.cli_args import choices
 from bench.cli_args import levels as _levels
 from bench.cli_args import number as _number
 from bench.cli_args import run as _run
-from bench.factual import DEFAULT_MODEL, FactualOptions, FactualOutcome, run_factual
-from bench.factual import summary_lines as factual_summary
-from bench.soak import SoakError, SoakOptions, SoakOutcome, run_soak
-from bench.soak_load import DEFAULT_FAULTS, FAULT_NAMES, FaultPlan, TrafficMix
-from bench.soak_report import summary_lines as soak_summary
-from bench.target import BenchError, api_key_from_env
+from bench.factual.run import DEFAULT_MODEL, FactualOptions, FactualOutcome, run_factual
+from bench.factual.run import summary_lines as factual_summary
+from bench.load.target import BenchError, api_key_from_env
+from bench.soak.load import DEFAULT_FAULTS, FAULT_NAMES, FaultPlan, TrafficMix
+from bench.soak.report import summary_lines as soak_summary
+from bench.soak.run import SoakError, SoakOptions, SoakOutcome, run_soak
 
 
 def add_factual_arguments(parser: argparse.ArgumentParser) -> None:

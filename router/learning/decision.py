@@ -87,7 +87,7 @@ class Candidate:
 def _plain(value: Any) -> Any:
     """JSON-ready copy of dataclasses, mappings and sequences. `dataclasses.asdict` does the same
     but deep-copies every leaf: on the gateway's profile it was the largest single cost of a
-    request (`bench/gateway_profile.py`). Leaves and plain dicts are checked first (most nodes)."""
+    request (`bench/gateway/cpu_profile.py`). Leaves and plain dicts are checked first (most nodes)."""
     if isinstance(value, _LEAVES):
         return value
     if isinstance(value, dict):

@@ -16,7 +16,7 @@ import openai
 import psutil
 import pytest
 
-from bench.faults import TOOL  # the weather tool every tool request of the tests uses
+from bench.gateway.faults import TOOL  # the weather tool every tool request of the tests uses
 from tests.cloud_routes.conftest import ANTHROPIC_KEY, CloudOnly
 
 CONTROL_HEADERS = {"x-api-key": ANTHROPIC_KEY}  # the Anthropic sim's /control routes need its key

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from bench.faults import TOOL  # the weather tool every tool request of the tests uses
+from bench.gateway.faults import TOOL  # the weather tool every tool request of the tests uses
 from tests.integration.conftest import ANTHROPIC_KEY, CONTROL_HEADERS, Stack, reset_sims_and_resilience
 
 pytestmark = pytest.mark.integration

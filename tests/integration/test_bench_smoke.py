@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.calibrate import CalibrateOptions, calibrate
+from bench.calibrate.run import CalibrateOptions, calibrate
 from cluster.perf_config import PerfSection
 from tests.integration.conftest import REPO, Stack
 

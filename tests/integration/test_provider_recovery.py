@@ -28,7 +28,7 @@ import httpx
 import openai
 import pytest
 
-from bench.faults import TOOL  # the weather tool every tool request of the tests uses
+from bench.gateway.faults import TOOL  # the weather tool every tool request of the tests uses
 from tests.integration.conftest import CONTROL_HEADERS, Stack
 
 pytestmark = pytest.mark.integration

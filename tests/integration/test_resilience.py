@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.faults import FaultOptions, FaultRun, markdown_table, run_matrix, write_fault_report
-from bench.report import environment
+from bench.calibrate.report import environment
+from bench.gateway.faults import FaultOptions, FaultRun, markdown_table, run_matrix, write_fault_report
 from tests.integration.conftest import BAD_KEY, SPARE_KEY, Stack
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""bench.calibrate / bench.cli / bench.formula in process: the cloud simulator through
+"""bench.calibrate.run / bench.cli / bench.calibrate.formula in process: the cloud simulator through
 httpx.ASGITransport, bad inputs, unreachable URLs, and the formula prediction from a config."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import httpx
 import pytest
 import yaml
 
-from bench.calibrate import CalibrateOptions, CalibrationError, calibrate, summary_lines
+from bench.calibrate.formula import predict
+from bench.calibrate.run import CalibrateOptions, CalibrationError, calibrate, summary_lines
 from bench.cli import add_bench_parser, main
 from bench.cloud_sim import SimSettings, build_app
-from bench.formula import predict
-from bench.workload import LengthDist, WorkloadSpec
+from bench.load.workload import LengthDist, WorkloadSpec
 from cluster.config import parse_config
 from cluster.model_shape import QWEN2_5_7B, SMOLLM2_135M
 from cluster.nvml import PynvmlReader

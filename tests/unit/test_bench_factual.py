@@ -26,9 +26,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from bench.cli import build_parser
-from bench.factual import FactualError, FactualOptions, load_reference, run_factual, write_reference
-from bench.factual_check import Answer, graded, phrasing_spread, shared_loops, summarize_run, violations
-from bench.factual_set import PROMPTS, SHARED_SYSTEM, TOPICS, FactualPrompt
+from bench.factual.check import Answer, graded, phrasing_spread, shared_loops, summarize_run, violations
+from bench.factual.prompt_set import PROMPTS, SHARED_SYSTEM, TOPICS, FactualPrompt
+from bench.factual.run import FactualError, FactualOptions, load_reference, run_factual, write_reference
 from router import headers as hdr
 
 MODEL = "smollm2-135m-instruct"

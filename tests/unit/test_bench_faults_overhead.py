@@ -7,8 +7,8 @@ from typing import Any
 
 import httpx
 
-from bench.faults import FaultOptions, FaultRow, _json_request, _stream_request, markdown_table
-from bench.overhead import OverheadOptions, PathStats, comparisons, measure
+from bench.gateway.faults import FaultOptions, FaultRow, _json_request, _stream_request, markdown_table
+from bench.gateway.overhead import OverheadOptions, PathStats, comparisons, measure
 
 OPTS = FaultOptions(url="http://gw/v1", sims=("http://sim",), model="m")
 
@@ -81,7 +81,7 @@ async def test_measure_interleaves_every_path_each_round_and_counts_errors() -> 
 def test_affinity_workload_is_seeded_and_reuses_its_prefixes() -> None:
     import random
 
-    from bench.affinity import AffinityOptions, ModelResult, markdown_table, prompts
+    from bench.gateway.affinity import AffinityOptions, ModelResult, markdown_table, prompts
 
     opts = AffinityOptions(url="http://gw/v1", prefixes=3, prefix_words=50, requests=30)
     first, again = prompts(opts, random.Random(1)), prompts(opts, random.Random(1))

@@ -1,4 +1,4 @@
-"""bench/fit.py and its flags: shapes, held-out levels, fit points from measured levels, the perf
+"""bench/calibrate/fit.py and its flags: shapes, held-out levels, fit points from measured levels, the perf
 overlay (synthetic requests from known parameters), and bad inputs refused with exit 2."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from bench.calibrate import CalibrationError, calibrate
+from bench.calibrate.fit import ComputeOutcome, fit_outcome, parse_shapes, perf_overlay, shape_workload
+from bench.calibrate.knee import find_knee
+from bench.calibrate.run import CalibrationError, calibrate
+from bench.calibrate.sweep import LevelResult, StageResult, SweepPlan
 from bench.cli import main
-from bench.fit import ComputeOutcome, fit_outcome, parse_shapes, perf_overlay, shape_workload
-from bench.knee import find_knee
-from bench.request_result import RequestResult
-from bench.stats import summarize
-from bench.sweep import LevelResult, StageResult, SweepPlan
-from bench.workload import WorkloadError
+from bench.load.request_result import RequestResult
+from bench.load.stats import summarize
+from bench.load.workload import WorkloadError
 from cluster.compute_knee import compute_knee
 from cluster.compute_model import PerfParams, Workload
 from cluster.engine_sim import EngineLimits, Protocol, simulate
@@ -132,7 +132,7 @@ async def test_the_fit_says_the_cpu_class_and_precision_it_was_measured_with(tmp
     import httpx
     import yaml
 
-    from bench.calibrate import engine_of, write_overlay
+    from bench.calibrate.run import engine_of, write_overlay
     from tests.unit.test_bench_report import prediction, run_with
 
     view = {"replicas": [{"model": MODEL, "precision": "float32 eager", "cpu_class": "avx2", "stale": False}]}

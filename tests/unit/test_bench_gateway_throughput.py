@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from bench.cloud_sim import SimSettings, build_app
-from bench.gateway_throughput import (
+from bench.gateway.throughput import (
     LevelResult,
     ThroughputOptions,
     measure_throughput,

@@ -1,4 +1,4 @@
-"""bench/holdout.py: levels around a prediction, and a measured knee resolved by bisection (the load
+"""bench/calibrate/holdout.py: levels around a prediction, and a measured knee resolved by bisection (the load
 itself is replaced by a stage whose p95 is a known function of the concurrency)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-import bench.holdout as holdout
-from bench.holdout import holdout_levels, resolve_knee
-from bench.knee import find_knee
-from bench.request_result import RequestResult
-from bench.stats import summarize
-from bench.sweep import LevelResult, StageResult, SweepPlan
+import bench.calibrate.holdout as holdout
+from bench.calibrate.holdout import holdout_levels, resolve_knee
+from bench.calibrate.knee import find_knee
+from bench.calibrate.sweep import LevelResult, StageResult, SweepPlan
+from bench.load.request_result import RequestResult
+from bench.load.stats import summarize
 
 SLO = 10.0
 

@@ -1,10 +1,10 @@
-"""bench.knee: knees of synthetic sweeps with known answers, and the comparison with the formula."""
+"""bench.calibrate.knee: knees of synthetic sweeps with known answers, and the comparison with the formula."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.knee import LoadPoint, binding_bound, compare_with_formula, find_knee
+from bench.calibrate.knee import LoadPoint, binding_bound, compare_with_formula, find_knee
 
 LEVELS = (1, 2, 4, 8, 16)
 

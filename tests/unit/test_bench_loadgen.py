@@ -1,4 +1,4 @@
-"""bench.loadgen against the in-process cloud simulator (httpx.ASGITransport) and scripted
+"""bench.load.loadgen against the in-process cloud simulator (httpx.ASGITransport) and scripted
 SSE streams (httpx.MockTransport with a fake clock, for exact timings)."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import httpx
 import pytest
 
 from bench.cloud_sim import SimSettings, build_app
-from bench.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_client, served_models
-from bench.progress import LineProgress
-from bench.request_result import CANCELLED
-from bench.stats import summarize
-from bench.workload import LengthDist, RequestFactory, WorkItem, WorkloadSpec
+from bench.load.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_client, served_models
+from bench.load.progress import LineProgress
+from bench.load.request_result import CANCELLED
+from bench.load.stats import summarize
+from bench.load.workload import LengthDist, RequestFactory, WorkItem, WorkloadSpec
 
 MODEL = "sim-model"
 

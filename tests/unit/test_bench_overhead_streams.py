@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 
 from bench.cloud_sim.process import running_cloud_sim
-from bench.overhead_streams import (
+from bench.gateway.overhead_streams import (
     LevelStats,
     StreamOptions,
     StreamRun,
@@ -16,7 +16,7 @@ from bench.overhead_streams import (
     stream_comparisons,
     stream_markdown,
 )
-from bench.request_result import RequestResult
+from bench.load.request_result import RequestResult
 from router import headers as hdr
 
 

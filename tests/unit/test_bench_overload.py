@@ -18,8 +18,9 @@ import pytest
 
 from bench.cli import add_bench_parser, main, overload_options_from_args
 from bench.cloud_sim.process import running_cloud_sim
-from bench.overload import OverloadError, OverloadOptions, check_options, mode_headers, run_overload
-from bench.overload_metrics import (
+from bench.load.request_result import CANCELLED, RequestResult
+from bench.load.workload import LengthDist, WorkloadSpec
+from bench.overload.metrics import (
     OverloadLevel,
     OverloadRun,
     cloud_cost_usd,
@@ -29,9 +30,8 @@ from bench.overload_metrics import (
     route_counts,
     slo_attainment,
 )
-from bench.overload_report import compare_cloud_share, render_markdown
-from bench.request_result import CANCELLED, RequestResult
-from bench.workload import LengthDist, WorkloadSpec
+from bench.overload.report import compare_cloud_share, render_markdown
+from bench.overload.run import OverloadError, OverloadOptions, check_options, mode_headers, run_overload
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

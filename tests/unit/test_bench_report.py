@@ -1,4 +1,4 @@
-"""bench.report / bench.plots: results.json, report.md and valid PNGs from synthetic sweeps."""
+"""bench.calibrate.report / bench.calibrate.plots: results.json, report.md and valid PNGs from synthetic sweeps."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench.calibrate import write_overlay
-from bench.formula import FormulaPrediction
-from bench.knee import find_knee
-from bench.report import CalibrationRun, environment, render_markdown, write_report
-from bench.request_result import RequestResult
-from bench.stats import summarize
-from bench.sweep import LevelResult, StageResult, SweepPlan
-from bench.workload import LengthDist, WorkloadSpec
+from bench.calibrate.formula import FormulaPrediction
+from bench.calibrate.knee import find_knee
+from bench.calibrate.report import CalibrationRun, environment, render_markdown, write_report
+from bench.calibrate.run import write_overlay
+from bench.calibrate.sweep import LevelResult, StageResult, SweepPlan
+from bench.load.request_result import RequestResult
+from bench.load.stats import summarize
+from bench.load.workload import LengthDist, WorkloadSpec
 from cluster.capacity import plan_capacity
 from cluster.config import parse_config
 from cluster.model_shape import SMOLLM2_135M, ModelShape

@@ -17,9 +17,10 @@ import httpx
 import pytest
 
 from bench.cloud_sim.process import running_cloud_sim
-from bench.request_result import CANCELLED, RequestResult
-from bench.soak_load import FaultEpisode, FaultPlan, SoakTraffic, TrafficMix, fault_episodes
-from bench.soak_metrics import (
+from bench.load.request_result import CANCELLED, RequestResult
+from bench.load.workload import LengthDist, RequestFactory, WorkloadSpec
+from bench.soak.load import FaultEpisode, FaultPlan, SoakTraffic, TrafficMix, fault_episodes
+from bench.soak.metrics import (
     MIB,
     ProcSample,
     SoakRequest,
@@ -30,8 +31,7 @@ from bench.soak_metrics import (
     window_bounds,
     windows,
 )
-from bench.soak_procs import ProcessSampler, classify
-from bench.workload import LengthDist, RequestFactory, WorkloadSpec
+from bench.soak.procs import ProcessSampler, classify
 from router import headers as hdr
 from tests.unit.soak_fake_gateway import MODEL, SIM_MODEL, free_port
 

@@ -18,9 +18,9 @@ import pytest
 from bench.cli import build_parser, main
 from bench.cli_trust import default_concurrency
 from bench.cloud_sim.process import running_cloud_sim
-from bench.soak import SoakError, SoakOptions, run_soak, run_soak_async
-from bench.soak_load import FaultPlan
-from bench.soak_metrics import MIB, ProcSample
+from bench.soak.load import FaultPlan
+from bench.soak.metrics import MIB, ProcSample
+from bench.soak.run import SoakError, SoakOptions, run_soak, run_soak_async
 from tests.unit.soak_fake_gateway import MODEL, SIM_MODEL, FakeGateway, free_port, serving
 
 PNG = b"\x89PNG\r\n\x1a\n"

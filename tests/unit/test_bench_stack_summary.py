@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.stack_summary import layer_of, main, summarise
+from bench.gateway.stack_summary import layer_of, main, summarise
 
 HEAD = "process 1:ray::ServeReplica;thread (0x7F01);run (asyncio/runners.py:118);"
 RAW = [

@@ -1,4 +1,4 @@
-"""bench.stats: percentiles (linear interpolation, checked against numpy) and the level summary."""
+"""bench.load.stats: percentiles (linear interpolation, checked against numpy) and the level summary."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from bench.request_result import CANCELLED, RequestResult
-from bench.stats import percentile, summarize
+from bench.load.request_result import CANCELLED, RequestResult
+from bench.load.stats import percentile, summarize
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""bench.workload: length specs, seeded requests, shared prefixes and Poisson arrivals."""
+"""bench.load.workload: length specs, seeded requests, shared prefixes and Poisson arrivals."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from bench.workload import WORDS, LengthDist, RequestFactory, WorkloadError, WorkloadSpec, poisson_arrivals
+from bench.load.workload import WORDS, LengthDist, RequestFactory, WorkloadError, WorkloadSpec, poisson_arrivals
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.routing_microbench import main, run_microbench
+from bench.gateway.routing_microbench import main, run_microbench
 
 
 def test_run_microbench() -> None:

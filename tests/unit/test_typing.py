@@ -1,5 +1,5 @@
 """Request typing (router/request/typing_rules.py, router/request/embedding.py, serve_apps/learning.py): rules, the
-centroid classifier on a small labelled set (bench/typing_set.py; accuracy asserted and
+centroid classifier on a small labelled set (bench/request_typing/labelled_set.py; accuracy asserted and
 reported in docs/learning.md), narrowing only, a declared scenario winning, feedback examples."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bench.typing_set import EXAMPLES, HELD_OUT, POLICY
+from bench.request_typing.labelled_set import EXAMPLES, HELD_OUT, POLICY
 from cluster.config import parse_config
 from router.request.contract import derive_contract
 from router.request.embedding import HashingEmbedder, cosine

@@ -1,0 +1,1 @@
+"""`bench calibrate`: sweeps, the knee, the capacity formula, the compute-model fit and the calibration report."""

@@ -1,0 +1,1 @@
+"""Request typing scored offline: the labelled set and the classifier with each embedder."""

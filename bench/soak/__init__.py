@@ -1,0 +1,1 @@
+"""`bench soak`: hours of mixed load and faults through the gateway, every process watched, and its report."""
