@@ -5,6 +5,7 @@ tiers.
     breaker.py          circuit breakers per target and failure domain
     failure.py          what a failed attempt was, what the dispatcher may do
     retry.py            backoff, retry budgets, the next-attempt decision
+    next_step.py        where a request's walk over its candidates goes next
     health.py           the green / yellow / red / black health machine
     health_evidence.py  what a health machine has seen
     health_score.py     a health score from live traffic and its weight
