@@ -7,3 +7,6 @@ per-bucket quality and offline policy replay.
     decision_inputs.py  what a replay needs of a decision record
     replay.py           offline replay of a new policy over recorded decisions
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ()

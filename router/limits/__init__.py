@@ -6,3 +6,6 @@ and the rate-limit headers that feed them, and per-tenant request rate limits.
     rate_headers.py  what a provider's rate-limit headers say is left
     rate_limit.py    per-tenant request rate limits (token bucket)
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("rate_limit", "budget")

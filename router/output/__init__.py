@@ -5,3 +5,6 @@ check.
     tool_calls.py       a streamed answer put back together from its chunks
     degenerate.py       did greedy decoding fall into a loop
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ()

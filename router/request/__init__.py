@@ -14,3 +14,6 @@
     embedding.py         text embeddings for request typing, behind a protocol
     language.py          a prompt's script, a stand-in for its language
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("contract", "contract_headers", "openai_request", "auth", "json_schema")

@@ -13,3 +13,6 @@ tiers.
     response_cache.py   read-only answers for when every target is down
     tiers.py            degradation tiers for core and non-core scenarios
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ()

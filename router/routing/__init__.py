@@ -15,3 +15,6 @@ decision (local, cloud or wait) and the health-weighted split.
     watermarks.py    the pressure thresholds a replica is judged by
     weight_split.py  the share of new requests a degraded first choice keeps
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("capabilities", "pipeline", "plugins", "policy", "filters", "plan")

@@ -11,3 +11,6 @@ they live in.
     summary_cache.py  summaries of older turns, kept for later turns
     tenant_lru.py     a bounded store that evicts from the largest tenant
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("carried", "session_id")

@@ -5,3 +5,6 @@ and tickets for deferred requests.
     migration.py  graded migration between targets, with gates
     tickets.py    tickets for deferred requests
 """
+
+# The modules of this wing the other wings of router/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("migration",)
