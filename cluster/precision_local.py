@@ -2,7 +2,7 @@
 choice with what this node knows): its CPU, the model's own bf16 sensitivity in its float32 reference,
 a bf16 failure recorded here before, and one the project measured for the model on this CPU class
 (cluster/precision_known.py). The model replica applies it before its engine starts
-(serve_apps/engine_setup.py); `spillover capacity` uses it for the KV arithmetic (float32 holds half
+(serve_apps/engine/startup.py); `spillover capacity` uses it for the KV arithmetic (float32 holds half
 the tokens of bf16 in the same memory)."""
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def application(config: SpilloverConfig, source: str, code: str | None = None) -
 
 def http_options(config: SpilloverConfig) -> dict[str, Any]:
     """Serve's proxy options: where it listens, and `gateway.http_limits.idle_timeout_s` as its keep-alive
-    (the other limits reach the proxy through its environment: serve_apps/http_limits.py)."""
+    (the other limits reach the proxy through its environment: serve_apps/http/limits.py)."""
     gateway = config.gateway
     return {"host": gateway.host, "port": gateway.port, "keep_alive_timeout_s": gateway.http_limits.idle_timeout_s}
 

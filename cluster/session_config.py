@@ -41,7 +41,7 @@ class CompressSection(StrictModel):
 
 
 class SessionsSection(StrictModel):
-    """Conversation continuity (router/sessions/sessions.py, serve_apps/sessions.py)."""
+    """Conversation continuity (router/sessions/sessions.py, serve_apps/sessions/turns.py)."""
 
     enabled: bool = Field(True, description="pin sessions (x-spillover-session, metadata.session_id) to a target")
     ttl_s: float = Field(3600, gt=0, le=30 * 86400, description="a pin unused this long is forgotten")

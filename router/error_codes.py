@@ -10,7 +10,7 @@ as when the codes were plain strings.
 The classes of router/errors.py declare their default code as a member; a raiser that needs another
 code passes a member (`InvalidRequest(..., code=ErrorCode.INVALID_JSON)`). The one code that is not a
 member is one quoted from another system: an upstream's own error event passed on after the first
-byte of a stream (`RequestError.quoting`, serve_apps/stream_account.py). tests/unit/test_error_codes.py
+byte of a stream (`RequestError.quoting`, serve_apps/streams/account.py). tests/unit/test_error_codes.py
 checks that every code the code base raises is a member and that the retry table names only members.
 """
 

@@ -105,7 +105,7 @@ class RequestError(SpilloverError):
     @classmethod
     def quoting(cls, message: str, code: str) -> Self:
         """The error with a code another system sent, kept verbatim (an upstream's error event after the
-        first byte of a stream, serve_apps/stream_account.py): the one way a code that is not an
+        first byte of a stream, serve_apps/streams/account.py): the one way a code that is not an
         `ErrorCode` enters an error."""
         error = cls(message)
         error.code = code

@@ -1,6 +1,6 @@
 """What the gateway needs from whatever serves a model, and the one reply every backend returns.
 
-`ModelBackend`: the local models, by alias (in production `serve_apps.local_backend.ServeHandleBackend`,
+`ModelBackend`: the local models, by alias (in production `serve_apps.engine.local_backend.ServeHandleBackend`,
 Ray Serve DeploymentHandles to vLLM LLMServer deployments). `CloudBackend`: one cloud provider's chat
 API (in production `serve_apps.providers.OpenAICompatProvider`). Both answer a `BackendReply`, so the
 dispatcher, the output contract, the prober and the HTTP layer handle local and cloud answers alike.

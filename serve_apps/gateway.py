@@ -17,7 +17,7 @@ from ray.serve.handle import DeploymentHandle
 from cluster.config import parse_config
 from cluster.render import GATEWAY_DEPLOYMENT
 from serve_apps.gateway_build import GatewayEnv, build_gateway
-from serve_apps.logs import configure_json_logs
+from serve_apps.telemetry.logs import configure_json_logs
 
 
 @serve.deployment(name=GATEWAY_DEPLOYMENT, max_ongoing_requests=1000)

@@ -7,10 +7,10 @@ that needs it:
   controls (live scores' prices, the standby's dry-run) and learning (the configured quality);
 * one decision store (router/learning/decision.py), written by the dispatcher and read by the decision and
   learning routes; one ticket store (router/traffic/tickets.py), written by the tiered dispatch and read by
-  the traffic routes (serve_apps/traffic_wiring.py);
+  the traffic routes (serve_apps/traffic/wiring.py);
 * the shared head-node actors (serve_apps/head_actor.py): the telemetry board, the breaker exchange,
   the traffic board and the session pins (and history, with `sessions.store`);
-* the HTTP surface (serve_apps/gateway_http.py) with its bundles (serve_apps/gateway_parts.py), filled
+* the HTTP surface (serve_apps/http/surface.py) with its bundles (serve_apps/gateway_parts.py), filled
   from the config's sections.
 
 It returns the ASGI app and the background loops to start, in this order: the board poller, the
@@ -41,36 +41,36 @@ from router.learning.decision import DecisionStore
 from router.request.idempotency import IdempotencyStore
 from router.routing.capabilities import Registry
 from router.routing.snapshot import ClusterSnapshot
-from serve_apps.background_writer import BackgroundWriter
-from serve_apps.board_poller import BoardPoller
-from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, ray_resets_since, ray_swap
-from serve_apps.check_pool import RequestChecks
-from serve_apps.decision_log import JsonlFile
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.engine.local_backend import ServeHandleBackend
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
-from serve_apps.golden_gate import GoldenGate
-from serve_apps.http_guards import client_redactions
-from serve_apps.idempotent import IdempotentReplies
-from serve_apps.learning import Learning, QualityCollector
-from serve_apps.learning_routes import LearningRoutes
-from serve_apps.local_backend import ServeHandleBackend
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.model_card import ServedModel, ServedRoute
-from serve_apps.ops_routes import OpsRoutes
-from serve_apps.prober import Prober, cloud_checks, local_checks
+from serve_apps.http.guards import client_redactions
+from serve_apps.http.idempotent import IdempotentReplies
+from serve_apps.http.model_card import ServedModel, ServedRoute
+from serve_apps.http.surface import GatewayHTTP
+from serve_apps.learning.decision_log import JsonlFile
+from serve_apps.learning.routes import LearningRoutes
+from serve_apps.learning.state import Learning, QualityCollector
+from serve_apps.limits.spend_ledger import SpendLedger
+from serve_apps.limits.tenants import TenantLimits
+from serve_apps.off_loop.background_writer import BackgroundWriter
+from serve_apps.off_loop.check_pool import RequestChecks
 from serve_apps.providers import OpenAICompatProvider, provider_for
-from serve_apps.resilience import Resilience
-from serve_apps.session_actor import get_or_create_history, get_or_create_pins, ray_history, ray_pins
-from serve_apps.session_history import HistoryClient
-from serve_apps.session_pins import PinClient
-from serve_apps.sessions import Sessions
-from serve_apps.spend_ledger import SpendLedger
-from serve_apps.telemetry_board import get_or_create_board
-from serve_apps.tenant_limits import TenantLimits
-from serve_apps.traffic_board import RayBoard, get_or_create_traffic_board
-from serve_apps.traffic_wiring import traffic_parts
+from serve_apps.resilience.breaker_exchange import BreakerSync, get_or_create_exchange, ray_resets_since, ray_swap
+from serve_apps.resilience.golden_gate import GoldenGate
+from serve_apps.resilience.prober import Prober, cloud_checks, local_checks
+from serve_apps.resilience.routes import OpsRoutes
+from serve_apps.resilience.state import Resilience
+from serve_apps.sessions.actor import get_or_create_history, get_or_create_pins, ray_history, ray_pins
+from serve_apps.sessions.history import HistoryClient
+from serve_apps.sessions.pins import PinClient
+from serve_apps.sessions.turns import Sessions
+from serve_apps.telemetry.board import get_or_create_board
+from serve_apps.telemetry.board_poller import BoardPoller
+from serve_apps.telemetry.metrics import GatewayMetrics
+from serve_apps.traffic.board import RayBoard, get_or_create_traffic_board
+from serve_apps.traffic.wiring import traffic_parts
 
 log = logging.getLogger("spillover.gateway")
 
@@ -80,7 +80,7 @@ class GatewayEnv:
     """What a gateway replica takes from where it runs."""
 
     environ: Mapping[str, str]  # the tenants' key variables (cluster/tenants.py)
-    hostname: str  # a name no error text may show a client (serve_apps/http_guards.py)
+    hostname: str  # a name no error text may show a client (serve_apps/http/guards.py)
     created: int  # the epoch seconds the model cards of /v1/models show
     replica: str = field(default_factory=lambda: uuid.uuid4().hex)  # this replica in the shared actors
 
@@ -148,7 +148,7 @@ def prober(
 
 
 def sessions(config: SpilloverConfig, backend: ServeHandleBackend, replica: str) -> Sessions:
-    """Pins shared by every gateway replica through the head node's actor (serve_apps/session_pins.py)."""
+    """Pins shared by every gateway replica through the head node's actor (serve_apps/sessions/pins.py)."""
     settings = config.sessions
     actor = get_or_create_pins(settings.ttl_s, settings.max_sessions)
     pins = PinClient(*ray_pins(actor), cache_s=settings.cache_s)
@@ -203,7 +203,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     registry = Registry.from_config(config.models, enabled, routes=config.routes)
     decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
     learning = Learning.from_config(config, registry=registry)  # quality per bucket, feedback, typing
-    # schema checks and contract derives: per-tenant admission, fair hand-over (serve_apps/check_pool.py)
+    # schema checks and contract derives: per-tenant admission, fair hand-over (serve_apps/off_loop/check_pool.py)
     checks = RequestChecks.from_settings(gateway.checks.workers, gateway.checks.per_tenant, auth=gateway.auth)
     if learning.quality is not None:
         metrics.registry.register(QualityCollector(learning.quality))

@@ -1,8 +1,8 @@
-"""What the gateway's HTTP surface (serve_apps/gateway_http.py) is built from, besides its backend,
+"""What the gateway's HTTP surface (serve_apps/http/surface.py) is built from, besides its backend,
 models and dispatcher: three small bundles, each with the defaults of a bare gateway.
 
 `EdgeSettings`: how every request is named, admitted, bounded and scrubbed at the edge
-(serve_apps/http_edge.py, serve_apps/http_guards.py). `GatewayParts`: the collaborators a generation
+(serve_apps/http/edge.py, serve_apps/http/guards.py). `GatewayParts`: the collaborators a generation
 request meets on its way to the dispatcher and back. `OperatorParts`: what readiness and the operator
 routes read and serve. The gateway's composition (serve_apps/gateway_build.py) fills them from the
 config's sections and the parts it built once.
@@ -20,15 +20,15 @@ from router.learning.decision import DecisionStore
 from router.request.auth import Authenticator
 from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot
-from serve_apps.check_pool import RequestChecks
-from serve_apps.golden_gate import GoldenGate
-from serve_apps.http_guards import DEFAULT_MAX_BODY_BYTES
-from serve_apps.idempotent import IdempotentReplies
-from serve_apps.learning_routes import LearningRoutes
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.ops_routes import OpsRoutes
-from serve_apps.tenant_limits import TenantLimits
-from serve_apps.traffic_routes import TrafficRoutes
+from serve_apps.http.guards import DEFAULT_MAX_BODY_BYTES
+from serve_apps.http.idempotent import IdempotentReplies
+from serve_apps.learning.routes import LearningRoutes
+from serve_apps.limits.tenants import TenantLimits
+from serve_apps.off_loop.check_pool import RequestChecks
+from serve_apps.resilience.golden_gate import GoldenGate
+from serve_apps.resilience.routes import OpsRoutes
+from serve_apps.telemetry.metrics import GatewayMetrics
+from serve_apps.traffic.routes import TrafficRoutes
 
 
 def new_request_id() -> str:
@@ -41,9 +41,9 @@ class EdgeSettings:
     authenticator: Authenticator | None = None
     new_id: Callable[[], str] = new_request_id  # a request id when the client sent no usable one
     set_request_id: bool = True  # False behind Serve's proxy, which sets x-request-id itself
-    redact: Iterable[str] = ()  # names no error text may show a client (serve_apps/http_guards.py)
+    redact: Iterable[str] = ()  # names no error text may show a client (serve_apps/http/guards.py)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # 413 past it
-    http_limits: HttpLimits | None = None  # headers 431 and the body's deadline 408 (serve_apps/http_guards.py)
+    http_limits: HttpLimits | None = None  # headers 431 and the body's deadline 408 (serve_apps/http/guards.py)
     request_timeout_s: float = 300.0  # 504 past it (gateway.request_timeout_s)
     default_deadline_s: float = 30.0  # a request's deadline when it names none (admission.queue_timeout_s)
 
@@ -53,17 +53,19 @@ class GatewayParts:
     policy: Policy | None = None  # scenarios and their strategies (router/routing/policy.py)
     decisions: DecisionStore | None = None  # the dispatcher's records, read per tenant
     metrics: GatewayMetrics | None = None
-    checks: RequestChecks | None = None  # where contracts are derived (serve_apps/check_pool.py)
-    idempotent: IdempotentReplies | None = None  # Idempotency-Key replays (serve_apps/idempotent.py)
-    tenant_limits: TenantLimits | None = None  # concurrency and budget per tenant (serve_apps/tenant_limits.py)
-    learning: LearningRoutes | None = None  # typing, feedback and quality (serve_apps/learning_routes.py)
+    checks: RequestChecks | None = None  # where contracts are derived (serve_apps/off_loop/check_pool.py)
+    idempotent: IdempotentReplies | None = None  # Idempotency-Key replays (serve_apps/http/idempotent.py)
+    tenant_limits: TenantLimits | None = None  # concurrency and budget per tenant (serve_apps/limits/tenants.py)
+    learning: LearningRoutes | None = None  # typing, feedback and quality (serve_apps/learning/routes.py)
 
 
 @dataclass(frozen=True)
 class OperatorParts:
-    snapshot: Callable[[], ClusterSnapshot] | None = None  # the board poller's latest (serve_apps/board_poller.py)
+    snapshot: Callable[[], ClusterSnapshot] | None = (
+        None  # the board poller's latest (serve_apps/telemetry/board_poller.py)
+    )
     clock: Callable[[], float] = time.time  # the `now` of /v1/spillover/cluster and readiness
     health_timeout_s: float = 5.0  # each model's health check in /readyz
-    golden: GoldenGate | None = None  # the start-up golden checks (serve_apps/golden_gate.py)
-    ops: OpsRoutes | None = None  # /v1/spillover/resilience* (serve_apps/ops_routes.py)
+    golden: GoldenGate | None = None  # the start-up golden checks (serve_apps/resilience/golden_gate.py)
+    ops: OpsRoutes | None = None  # /v1/spillover/resilience* (serve_apps/resilience/routes.py)
     traffic: TrafficRoutes | None = None  # /v1/spillover/traffic and /v1/spillover/tickets/{id}

@@ -1,7 +1,7 @@
 """The cluster's shared actors: one way to find or create each on the head node.
 
-Every actor the gateway replicas share (serve_apps/telemetry_board.py, serve_apps/breaker_exchange.py,
-serve_apps/traffic_board.py, serve_apps/session_actor.py) is named in a namespace and detached, so it
+Every actor the gateway replicas share (serve_apps/telemetry/board.py, serve_apps/resilience/breaker_exchange.py,
+serve_apps/traffic/board.py, serve_apps/sessions/actor.py) is named in a namespace and detached, so it
 outlives whichever process created it first and works the same under `spillover serve`, `serve run`
 and `serve deploy`; it runs on the head node, since a worker node can leave (scale-in, failure) and
 would take it with it. The first caller creates it with its arguments; every later caller gets that

@@ -24,11 +24,11 @@ from cluster.nvml_sim import prepare_simulated_gpus
 from cluster.render import APP_NAME, application, http_options
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
-from serve_apps.breaker_exchange import kill_exchange
-from serve_apps.http_limits import proxy_env
-from serve_apps.session_actor import kill_pins
-from serve_apps.telemetry_board import kill_board
-from serve_apps.traffic_board import kill_traffic_board
+from serve_apps.http.limits import proxy_env
+from serve_apps.resilience.breaker_exchange import kill_exchange
+from serve_apps.sessions.actor import kill_pins
+from serve_apps.telemetry.board import kill_board
+from serve_apps.traffic.board import kill_traffic_board
 
 Say = Callable[[str], None]
 AUTH_MODE_ENV = "RAY_AUTH_MODE"

@@ -115,7 +115,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             )
         if r.get("gpu_error"):
             print(f"  {r['replica_id'][:10]} GPUs unreadable: {r['gpu_error']}")
-        if r.get("precision"):  # what the replica chose for its engine, and why (serve_apps/engine_setup.py)
+        if r.get("precision"):  # what the replica chose for its engine, and why (serve_apps/engine/startup.py)
             cpu = f" on {r['cpu_class']}" if r.get("cpu_class") else ""
             print(f"  {r['replica_id'][:10]} engine {r['precision']}{cpu}; numerics {r.get('numerics') or '-'}")
             for note in r.get("notes") or ():
@@ -125,7 +125,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if not rows:
         print("(no replica has reported engine stats yet)")
     for model, golden in data.get("golden", {}).items():
-        if golden["state"] in ("pending", "failed"):  # kept out of routing (serve_apps/golden_gate.py)
+        if golden["state"] in ("pending", "failed"):  # kept out of routing (serve_apps/resilience/golden_gate.py)
             print(f"{model}: not routed: {golden['reason']}")
     for error in data["errors"]:
         print(f"warning: {error}")

@@ -112,7 +112,7 @@ class FakeEngine:
 
 class FakeProvider:
     """A cloud provider as the dispatcher and the prober reach it (`CloudBackend`,
-    serve_apps/backend.py; `probe` as serve_apps/prober.py asks): each call first raises the next
+    serve_apps/backend.py; `probe` as serve_apps/resilience/prober.py asks): each call first raises the next
     of the `script`ed errors (as a failing provider answers one request after another), then answers
     like FakeEngine with the model `<name>/<alias>` (the provider's own name for the model). With
     `cut` a stream ends after its first event with the `UpstreamError` a dropped connection gives

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from serve_apps.spend_ledger import SpendLedger
+from serve_apps.limits.spend_ledger import SpendLedger
 
 
 def spend_by_provider(ledger: SpendLedger, since: float) -> dict[str, float]:

@@ -24,7 +24,7 @@ from bench.cloud_sim.faults import SimulatedCut
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
 from cluster.gateway_config import HttpLimits
-from serve_apps.http_limits import uvicorn_options
+from serve_apps.http.limits import uvicorn_options
 
 DEFAULT_PORT = 9100
 
@@ -128,7 +128,7 @@ def run_cloud_sim(args: argparse.Namespace) -> int:
 
 def server_config(app: Any, host: str, port: int, limits: HttpLimits | None = None) -> uvicorn.Config:
     """The simulator's uvicorn server, its headers and slow or idle clients bounded like the gateway's
-    (`gateway.http_limits`' defaults unless `limits`: serve_apps/http_limits.py)."""
+    (`gateway.http_limits`' defaults unless `limits`: serve_apps/http/limits.py)."""
     return uvicorn.Config(
         app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
         timeout_graceful_shutdown=2, **uvicorn_options(limits or HttpLimits()),

@@ -34,12 +34,12 @@ from router import headers as hdr
 from router.request.openai_request import Kind
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from serve_apps.providers import OpenAICompatProvider
-from serve_apps.resilience import Resilience
+from serve_apps.resilience.state import Resilience
 
 MESSAGE = {"role": "assistant", "content": "The capital of France is Paris."}
 USAGE = {"prompt_tokens": 12, "completion_tokens": 8, "total_tokens": 20}

@@ -3,9 +3,9 @@
 The same tiny request (one user word, `max_tokens` 1, temperature 0) goes, round after round in a
 shuffled order, along three paths to the *same* model replica:
 
-    direct    a DeploymentHandle call from this process (`serve_apps.local_backend`, the exact call
+    direct    a DeploymentHandle call from this process (`serve_apps.engine.local_backend`, the exact call
               our gateway makes) — the engine plus Serve's handle path, no HTTP
-    ray       HTTP through Ray's own OpenAiIngress (`serve_apps.ray_ingress`, deployed for the run
+    ray       HTTP through Ray's own OpenAiIngress (`serve_apps.engine.ray_ingress`, deployed for the run
               at /ray and removed after)
     gateway   HTTP through spillover's gateway (contract, routing decision, admission, records)
 
@@ -207,8 +207,8 @@ def run_overhead(
     from bench.calibrate.report import environment, progress_printer
     from cluster.config import load_config
     from router.errors import SpilloverError
-    from serve_apps.local_backend import ServeHandleBackend
-    from serve_apps.ray_ingress import deploy_ray_ingress, model_handles, remove_ray_ingress
+    from serve_apps.engine.local_backend import ServeHandleBackend
+    from serve_apps.engine.ray_ingress import deploy_ray_ingress, model_handles, remove_ray_ingress
 
     say = progress_printer(progress)
     for noisy in ("httpx", "httpcore"):  # Ray's logging setup would print a line per request of the run

@@ -11,7 +11,7 @@ sees the same machine noise. Paths (each an OpenAI base URL):
                   provider whose base_url is `--vllm-url`, chosen by `x-spillover-residency:
                   <its region>` (`--http-region`), which keeps the local target out
     gateway       spillover's gateway, local path (Ray Serve → the model's LLMServer replica)
-    ray           Ray's OpenAiIngress over the same replica (`--ray`; `serve_apps.ray_ingress`)
+    ray           Ray's OpenAiIngress over the same replica (`--ray`; `serve_apps.engine.ray_ingress`)
     litellm       a LiteLLM proxy in front of the plain server (`--litellm-url`), when one runs
 
 Same-engine pairs isolate an ingress: gateway-http − vllm is what the gateway adds in front of an

@@ -124,7 +124,7 @@ class DecisionRecord:
     # what happened besides the attempts: a Retry-After waited out or not, a stream's skipped events,
     # a missing [DONE], a continuation and its splice point (kind + facts, plain JSON values)
     events: tuple[Mapping[str, Any], ...] = ()
-    session: Mapping[str, Any] | None = None  # pin, switch, anchor and compression (serve_apps/sessions.py)
+    session: Mapping[str, Any] | None = None  # pin, switch, anchor and compression (serve_apps/sessions/turns.py)
     snapshot_id: str = ""  # the plan's capability / health snapshot, a blob (router/learning/decision_inputs.py)
     blobs: Mapping[str, Blob] = field(default_factory=dict, compare=False)  # schemas, snapshot: logged once
 

@@ -1,6 +1,6 @@
 """Spend limits: the soft monthly budget (the cost scorer's weight) and the per-request cost ceiling.
 
-Pure. The spend itself is recorded by the ledger (serve_apps/spend_ledger.py).
+Pure. The spend itself is recorded by the ledger (serve_apps/limits/spend_ledger.py).
 
 The per-request ceiling (`x-spillover-max-cost-usd`, or the scenario's `max_cost_usd`) holds across
 every attempt of a request:

@@ -28,8 +28,8 @@ class TenantPolicy:
     allowed_providers: frozenset[str] | None = None
     requests_per_minute: float | None = None
     admin: bool = False  # may call the operator endpoints (POST /v1/spillover/resilience/reset)
-    max_concurrent: int | None = None  # generation requests in flight at once (serve_apps/tenant_limits.py)
-    monthly_budget_usd: float | None = None  # cloud spend per UTC month (serve_apps/tenant_limits.py)
+    max_concurrent: int | None = None  # generation requests in flight at once (serve_apps/limits/tenants.py)
+    monthly_budget_usd: float | None = None  # cloud spend per UTC month (serve_apps/limits/tenants.py)
     global_feedback: bool = False  # its feedback moves every tenant's routing, not only its own (as an admin's)
 
     @property

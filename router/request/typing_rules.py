@@ -2,7 +2,7 @@
 
     RequestTyper.type(text, tenant, request_id) -> Typed
 
-1. A declared `x-business-scenario` always wins: the typer is not asked (serve_apps/learning.py).
+1. A declared `x-business-scenario` always wins: the typer is not asked (serve_apps/learning/state.py).
 2. Rules, in order: a rule matches when its tenants (if any) include the request's tenant and its
    regular expression (if any) is found in, or any of its keywords (if any) is a word of, the last
    user text; the first match types the request (`by: rule`, `rule`: its index).

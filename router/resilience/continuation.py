@@ -4,7 +4,7 @@ Pure: no I/O, no clock. A text stream that breaks after its first byte (the clie
 of the answer, so it can never be sent again) may be continued by the next candidate that accepts an
 assistant prefill: that target gets the same request plus the text streamed so far as a trailing
 assistant message, and its continuation is spliced into the same response
-(serve_apps/continuation.py carries it out).
+(serve_apps/streams/continuation.py carries it out).
 
     may_continue     the rule: the scenario continues streams (`Scenario.continues_streams`), the
                      answer is plain text (no tools, no response_format, no tool-call delta seen,

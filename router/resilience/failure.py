@@ -45,7 +45,7 @@ Why the rows differ:
   and the request fails over at once instead of waiting on the same target.
 - SERVER holds `provider_stream_error` as well: a provider that sends an error event instead of its
   answer failed the way a 5xx does. The table is only asked before a stream's first byte reached the
-  client (serve_apps/dispatch.py: nothing is re-sent after it), so a retry duplicates nothing.
+  client (serve_apps/dispatch/dispatcher.py: nothing is re-sent after it), so a retry duplicates nothing.
 - PROTOCOL is not retried on the same target: a target that answers garbage (or too much of it) tends
   to repeat it.
 - CUT is only classified here for a non-streamed body, i.e. before the client received

@@ -8,7 +8,7 @@ bounded steps.
               unless configured), then falling linearly to 0 at twice that bound
     contract  1 - output-contract violation ratio
     cost      given by the caller: 1 for the cheapest priced target scored in the scenario (and when
-              unpriced or free), less the dearer it is (serve_apps/live_scores.py)
+              unpriced or free), less the dearer it is (serve_apps/traffic/live_scores.py)
 
 The weight moves towards the score by at most `max_step` points (15) per step, and steps at most every
 `min_interval_s`: one bad minute cannot swing a target from 100 to 0 at once, and neither can one good

@@ -9,7 +9,7 @@ three questions before a second or later attempt of a request:
     wait out a 429's Retry-After, or not?     retry_after_choice         (scenario strategy, bound, deadline)
 
 `after_failure` (fed by the retry table's rule for the failure, router/resilience/failure.py) and
-`before_attempt` put these answers together into the loop's decisions; serve_apps/dispatch.py
+`before_attempt` put these answers together into the loop's decisions; serve_apps/dispatch/dispatcher.py
 only carries them out.
 
 `RetryBudget` is what keeps retries from amplifying an outage: when every target fails, a

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-AGE_KEY = "board_age_s"  # a board row's age on the board's clock (serve_apps/telemetry_board.py)
+AGE_KEY = "board_age_s"  # a board row's age on the board's clock (serve_apps/telemetry/board.py)
 
 if TYPE_CHECKING:  # router/routing/saturation.py builds on this module; only the annotation is needed here
     from router.routing.saturation import Saturation
@@ -88,7 +88,7 @@ class ReplicaStats:
     last_step_at: float | None = None  # when the engine last reported a scheduler step
     gpus: tuple[GpuMemory, ...] = ()
     gpu_error: str | None = None  # the replica has GPUs but NVML failed: the reading counts as stale
-    # what the replica says of its own engine (serve_apps/llm_server.py): the precision it runs in, the
+    # what the replica says of its own engine (serve_apps/engine/llm_server.py): the precision it runs in, the
     # CPU class under a vLLM-CPU engine, the numerics check's state, and a fault that keeps it out of
     # routing however fresh the reading (numerics failed, engine stalled); notes are for people
     precision: str | None = None

@@ -15,7 +15,7 @@ from, and which turn set each of them:
     tenant     whose turns they are (stores are keyed by tenant; a label of another tenant is never used)
 
 A turn that names its session runs under its own contract joined with its session's label
-(`RequestContract.carried`, set by serve_apps/sessions.py): the `carried` filter
+(`RequestContract.carried`, set by serve_apps/sessions/turns.py): the `carried` filter
 (router/routing/filters.py) removes every target the label does not admit, so the turn stays on a target
 that may hold the context; when no target that may hold it can serve the turn, the request is
 refused with 422 `carried_context_restricted`, whose message names the turn each constraint came

@@ -8,7 +8,7 @@ with the estimated tokens before and after (the router's estimate: router/reques
 that does not fit the budget, `fits` is False and the request is refused as before (400
 context_length_exceeded): nothing is ever dropped without a summary standing in for it.
 
-The summary's text comes from the configured summariser model (serve_apps/sessions.py); when it
+The summary's text comes from the configured summariser model (serve_apps/sessions/turns.py); when it
 cannot answer, `extractive_summary` (the start of each summarised turn) stands in, and the record says so.
 """
 

@@ -1,7 +1,7 @@
 """Sessions: which conversation a request belongs to, and whether it stays on its pinned target.
 
-Pure: no clock, no I/O. The pin itself is stored by serve_apps/session_pins.py; the dispatcher's
-side (anchor, compression, recording) is serve_apps/sessions.py. docs/sessions.md tells the story.
+Pure: no clock, no I/O. The pin itself is stored by serve_apps/sessions/pins.py; the dispatcher's
+side (anchor, compression, recording) is serve_apps/sessions/turns.py. docs/sessions.md tells the story.
 
 The session id and its precedence: router/sessions/session_id.py.
 

@@ -195,7 +195,9 @@ class OpenAICompatProvider:
             detail = redact(str(exc))[:_MAX_DETAIL]
             message = f"cloud provider {self.name!r} is unreachable ({type(exc).__name__}: {detail})"
             raise TargetUnavailable(message, code=ErrorCode.PROVIDER_UNREACHABLE) from None
-        if self._on_headers is not None:  # rate-limit headers feed the provider's quota (serve_apps/resilience.py)
+        if (
+            self._on_headers is not None
+        ):  # rate-limit headers feed the provider's quota (serve_apps/resilience/state.py)
             try:
                 self._on_headers(self.name, response.headers)
             except Exception:  # bookkeeping never fails a request

@@ -28,7 +28,7 @@ from typing import Any
 from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
 from cluster.nvml import GpuInfo, PynvmlReader
 from router.routing.saturation import gpu_memory_pressure
-from serve_apps.engine_gpus import ReplicaGpus, own_processes
+from serve_apps.engine.gpus import ReplicaGpus, own_processes
 
 GIB = 1024**3
 WATERMARK = 0.95

@@ -21,7 +21,7 @@ import pytest
 from cluster.nvml import PynvmlReader
 from router.routing.saturation import gpu_memory_pressure
 from router.routing.snapshot import GpuMemory
-from serve_apps.engine_gpus import ReplicaGpus, own_processes
+from serve_apps.engine.gpus import ReplicaGpus, own_processes
 from tests.gpu import cuda_torch_or_skip
 
 GIB = 1024**3

@@ -1,5 +1,5 @@
 """`gateway.http_limits` at Ray Serve's real HTTP proxy: hostile raw-socket clients against the stack's
-proxy, which serves with serve_apps/http_limits.py's protocol (the job's environment carries the
+proxy, which serves with serve_apps/http/limits.py's protocol (the job's environment carries the
 callback and the limits to the proxy: serve_apps/runner.py). Without it, uvicorn under Serve would
 hold a silent or one-byte-a-second connection forever; each attack here must end in a 4xx or a closed
 connection before it gives up, and an ordinary chat still works afterwards. The stack's limits are

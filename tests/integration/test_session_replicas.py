@@ -40,12 +40,12 @@ from ray import serve
 from cluster.render import APP_NAME, GATEWAY_DEPLOYMENT
 from router.request.contract import derive_contract
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.session_actor import HISTORY_NAME, PINS_NAME, PINS_NAMESPACE, ray_history, ray_pins
-from serve_apps.session_history import HistoryClient
-from serve_apps.session_pins import PinClient
-from serve_apps.sessions import Sessions
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.sessions.actor import HISTORY_NAME, PINS_NAME, PINS_NAMESPACE, ray_history, ray_pins
+from serve_apps.sessions.history import HistoryClient
+from serve_apps.sessions.pins import PinClient
+from serve_apps.sessions.turns import Sessions
 from tests.fakes import FakeEngine, FakeProvider
 from tests.integration.conftest import SMOL, Stack, wait_until_local_models_green
 from tests.integration.qwen_load import cloud_requests

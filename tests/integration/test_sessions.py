@@ -38,11 +38,11 @@ from router.request.contract import derive_contract
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from router.sessions.anchor import ANCHOR_INTRO
 from router.sessions.compress import SUMMARY_INTRO
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.session_actor import PINS_NAME, PINS_NAMESPACE, ray_pins
-from serve_apps.session_pins import PinClient
-from serve_apps.sessions import Sessions
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.sessions.actor import PINS_NAME, PINS_NAMESPACE, ray_pins
+from serve_apps.sessions.pins import PinClient
+from serve_apps.sessions.turns import Sessions
 from tests.fakes import FakeEngine, FakeProvider
 from tests.integration.conftest import Stack, wait_until_local_models_green
 from tests.integration.qwen_load import QWEN, SHORT, cloud_messages, cloud_requests, qwen_saturation, saturated_qwen

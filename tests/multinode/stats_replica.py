@@ -5,7 +5,7 @@ is placement and telemetry, not generation. Each replica reads its node's simula
 real `PynvmlReader` over the simulated NVML its node's SPILLOVER_FAKE_NVML file describes (each test
 node is started with its own file), announces an engine reservation of `gpu_memory_utilization` of
 its GPU as a vLLM engine's start-up pre-allocation shows on a real device, and pushes `ReplicaStats`
-to the real TelemetryBoard with `serve_apps.stats_pusher`, exactly as `SpilloverLLMServer` does.
+to the real TelemetryBoard with `serve_apps.telemetry.stats_pusher`, exactly as `SpilloverLLMServer` does.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from ray import serve
 from cluster.nvml import reader_from_env
 from cluster.nvml_sim import announce_engine
 from router.routing.snapshot import ReplicaStats
-from serve_apps.engine_gpus import ReplicaGpus, own_processes
-from serve_apps.stats_pusher import push_forever
-from serve_apps.telemetry_board import get_or_create_board
+from serve_apps.engine.gpus import ReplicaGpus, own_processes
+from serve_apps.telemetry.board import get_or_create_board
+from serve_apps.telemetry.stats_pusher import push_forever
 
 
 @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0.1, "num_gpus": 1})

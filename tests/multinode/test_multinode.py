@@ -34,10 +34,10 @@ from cluster.nvml_sim import DRIVER_GIB, write_default_file
 from router.resilience.health import Health
 from router.routing.saturation import gpu_memory_pressure, replica_saturation
 from router.routing.snapshot import ClusterSnapshot
-from serve_apps.board_poller import BoardPoller
-from serve_apps.dispatch import Dispatcher
-from serve_apps.resilience import Resilience
-from serve_apps.telemetry_board import get_or_create_board, kill_board
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.resilience.state import Resilience
+from serve_apps.telemetry.board import get_or_create_board, kill_board
+from serve_apps.telemetry.board_poller import BoardPoller
 from tests.multinode.stats_replica import StatsReplica
 
 pytestmark = pytest.mark.integration
@@ -111,8 +111,8 @@ class ReplicaInGroup:
         import os
 
         from cluster.nvml import reader_from_env
-        from serve_apps.engine_gpus import ReplicaGpus, replica_engine
-        from serve_apps.gpu_sim_workers import start_workers
+        from serve_apps.engine.gpu_sim_workers import start_workers
+        from serve_apps.engine.gpus import ReplicaGpus, replica_engine
 
         workers = start_workers(fraction)  # stand-ins for vLLM's GPU workers (Ray actors in the group)
         gpus = ReplicaGpus(reader_from_env(os.environ), fraction, replica_engine(os.getpid()))
@@ -215,9 +215,9 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
 
 
 def test_two_gateway_replicas_share_an_open_breaker_through_the_exchange_actor(cluster: Cluster) -> None:
-    """What two gateway replicas run (serve_apps/breaker_exchange.py), over the real named actor."""
+    """What two gateway replicas run (serve_apps/resilience/breaker_exchange.py), over the real named actor."""
     from router.resilience.breaker import Breakers, BreakerSettings
-    from serve_apps.breaker_exchange import BreakerSync, get_or_create_exchange, kill_exchange, ray_swap
+    from serve_apps.resilience.breaker_exchange import BreakerSync, get_or_create_exchange, kill_exchange, ray_swap
 
     period_s = 0.5
     exchange = get_or_create_exchange()

@@ -13,8 +13,8 @@ from router.learning.decision import DecisionStore
 from router.request.contract import derive_contract
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from tests.fakes import FakeEngine, FakeProvider
 
 T0 = 5000.0

@@ -22,18 +22,18 @@ from cluster.tenants import authenticator_for
 from router.learning.decision import DecisionStore
 from router.request.idempotency import IdempotencyStore
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
-from serve_apps.check_pool import RequestChecks
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
-from serve_apps.http_guards import client_redactions
-from serve_apps.idempotent import IdempotentReplies
-from serve_apps.ops_routes import OpsRoutes
+from serve_apps.http.guards import client_redactions
+from serve_apps.http.idempotent import IdempotentReplies
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.off_loop.check_pool import RequestChecks
 from serve_apps.providers import OpenAICompatProvider
-from serve_apps.resilience import Resilience
-from serve_apps.sessions import Sessions
+from serve_apps.resilience.routes import OpsRoutes
+from serve_apps.resilience.state import Resilience
+from serve_apps.sessions.turns import Sessions
 from tests.fakes import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The gateway's admission limit through the fitted compute model (serve_apps/admission.py):
+"""The gateway's admission limit through the fitted compute model (serve_apps/dispatch/admission.py):
 it follows the live workload mix, stays within perf's bounds, says which bound and inputs set it,
 and uncalibrated models keep the KV-derived limit."""
 
@@ -12,9 +12,9 @@ from cluster.config import SpilloverConfig, parse_config
 from router.routing.burst import BurstInputs, decide
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from router.routing.watermarks import Watermarks
-from serve_apps.admission import Admission
-from serve_apps.dispatch_types import NoObserver
-from serve_apps.workload_mix import WorkloadMix
+from serve_apps.dispatch.admission import Admission
+from serve_apps.dispatch.interfaces import NoObserver
+from serve_apps.dispatch.workload_mix import WorkloadMix
 
 T0 = 1000.0
 PERF = {"request_overhead_s": 0.3, "step_s": 0.075, "per_sequence_s": 0.0085, "per_prefill_token_s": 0.0021,
@@ -122,7 +122,7 @@ async def test_the_dispatcher_records_which_bound_set_the_limit() -> None:
 
 
 def test_the_compute_bound_is_memoised_on_the_rounded_mix(monkeypatch: pytest.MonkeyPatch) -> None:
-    import serve_apps.admission as module
+    import serve_apps.dispatch.admission as module
 
     calls: list[tuple[float, float]] = []
     real = module.plan_admission

@@ -16,9 +16,9 @@ from router.request.openai_request import Kind
 from router.routing.policy import Policy
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch_types import Dispatched
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.interfaces import Dispatched
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine
 
 TENANTS = [TenantPolicy("acme"), TenantPolicy("bank", residency="local_only")]
@@ -152,7 +152,7 @@ async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp
     from bench.cloud_sim import build_app as build_cloud_sim
     from cluster.config import dump_config, load_config
     from router.routing.snapshot import ClusterSnapshot, ReplicaStats
-    from serve_apps.dispatch import Dispatcher
+    from serve_apps.dispatch.dispatcher import Dispatcher
     from serve_apps.providers import OpenAICompatProvider
 
     raw = dump_config(load_config(Path(__file__).resolve().parents[2] / "configs/local.yaml"))

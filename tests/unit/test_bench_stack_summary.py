@@ -8,8 +8,8 @@ from bench.gateway.stack_summary import layer_of, main, summarise
 
 HEAD = "process 1:ray::ServeReplica;thread (0x7F01);run (asyncio/runners.py:118);"
 RAW = [
-    HEAD + "handle (serve_apps/gateway_http.py:200);dumps (json/encoder.py:199) 30\n",
-    HEAD + "handle (serve_apps/gateway_http.py:210) 50\n",
+    HEAD + "handle (serve_apps/http/surface.py:200);dumps (json/encoder.py:199) 30\n",
+    HEAD + "handle (serve_apps/http/surface.py:210) 50\n",
     HEAD + "send (httpx/_client.py:1600) 20\n",
     "garbage line without a count\n",
 ]
@@ -19,10 +19,10 @@ def test_shares_by_leaf_layer_and_functions_once_per_stack() -> None:
     s = summarise(RAW)
     assert s.total == 100
     assert dict(s.layers) == {"spillover": 50, "json / pydantic": 30, "httpx / httpcore": 20}
-    assert s.self_top[0] == ("handle (serve_apps/gateway_http.py)", 50)
+    assert s.self_top[0] == ("handle (http/surface.py)", 50)
     inclusive = dict(s.inclusive_top)
     assert inclusive["run (asyncio/runners.py)"] == 100
-    assert inclusive["handle (serve_apps/gateway_http.py)"] == 80  # two lines of one function, counted per stack
+    assert inclusive["handle (http/surface.py)"] == 80  # two lines of one function, counted per stack
 
 
 def test_layers() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.resilience.breaker import Breakers, BreakerSettings
-from serve_apps.breaker_exchange import RESETS_KEPT, BreakerExchange, BreakerSync
+from serve_apps.resilience.breaker_exchange import RESETS_KEPT, BreakerExchange, BreakerSync
 from tests.fakes import FakeClock
 
 PERIOD_S = 0.5

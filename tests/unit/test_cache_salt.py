@@ -18,9 +18,9 @@ from cluster.config import parse_config
 from router.request.auth import Authenticator, TenantPolicy
 from router.request.cache_salt import MAX_SALT_CHARS, salted, tenant_salt
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import EdgeSettings
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine
 from tests.unit.test_dispatch import World
 

@@ -16,10 +16,10 @@ from router.sessions.compress import plan_compression
 from router.sessions.session_id import pin_key
 from router.sessions.summary_cache import SummaryCache
 from router.sessions.tenant_lru import TenantLru
-from serve_apps.session_history import HistoryClient, HistoryStore
-from serve_apps.session_pins import PinClient, PinTable
-from serve_apps.session_summaries import Summariser
-from serve_apps.sessions import Sessions
+from serve_apps.sessions.history import HistoryClient, HistoryStore
+from serve_apps.sessions.pins import PinClient, PinTable
+from serve_apps.sessions.summaries import Summariser
+from serve_apps.sessions.turns import Sessions
 from tests.fakes import FakeEngine
 from tests.unit.test_filters import CLOUD
 

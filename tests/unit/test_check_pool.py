@@ -1,4 +1,4 @@
-"""The pool of CPU-bound request checks (serve_apps/check_pool.py): per-tenant admission, round-robin
+"""The pool of CPU-bound request checks (serve_apps/off_loop/check_pool.py): per-tenant admission, round-robin
 hand-over between tenants, a time budget per check, and through the gateway's real HTTP layer: one
 tenant's eight requests with large schemas never put another tenant's request behind them.
 
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from router.errors import InvalidRequest
-from serve_apps.check_pool import CheckPool, RequestChecks
+from serve_apps.off_loop.check_pool import CheckPool, RequestChecks
 from tests.unit.security_gateway import APPS, BOUND_S, MODEL, OTHER, build
 
 

@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from router.errors import TargetUnavailable
-from serve_apps.engine_replies import to_sse
-from serve_apps.http_guards import ClientText
+from serve_apps.engine.replies import to_sse
+from serve_apps.http.guards import ClientText
 from tests.fakes import FakeEngine, chunk_event
 from tests.unit.security_gateway import APPS, CHAT, HOSTNAME, build
 
@@ -68,7 +68,7 @@ async def test_errors_name_no_internal_host_in_a_fail_over_reason_or_the_record(
 
 class FailsMidStream(FakeEngine):
     """What the local backend yields when vLLM fails after the first token behind Ray's LLMServer: the
-    engine's ErrorResponse becomes a `data: {"error": ...}` event (serve_apps/engine_replies.to_sse)."""
+    engine's ErrorResponse becomes a `data: {"error": ...}` event (serve_apps/engine/replies.to_sse)."""
 
     async def _chunks(self, model: str, with_usage: bool = False) -> AsyncIterator[str]:
         yield chunk_event(model, "Pa")

@@ -20,10 +20,10 @@ from router.output.output_contract import check_output
 from router.request.contract import derive_contract
 from router.routing.policy import Policy
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.providers import provider_for
-from serve_apps.resilience import Resilience
+from serve_apps.resilience.state import Resilience
 from tests.unit.test_dispatch_resilience import World
 
 WEATHER = {

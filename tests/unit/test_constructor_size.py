@@ -1,7 +1,7 @@
 """No constructor in router/, cluster/, serve_apps/, bench/ or spillover/ takes more than 8 parameters.
 
 A constructor past that wires too much in one place: group its collaborators into small frozen
-bundles (serve_apps/dispatch_parts.py, serve_apps/gateway_parts.py) and let the gateway's composition
+bundles (serve_apps/dispatch/parts.py, serve_apps/gateway_parts.py) and let the gateway's composition
 (serve_apps/gateway_build.py) build each part once. Read from the source with `ast`, so the check needs
 nothing installed and names the file, line and class of every constructor past the limit.
 

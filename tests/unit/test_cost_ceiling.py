@@ -16,7 +16,7 @@ from router.request.contract import MAX_N, derive_contract
 from router.routing.capabilities import ProviderModel, cloud_target, local_target
 from router.routing.policy import Policy
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
+from serve_apps.dispatch.dispatcher import Dispatcher
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import SIM_M, World
 

@@ -12,16 +12,16 @@ import pytest
 from router.errors import TargetUnavailable
 from router.traffic.tickets import TicketStore
 from serve_apps.clocks import Clocks
-from serve_apps.deferral import TieredDispatch
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import NoObserver
-from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import NoObserver
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import GatewayParts, OperatorParts
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.model_card import ServedModel
-from serve_apps.traffic_board import LocalBoard
-from serve_apps.traffic_wiring import traffic_parts
+from serve_apps.http.model_card import ServedModel
+from serve_apps.http.surface import GatewayHTTP
+from serve_apps.telemetry.metrics import GatewayMetrics
+from serve_apps.traffic.board import LocalBoard
+from serve_apps.traffic.deferral import TieredDispatch
+from serve_apps.traffic.wiring import traffic_parts
 from tests.fakes import FakeClock
 from tests.unit.traffic_fixture import ADMIN, APP, TrafficWorld, traffic_config
 

@@ -19,8 +19,8 @@ from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from tests.fakes import FakeEngine, FakeProvider, completion
 
 T0 = 5000.0

@@ -1,5 +1,5 @@
 """Streams that finish: a text stream cut mid-answer continued on the next target that accepts a
-prefill, spliced into the same response (serve_apps/continuation.py), and when it may not be.
+prefill, spliced into the same response (serve_apps/streams/continuation.py), and when it may not be.
 
 Three providers serve model `m`, ranked a < b < c by price (the local model's window is too small
 for these requests, so they go to the cloud). Providers stream word by word and continue a prefill
@@ -20,11 +20,11 @@ from router.errors import RequestError
 from router.request.contract import derive_contract
 from router.routing.snapshot import ClusterSnapshot
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import NoObserver
-from serve_apps.resilience import Resilience
-from serve_apps.spend_ledger import SpendLedger
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import NoObserver
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.limits.spend_ledger import SpendLedger
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeEngine, WordStreamProvider
 from tests.ledger_rows import spend_by_provider
 

@@ -25,11 +25,11 @@ from router.resilience.health import Health
 from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import Dispatched
-from serve_apps.resilience import Resilience
-from serve_apps.spend_ledger import SpendLedger
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import Dispatched
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.limits.spend_ledger import SpendLedger
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeEngine, FakeProvider
 from tests.ledger_rows import spend_by_provider
 

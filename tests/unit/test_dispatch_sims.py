@@ -16,10 +16,10 @@ from router.errors import RequestError
 from router.request.contract import derive_contract
 from router.routing.snapshot import ClusterSnapshot
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.providers import OpenAICompatProvider
-from serve_apps.resilience import Resilience
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeEngine
 from tests.unit.test_dispatch_continuation import T0, Repairs, make_config
 

@@ -19,12 +19,12 @@ from router.learning.decision import DecisionRecord, DecisionStore
 from router.request.contract import derive_contract
 from router.routing.policy import Policy
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import Dispatched
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.resilience import Resilience
-from serve_apps.spend_ledger import SpendLedger
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import Dispatched
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.limits.spend_ledger import SpendLedger
+from serve_apps.resilience.state import Resilience
+from serve_apps.telemetry.metrics import GatewayMetrics
 from tests.fakes import DONE, FakeEngine, FakeProvider, chunk_event
 from tests.unit.test_dispatch_resilience import T0, TOOLS, USAGE, World, make_config
 

@@ -18,9 +18,9 @@ import pytest
 from cluster.config import dump_config, load_config, parse_config
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import GatewayParts
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.security_gateway import CHAT, MODEL, REPO
 

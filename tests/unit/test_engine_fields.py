@@ -82,7 +82,7 @@ async def test_local_engine_gets_only_known_fields_for_completions() -> None:
 
 
 def test_local_engine_gets_only_known_fields_keeps_the_stream_continuation_prefill() -> None:
-    """A stream continuation (serve_apps/continuation.py) sends a prefill with vLLM's two chat flags."""
+    """A stream continuation (serve_apps/streams/continuation.py) sends a prefill with vLLM's two chat flags."""
     body: dict[str, Any] = {**CHAT, "continue_final_message": True, "add_generation_prompt": False}
     assert engine_body("chat", body) == body
 

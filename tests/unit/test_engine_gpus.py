@@ -1,4 +1,4 @@
-"""Where a replica's engine is (serve_apps/engine_gpus.py), without Ray: the footprint logic.
+"""Where a replica's engine is (serve_apps/engine/gpus.py), without Ray: the footprint logic.
 
 The Ray half (actors of the replica's placement group, as vLLM's GPU workers are on real GPUs) runs
 in tests/gpu_sim, where stand-in workers hold the simulated GPUs in the placement group.
@@ -15,7 +15,7 @@ import threading
 from cluster.nvml import GpuInventory, PynvmlReader
 from cluster.nvml_fake import GIB, FakeGpu, FakeNvml, FakeProcess
 from router.routing.snapshot import GpuMemory
-from serve_apps.engine_gpus import EngineFootprint, ReplicaGpus, own_processes, process_tree
+from serve_apps.engine.gpus import EngineFootprint, ReplicaGpus, own_processes, process_tree
 
 
 class NoReads:

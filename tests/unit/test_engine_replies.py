@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from router.errors import ContextLengthExceeded, InvalidRequest, ModelNotFound, TargetUnavailable, UpstreamError
-from serve_apps.engine_replies import is_error_response, to_sse, translate_error_response
+from serve_apps.engine.replies import is_error_response, to_sse, translate_error_response
 
 
 def _error(message: str, code: int, param: str | None = None) -> SimpleNamespace:
@@ -63,7 +63,7 @@ def test_to_sse_framing() -> None:
 def test_an_error_event_of_the_engine_is_an_error_not_text() -> None:
     """What vLLM's OpenAI server streamed when its engine core was killed mid-answer (measured): the
     gateway raises it, so the stream ends with the gateway's own error event, or continues elsewhere."""
-    from serve_apps.engine_replies import error_in_events
+    from serve_apps.engine.replies import error_in_events
 
     died = (
         'data: {"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root '

@@ -1,5 +1,5 @@
 """`auto` bf16 that fails its start-up numerics check: the replica records the failure and restarts, and the
-next start on that CPU goes to float32 at once (serve_apps/engine_setup.py, cluster/precision_memory.py).
+next start on that CPU goes to float32 at once (serve_apps/engine/startup.py, cluster/precision_memory.py).
 
 On the real stack this path no longer runs on an AMX machine (SmolLM2's bf16 failure there is a shipped
 verdict: cluster/precision_known.py), so it is tested here. The fake engine client reproduces what the
@@ -22,7 +22,7 @@ from cluster.cpu_caps import CpuCaps
 from cluster.engine_settings import EngineSettings
 from cluster.numerics_config import NumericsSettings
 from cluster.numerics_reference import REFERENCE_FILE
-from serve_apps.engine_setup import BIND_ENV, BF16Rejected, EngineSetup
+from serve_apps.engine.startup import BIND_ENV, BF16Rejected, EngineSetup
 
 AMX = CpuCaps(
     "GenuineIntel", "Intel(R) Xeon(R) Processor", frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})

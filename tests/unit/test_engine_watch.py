@@ -1,6 +1,6 @@
-"""A replica's view of its engine: thread binding (cluster/cpu_binding.py, serve_apps/engine_cpus.py),
-stalls (serve_apps/engine_watchdog.py `StallWatch`) and the reaper that keeps engine processes from
-outliving their replica (serve_apps/engine_reaper.py, with real processes)."""
+"""A replica's view of its engine: thread binding (cluster/cpu_binding.py, serve_apps/engine/cpus.py),
+stalls (serve_apps/engine/watchdog.py `StallWatch`) and the reaper that keeps engine processes from
+outliving their replica (serve_apps/engine/reaper.py, with real processes)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import psutil
 import pytest
 
 from cluster.cpu_binding import bind_spec, choose_cores, physical_cores
-from serve_apps.engine_cpus import claim_cores, release_cores
-from serve_apps.engine_watchdog import StallWatch
+from serve_apps.engine.cpus import claim_cores, release_cores
+from serve_apps.engine.watchdog import StallWatch
 
 
 def test_two_engines_on_two_cores_get_one_each() -> None:
@@ -56,7 +56,7 @@ def test_claims_are_shared_between_processes_and_forget_the_dead(tmp_path: Path)
     if len(cores) < 2:
         pytest.skip("needs two CPUs")
     code = (
-        "import sys, json; from pathlib import Path; from serve_apps.engine_cpus import claim_cores; "
+        "import sys, json; from pathlib import Path; from serve_apps.engine.cpus import claim_cores; "
         "b = claim_cores(1, Path(sys.argv[1])); print(json.dumps(list(b.cores)), flush=True); sys.stdin.read()"
     )
     other = subprocess.Popen(
@@ -121,7 +121,7 @@ def test_reaper_kills_engines_of_a_killed_replica() -> None:
     and the reaper; the replica is SIGKILLed, as Serve or `ray stop` does: the engine dies too."""
     code = (
         "import os, signal, subprocess, sys, time, psutil\n"
-        "from serve_apps.engine_reaper import start_reaper\n"
+        "from serve_apps.engine.reaper import start_reaper\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
         "os.kill(child.pid, signal.SIGSTOP)\n"
         "start_reaper([psutil.Process(child.pid)])\n"

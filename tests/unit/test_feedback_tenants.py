@@ -15,13 +15,13 @@ from cluster.config import parse_config
 from cluster.tenants import authenticator_for
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import NoObserver
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import NoObserver
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts
-from serve_apps.learning import Learning
-from serve_apps.learning_routes import LearningRoutes
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.learning.routes import LearningRoutes
+from serve_apps.learning.state import Learning
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.security_gateway import APPS, BOUND_S, KEYS, MODEL, OPS, OTHER, config
 

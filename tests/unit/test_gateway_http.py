@@ -22,9 +22,9 @@ from router.errors import (
 from router.request.contract import RequestContract
 from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch_types import Dispatched, LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.interfaces import Dispatched, LocalDispatch
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine, delta
 
 MODELS = [
@@ -202,7 +202,7 @@ async def test_no_request_id_header_when_proxy_sets_it(backend: FakeEngine) -> N
 
 
 class RecordingDispatch:
-    """Same protocol as serve_apps.dispatch.Dispatcher; records the routing hints it got."""
+    """Same protocol as serve_apps.dispatch.dispatcher.Dispatcher; records the routing hints it got."""
 
     def __init__(self, error: RequestError | None = None) -> None:
         self.hints: list[tuple[bool, float]] = []

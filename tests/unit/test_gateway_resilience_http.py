@@ -12,13 +12,13 @@ from cluster.config import parse_config
 from router.errors import TargetUnavailable
 from router.request.auth import Authenticator, TenantPolicy
 from router.request.idempotency import IdempotencyStore
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
-from serve_apps.idempotent import IdempotentReplies
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.ops_routes import OpsRoutes
-from serve_apps.resilience import Resilience
+from serve_apps.http.idempotent import IdempotentReplies
+from serve_apps.http.surface import GatewayHTTP
+from serve_apps.resilience.routes import OpsRoutes
+from serve_apps.resilience.state import Resilience
+from serve_apps.telemetry.metrics import GatewayMetrics
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.test_gateway_http import CHAT, MODELS
 

@@ -13,11 +13,11 @@ import httpx
 
 from router.learning.decision import DecisionStore
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import GatewayParts
-from serve_apps.resilience import Resilience
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch_resilience import USAGE, World, make_config
 from tests.unit.test_dispatch_streams import BAD_ARGS, TOOL_BODY, tool_events

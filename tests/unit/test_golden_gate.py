@@ -19,13 +19,13 @@ from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import LocalDispatch
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import OperatorParts
-from serve_apps.golden_gate import GoldenGate, judge
-from serve_apps.resilience import Resilience
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.resilience.golden_gate import GoldenGate, judge
+from serve_apps.resilience.state import Resilience
 
 T0 = 1_800_000_000.0
 GARBAGE = "L'Étoile, la Marseillaise, la femme,"

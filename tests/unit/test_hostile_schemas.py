@@ -29,8 +29,8 @@ from router.request.openai_request import Kind
 from router.routing.policy import Policy
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine, completion
 from tests.unit.test_dispatch import World
 

@@ -1,4 +1,4 @@
-"""The gateway's one error renderer and operator guard (serve_apps/http_edge.py) on its real HTTP layer:
+"""The gateway's one error renderer and operator guard (serve_apps/http/edge.py) on its real HTTP layer:
 every authenticated route tells a rate-limited tenant when to come back, routes raise instead of building
 error answers, and no module of the HTTP surface builds one by hand."""
 
@@ -17,20 +17,20 @@ from starlette.routing import Route
 from router.errors import LocalCapacityExhausted, NotFound
 from router.request.auth import Authenticator, TenantPolicy
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
-from serve_apps.http_edge import HttpEdge
-from serve_apps.http_guards import ClientText
-from serve_apps.learning import Learning
-from serve_apps.learning_routes import LearningRoutes
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.model_card import ServedModel
-from serve_apps.ops_routes import OpsRoutes
-from serve_apps.resilience import Resilience
-from serve_apps.traffic_board import LocalBoard
-from serve_apps.traffic_wiring import traffic_parts
+from serve_apps.http.edge import HttpEdge
+from serve_apps.http.guards import ClientText
+from serve_apps.http.model_card import ServedModel
+from serve_apps.http.surface import GatewayHTTP
+from serve_apps.learning.routes import LearningRoutes
+from serve_apps.learning.state import Learning
+from serve_apps.resilience.routes import OpsRoutes
+from serve_apps.resilience.state import Resilience
+from serve_apps.telemetry.metrics import GatewayMetrics
+from serve_apps.traffic.board import LocalBoard
+from serve_apps.traffic.wiring import traffic_parts
 from tests.unit.traffic_fixture import TrafficWorld, traffic_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -147,17 +147,24 @@ async def test_the_admin_guard_says_what_was_refused() -> None:
 
 
 # Below the application, where no Starlette route runs, two answers are written by hand: the header limits
-# at the ASGI entry (serve_apps/http_guards.py HeadLimit) and the slow-client cut on the socket
-# (serve_apps/http_limits.py). An engine's error reply inside a local stream becomes an SSE error event
-# (serve_apps/engine_replies.py), which the edge's stream guard passes through scrubbed. Every other error
+# at the ASGI entry (serve_apps/http/guards.py HeadLimit) and the slow-client cut on the socket
+# (serve_apps/http/limits.py). An engine's error reply inside a local stream becomes an SSE error event
+# (serve_apps/engine/replies.py), which the edge's stream guard passes through scrubbed. Every other error
 # answer of the HTTP surface is the edge's.
-NOT_AN_ANSWER = {"http_guards.py", "http_limits.py", "http_edge.py", "engine_replies.py"}
+NOT_AN_ANSWER = {"http/guards.py", "http/limits.py", "http/edge.py", "engine/replies.py"}
+SERVE_APPS = REPO / "serve_apps"
 HAND_BUILT = re.compile(r"error_body\(|\.to_openai\(\)|JSONResponse\(\{\"error\"")
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "serve_apps").glob("*.py")), ids=lambda p: p.name)
+def _in_package(path: Path) -> str:
+    return path.relative_to(SERVE_APPS).as_posix()
+
+
+@pytest.mark.parametrize("path", sorted(SERVE_APPS.rglob("*.py")), ids=_in_package)
 def test_no_route_module_builds_an_error_answer_by_hand(path: Path) -> None:
-    if path.name in NOT_AN_ANSWER:
+    if _in_package(path) in NOT_AN_ANSWER:
         return
     found = [line.strip() for line in path.read_text().splitlines() if HAND_BUILT.search(line)]
-    assert not found, f"{path.name} builds an error answer itself (raise the error; serve_apps/http_edge.py renders)"
+    assert not found, (
+        f"{_in_package(path)} builds an error answer itself (raise the error; serve_apps/http/edge.py renders)"
+    )

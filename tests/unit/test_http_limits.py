@@ -1,7 +1,7 @@
 """`gateway.http_limits` on the real HTTP layer: hostile raw-socket clients on loopback against a real
 uvicorn in this process, serving the gateway's ASGI app (over FakeEngine, a local model as the gateway
 reaches it) with `LimitedHttpProtocol` as Serve's proxy does once `proxy_callback` ran
-(serve_apps/http_limits.py), and the cloud simulator's own server. Each attack must end in a 4xx or a
+(serve_apps/http/limits.py), and the cloud simulator's own server. Each attack must end in a 4xx or a
 closed connection before it gives up (tests/http_attacks.py); an ordinary request still works.
 The real Serve proxy: tests/integration/test_http_limits_proxy.py."""
 
@@ -20,10 +20,9 @@ from bench.cloud_sim.cli import server_config
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import SimSettings
 from cluster.gateway_config import HttpLimits
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import EdgeSettings
-from serve_apps.http_limits import (
+from serve_apps.http.limits import (
     CALLBACK,
     CALLBACK_ENV,
     LIMITS_ENV,
@@ -33,6 +32,7 @@ from serve_apps.http_limits import (
     proxy_env,
     uvicorn_options,
 )
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests import http_attacks as attack
 from tests.fakes import FakeEngine
 

@@ -11,7 +11,7 @@ import pytest
 
 from router.errors import IdempotencyConflict, InvalidRequest
 from router.request.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse, fingerprint, validate_key
-from serve_apps.idempotent import IdempotentReplies
+from serve_apps.http.idempotent import IdempotentReplies
 from tests.fakes import FakeClock as Clock
 from tests.unit.security_gateway import APPS, BOUND_S, CHAT, build
 

@@ -4,7 +4,7 @@ ranking's latency scorer (it moves traffic through the bounded weight only), thr
 from __future__ import annotations
 
 from router.learning.decision import Attempt
-from serve_apps.live_scores import LiveScores
+from serve_apps.traffic.live_scores import LiveScores
 from tests.fakes import FakeClock
 from tests.unit.traffic_fixture import TrafficWorld, traffic_config
 

@@ -8,9 +8,9 @@ import logging
 
 import httpx
 
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP
-from serve_apps.logs import configure_json_logs
+from serve_apps.dispatch.interfaces import LocalDispatch
+from serve_apps.http.surface import GatewayHTTP
+from serve_apps.telemetry.logs import configure_json_logs
 from tests.fakes import FakeEngine
 from tests.unit.test_gateway_http import CHAT, MODELS
 

@@ -14,10 +14,10 @@ from router.request.idempotency import Fresh, IdempotencyStore, Replay, StoredRe
 from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import GatewayParts
-from serve_apps.idempotent import IdempotentReplies
+from serve_apps.http.idempotent import IdempotentReplies
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine
 from tests.unit.test_dispatch import World
 

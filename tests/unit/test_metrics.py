@@ -10,7 +10,7 @@ from router.learning.decision import Attempt, DecisionRecord
 from router.routing.saturation import assess
 from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.routing.watermarks import Watermarks
-from serve_apps.metrics import PREFIX, GatewayMetrics
+from serve_apps.telemetry.metrics import PREFIX, GatewayMetrics
 
 REPO = Path(__file__).resolve().parents[2]
 METRIC = re.compile(r"\b(spillover_[a-z_]+)\b")

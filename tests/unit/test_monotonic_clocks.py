@@ -17,8 +17,8 @@ from router.errors import ConfigError, ProviderRateLimited, TargetUnavailable, T
 from router.limits.rate_limit import TokenBucket
 from router.request.auth import Authenticator, TenantPolicy
 from router.routing.capabilities import Registry
-from serve_apps.prober import Prober
-from serve_apps.resilience import Resilience
+from serve_apps.resilience.prober import Prober
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeClock as Clock
 
 CONFIG = {

@@ -18,14 +18,14 @@ import httpx
 
 from cluster.config import parse_config
 from router.learning.decision import DecisionRecord, DecisionStore
-from serve_apps.background_writer import BackgroundWriter
-from serve_apps.decision_log import JsonlFile
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import GatewayParts
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.resilience import Resilience
-from serve_apps.spend_ledger import SpendLedger
+from serve_apps.http.surface import GatewayHTTP
+from serve_apps.learning.decision_log import JsonlFile
+from serve_apps.limits.spend_ledger import SpendLedger
+from serve_apps.off_loop.background_writer import BackgroundWriter
+from serve_apps.resilience.state import Resilience
+from serve_apps.telemetry.metrics import GatewayMetrics
 from tests.fakes import FakeEngine
 from tests.unit.test_gateway_http import MODELS
 

@@ -26,12 +26,12 @@ from cluster.tenants import authenticator_for
 from router.request.idempotency import IdempotencyStore
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
-from serve_apps.idempotent import IdempotentReplies
-from serve_apps.learning import Learning
-from serve_apps.learning_routes import LearningRoutes
+from serve_apps.http.idempotent import IdempotentReplies
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.learning.routes import LearningRoutes
+from serve_apps.learning.state import Learning
 from serve_apps.providers import OpenAICompatProvider
 from tests.fakes import FakeEngine
 

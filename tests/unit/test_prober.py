@@ -12,7 +12,7 @@ from router.errors import ConfigError, ProviderRateLimited, ProviderRejected, Ta
 from router.resilience.health import Health, HealthBoard, HealthSettings
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
-from serve_apps.prober import ProbeCheck, Prober, cloud_checks, local_checks
+from serve_apps.resilience.prober import ProbeCheck, Prober, cloud_checks, local_checks
 from tests.fakes import FakeClock, FakeEngine, FakeProvider
 
 T0 = 1_800_000_000.0

@@ -23,9 +23,9 @@ from cluster.config import dump_config, load_config, parse_config
 from router.errors import InvalidRequest
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from serve_apps.providers import OpenAICompatProvider
 from serve_apps.providers.anthropic_wire import messages_request
 from tests.fakes import FakeEngine

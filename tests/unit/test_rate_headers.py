@@ -18,7 +18,7 @@ from cluster.config import dump_config, load_config, parse_config
 from router.limits.quota import ProviderQuota, Refusal, Reservation
 from router.limits.rate_headers import RateLimitReading, Remaining, parse_count, parse_reset, read_rate_limits
 from router.routing.capabilities import cloud_target
-from serve_apps.resilience import Resilience
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeClock as Clock
 
 REPO = Path(__file__).resolve().parents[2]

@@ -64,8 +64,8 @@ def test_every_ray_start_turns_on_token_auth_with_the_shipped_token_file() -> No
 
 
 def test_every_ray_start_bounds_the_serve_proxies() -> None:
-    """Serve's proxies on every node serve with gateway.http_limits (serve_apps/http_limits.py)."""
-    from serve_apps.http_limits import CALLBACK, CALLBACK_ENV
+    """Serve's proxies on every node serve with gateway.http_limits (serve_apps/http/limits.py)."""
+    from serve_apps.http.limits import CALLBACK, CALLBACK_ENV
 
     config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
     starts = [c for c in config["head_start_ray_commands"] + config["worker_start_ray_commands"] if "ray start" in c]

@@ -11,9 +11,9 @@ import httpx
 import pytest
 
 from router.request.auth import Authenticator, TenantPolicy
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import EdgeSettings
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine
 
 TENANTS = [TenantPolicy("apps"), TenantPolicy("ops", admin=True)]

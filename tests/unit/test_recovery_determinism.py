@@ -29,11 +29,11 @@ from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.prober import Prober, cloud_checks
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.providers import OpenAICompatProvider
-from serve_apps.resilience import Resilience
+from serve_apps.resilience.prober import Prober, cloud_checks
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeClock
 
 T0 = 1_800_000_000.0

@@ -1,6 +1,6 @@
 """What the gateway does with what a replica says of its own engine (router/routing/snapshot.py
 `ReplicaStats.fault`: numerics failed, engine stalled) and with a greedy answer stuck in a loop
-(serve_apps/output_loops.py), through the real dispatcher over the fakes of tests/fakes.py."""
+(serve_apps/streams/output_loops.py), through the real dispatcher over the fakes of tests/fakes.py."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from router.headers import DEGRADED
 from router.routing.capabilities import local_id
 from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch_types import LocalDispatch
+from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import OperatorParts
 from tests.fakes import FakeEngine, FakeProvider, chunk_event
 from tests.unit.test_dispatch import CHAT, World, dispatcher, make_config, run
@@ -152,7 +152,7 @@ async def test_readyz_names_the_replicas_fault_before_its_failed_health_check() 
     import httpx
 
     from router.routing.snapshot import ReplicaStats
-    from serve_apps.gateway_http import GatewayHTTP, ServedModel
+    from serve_apps.http.surface import GatewayHTTP, ServedModel
 
     now = 1_800_000_000.0
     faulted = ReplicaStats("m", "r1", "n1", now, 0.1, 0, 0, 0, 0, 364, 128, fault=NUMERICS)

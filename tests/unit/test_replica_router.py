@@ -8,8 +8,8 @@ from typing import Any
 from cluster.config import parse_config
 from router.routing.snapshot import GpuMemory, ReplicaStats
 from router.routing.watermarks import Watermarks
-from serve_apps.llm import llm_config_for, watermarks_of
-from serve_apps.replica_router import ROUTER_PATH, prefix_key, rendezvous, routing_stats, saturated, unsaturated
+from serve_apps.engine.llm import llm_config_for, watermarks_of
+from serve_apps.engine.replica_router import ROUTER_PATH, prefix_key, rendezvous, routing_stats, saturated, unsaturated
 
 MARKS = Watermarks(kv_cache=0.85, gpu_memory=0.95, queue=8)
 GIB = 1024**3
@@ -123,7 +123,7 @@ class Lens(dict):  # the router's queue-length cache answers .get(replica_id)
 
 
 async def test_choose_replicas_prefers_the_prefix_owner_unless_saturated_or_imbalanced() -> None:
-    from serve_apps.replica_router import PrefixAffinityRouter
+    from serve_apps.engine.replica_router import PrefixAffinityRouter
 
     router = PrefixAffinityRouter.__new__(PrefixAffinityRouter)  # no Serve controller needed
     router.initialize_state(imbalanced_threshold=2)

@@ -22,13 +22,13 @@ from cluster.config import dump_config, load_config, parse_config
 from router.routing.capabilities import Registry
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.limits.spend_ledger import SpendLedger
 from serve_apps.providers import OpenAICompatProvider
-from serve_apps.resilience import Resilience
-from serve_apps.spend_ledger import SpendLedger
+from serve_apps.resilience.state import Resilience
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.security_gateway import CHAT, MODEL, REPO
 

@@ -14,10 +14,10 @@ from cluster.config import SpilloverConfig, parse_config
 from router.errors import NoCapableModel, TargetUnavailable
 from router.request.contract import derive_contract
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP
-from serve_apps.model_card import ServedModel, ServedRoute
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import LocalDispatch
+from serve_apps.http.model_card import ServedModel, ServedRoute
+from serve_apps.http.surface import GatewayHTTP
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import SIM_M, World, stats
 

@@ -14,7 +14,7 @@ from router.routing.burst import BurstInputs, decide
 from router.routing.saturation import assess, cluster_view, replica_saturation
 from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.routing.watermarks import Watermarks
-from serve_apps.metrics import GatewayMetrics
+from serve_apps.telemetry.metrics import GatewayMetrics
 from spillover.main import main
 
 GIB = 1024**3

@@ -15,7 +15,7 @@ import pytest
 
 from router.errors import TargetUnavailable
 from router.learning.decision import DecisionStore
-from serve_apps.decision_log import JsonlFile
+from serve_apps.learning.decision_log import JsonlFile
 from serve_apps.providers.openai_compat import CHAT_FIELDS
 from tests.fakes import FakeEngine
 from tests.unit.security_gateway import APPS, CHAT, KEYS, OPS, OTHER, build, completion

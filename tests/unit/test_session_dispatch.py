@@ -1,5 +1,5 @@
-"""Sessions through the real dispatcher (serve_apps/dispatch.py + serve_apps/sessions.py) over the shared
-fakes: pinning, the switch rules, the anchor on a switch, compression to a smaller window, the record and
+"""Sessions through the real dispatcher (serve_apps/dispatch/dispatcher.py + serve_apps/sessions/turns.py) over the
+shared fakes: pinning, the switch rules, the anchor on a switch, compression to a smaller window, the record and
 the metrics. The local engine's pressure comes from the snapshot (tests/unit/test_dispatch.py's World,
 a fake clock); the provider records the bodies it receives, as cloud-sim's request log does."""
 
@@ -15,12 +15,12 @@ from router.request.contract import derive_contract
 from router.sessions.anchor import ANCHOR_INTRO
 from router.sessions.compress import SUMMARY_INTRO
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import Dispatched
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.session_pins import PinClient, PinTable, local_pins
-from serve_apps.sessions import Sessions
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import Dispatched
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.sessions.pins import PinClient, PinTable, local_pins
+from serve_apps.sessions.turns import Sessions
+from serve_apps.telemetry.metrics import GatewayMetrics
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import SIM_M, World, stats
 

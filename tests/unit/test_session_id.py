@@ -11,8 +11,8 @@ import pytest
 
 from router.errors import InvalidRequest
 from router.sessions.session_id import pin_key, session_id_of
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.interfaces import LocalDispatch
+from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests.fakes import FakeEngine
 
 BODY = {"prompt_cache_key": "pck", "metadata": {"session_id": "meta"}, "user": "alice"}

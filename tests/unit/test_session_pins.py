@@ -1,11 +1,11 @@
-"""The pin table and a gateway replica's cache of it (serve_apps/session_pins.py), on fake clocks."""
+"""The pin table and a gateway replica's cache of it (serve_apps/sessions/pins.py), on fake clocks."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from router.sessions.carried import Label
-from serve_apps.session_pins import PinClient, PinTable, Record, local_pins
+from serve_apps.sessions.pins import PinClient, PinTable, Record, local_pins
 from tests.fakes import FakeClock
 
 LABEL = Label().to_json()  # a turn's context that may go anywhere (router/sessions/carried.py)

@@ -21,9 +21,9 @@ import httpx
 from cluster.config import SpilloverConfig
 from router.sessions.anchor import ANCHOR_INTRO
 from router.sessions.compress import SUMMARY_INTRO
-from serve_apps.session_history import HistoryClient, HistoryStore, local_history
-from serve_apps.session_pins import PinClient, PinTable, local_pins
-from serve_apps.sessions import Sessions
+from serve_apps.sessions.history import HistoryClient, HistoryStore, local_history
+from serve_apps.sessions.pins import PinClient, PinTable, local_pins
+from serve_apps.sessions.turns import Sessions
 from tests.fakes import FakeEngine
 from tests.unit.security_gateway import APPS, BOUND_S, MODEL, OTHER, Gateway, build, snapshot_at
 

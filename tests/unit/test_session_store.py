@@ -10,11 +10,11 @@ from cluster.config import SpilloverConfig, parse_config
 from router.request.contract import derive_contract
 from router.sessions.carried import Label
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.session_history import HistoryClient, HistoryStore, Messages, Stored, local_history
-from serve_apps.session_pins import PinClient, PinTable, local_pins
-from serve_apps.sessions import Sessions
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.sessions.history import HistoryClient, HistoryStore, Messages, Stored, local_history
+from serve_apps.sessions.pins import PinClient, PinTable, local_pins
+from serve_apps.sessions.turns import Sessions
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import World
 

@@ -17,13 +17,13 @@ from router.sessions.carried import Label
 from router.sessions.session_id import pin_key
 from serve_apps.backend import BackendReply
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.dispatch_types import Dispatched
-from serve_apps.session_history import HistoryClient, HistoryStore, local_history
-from serve_apps.session_pins import PinClient, PinTable, local_pins
-from serve_apps.sessions import Sessions
-from serve_apps.stream_account import StreamEnd
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.interfaces import Dispatched
+from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.sessions.history import HistoryClient, HistoryStore, local_history
+from serve_apps.sessions.pins import PinClient, PinTable, local_pins
+from serve_apps.sessions.turns import Sessions
+from serve_apps.streams.account import StreamEnd
 from tests.fakes import FakeEngine, FakeProvider, chunk_event
 from tests.unit.test_dispatch import World
 

@@ -3,7 +3,7 @@ when it stops, exactly as for a worker in sync. Freshness is measured by the rec
 notes when a push arrived on its own monotonic clock, the gateway's poller rebuilds `read_at` on its own —
 never by comparing the worker's `read_at` with the gateway's time.
 
-The path is the real one minus Ray: the replica's `push_forever` loop (serve_apps/stats_pusher.py) pushes
+The path is the real one minus Ray: the replica's `push_forever` loop (serve_apps/telemetry/stats_pusher.py) pushes
 `ReplicaStats` stamped by its skewed clock into the board's `BoardState` (the TelemetryBoard actor's
 body, called through a stand-in for the actor handle), the real `BoardPoller` polls it, and the gateway's
 HTTP layer answers `GET /v1/spillover/cluster` and routes a chat by that snapshot.
@@ -20,13 +20,13 @@ import pytest
 from cluster.config import load_config
 from router.routing.snapshot import ReplicaStats
 from router.routing.watermarks import Watermarks
-from serve_apps.board_poller import BoardPoller
 from serve_apps.clocks import Clocks
-from serve_apps.dispatch import Dispatcher
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import GatewayParts, OperatorParts
-from serve_apps.stats_pusher import push_forever
-from serve_apps.telemetry_board import BoardState
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.telemetry.board import BoardState
+from serve_apps.telemetry.board_poller import BoardPoller
+from serve_apps.telemetry.stats_pusher import push_forever
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.security_gateway import CHAT, MODEL, REPO
 

@@ -10,7 +10,7 @@ import pytest
 
 from router.errors import ConfigError
 from router.limits.budget import cost_weight
-from serve_apps.spend_ledger import SpendLedger, month_bounds
+from serve_apps.limits.spend_ledger import SpendLedger, month_bounds
 from tests.fakes import FakeClock as Clock
 from tests.ledger_rows import spend_by_provider
 

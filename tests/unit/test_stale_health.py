@@ -1,5 +1,5 @@
 """Stale telemetry: it diverts traffic while it lasts, but health reddens only on sustained
-evidence (serve_apps/resilience.py `watch_local`; README "Resilience").
+evidence (serve_apps/resilience/state.py `watch_local`; README "Resilience").
 
 The snapshot is built exactly as the board poller builds it (`ClusterSnapshot` of the replicas'
 last pushed `ReplicaStats`, each stamped with the wall time it was read); the clock is fake.

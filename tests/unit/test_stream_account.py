@@ -1,4 +1,4 @@
-"""A stream counted as it passes (serve_apps/stream_account.py): the usage chunk kept or dropped,
+"""A stream counted as it passes (serve_apps/streams/account.py): the usage chunk kept or dropped,
 deltas counted, and the outcome every way a stream can end."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from router.request.contract import derive_contract
 from router.routing.capabilities import local_target
 from router.routing.policy import Policy
 from serve_apps.backend import BackendReply
-from serve_apps.check_pool import CheckPool
-from serve_apps.stream_account import DONE, StreamEnd, StreamVerdict, Tally, accounted, asking_usage, wants_usage
-from serve_apps.stream_contract import held_until_checked
+from serve_apps.off_loop.check_pool import CheckPool
+from serve_apps.streams.account import DONE, StreamEnd, StreamVerdict, Tally, accounted, asking_usage, wants_usage
+from serve_apps.streams.contract import held_until_checked
 from tests.fakes import chunk_event, usage_event
 
 USAGE = {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}

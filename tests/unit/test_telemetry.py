@@ -9,7 +9,7 @@ from typing import Any
 from cluster.stats_tap import StatsTap
 from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.routing.watermarks import Watermarks
-from serve_apps.board_poller import BoardPoller
+from serve_apps.telemetry.board_poller import BoardPoller
 from tests.fakes import FakeClock as Clock
 
 

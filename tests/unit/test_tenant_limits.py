@@ -22,11 +22,11 @@ from router.errors import ConfigError, TenantBudgetExceeded, TenantConcurrencyEx
 from router.request.auth import TenantPolicy
 from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
-from serve_apps.dispatch_types import LocalDispatch
-from serve_apps.gateway_http import GatewayHTTP, ServedModel
+from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts
-from serve_apps.spend_ledger import SpendLedger
-from serve_apps.tenant_limits import TenantLimits
+from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.limits.spend_ledger import SpendLedger
+from serve_apps.limits.tenants import TenantLimits
 from tests.fakes import FakeClock as Clock
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 
 from router.errors import UpstreamError
-from serve_apps.traffic_wiring import TrafficParts
+from serve_apps.traffic.wiring import TrafficParts
 from tests.unit.traffic_fixture import TrafficWorld, traffic_config
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}

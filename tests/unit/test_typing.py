@@ -1,5 +1,5 @@
-"""Request typing (router/request/typing_rules.py, router/request/embedding.py, serve_apps/learning.py): rules, the
-centroid classifier on a small labelled set (bench/request_typing/labelled_set.py; accuracy asserted and
+"""Request typing (router/request/typing_rules.py, router/request/embedding.py, serve_apps/learning/state.py): rules,
+the centroid classifier on a small labelled set (bench/request_typing/labelled_set.py; accuracy asserted and
 reported in docs/learning.md), narrowing only, a declared scenario winning, feedback examples."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from router.request.embedding import HashingEmbedder, cosine
 from router.request.language import script_of
 from router.request.typing_rules import CentroidClassifier, RequestTyper, Rule, last_user_text, looser_than
 from router.routing.policy import Policy
-from serve_apps.learning import Learning
+from serve_apps.learning.state import Learning
 from tests.unit.replay_world import config_data
 
 P = Policy.model_validate(POLICY)

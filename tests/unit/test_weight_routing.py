@@ -15,10 +15,10 @@ from starlette.applications import Starlette
 from router.learning.decision import Attempt
 from router.routing.capabilities import Registry, Target
 from router.routing.weight_split import kept_share, reordered, weigh
-from serve_apps.http_edge import HttpEdge
-from serve_apps.live_scores import LiveScores
-from serve_apps.ops_routes import OpsRoutes
-from serve_apps.weight_routing import WeightRouting
+from serve_apps.http.edge import HttpEdge
+from serve_apps.resilience.routes import OpsRoutes
+from serve_apps.traffic.live_scores import LiveScores
+from serve_apps.traffic.weight_routing import WeightRouting
 from tests.fakes import FakeClock
 from tests.unit.traffic_fixture import TrafficWorld, traffic_config
 

@@ -13,17 +13,17 @@ from cluster.config import SpilloverConfig, parse_config
 from router.request.auth import Authenticator, TenantPolicy
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
-from serve_apps.deferral import TieredDispatch
-from serve_apps.dispatch import Dispatcher
-from serve_apps.dispatch_parts import DispatchParts
-from serve_apps.gateway_http import GatewayHTTP
+from serve_apps.dispatch.dispatcher import Dispatcher
+from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
-from serve_apps.metrics import GatewayMetrics
-from serve_apps.model_card import ServedModel
-from serve_apps.resilience import Resilience
-from serve_apps.tenant_limits import TenantLimits
-from serve_apps.traffic_board import LocalBoard, TrafficBoard
-from serve_apps.traffic_wiring import TrafficParts, traffic_parts
+from serve_apps.http.model_card import ServedModel
+from serve_apps.http.surface import GatewayHTTP
+from serve_apps.limits.tenants import TenantLimits
+from serve_apps.resilience.state import Resilience
+from serve_apps.telemetry.metrics import GatewayMetrics
+from serve_apps.traffic.board import LocalBoard, TrafficBoard
+from serve_apps.traffic.deferral import TieredDispatch
+from serve_apps.traffic.wiring import TrafficParts, traffic_parts
 from tests.fakes import FakeClock, FakeEngine, FakeProvider
 from tests.unit.test_dispatch import SIM_M
 

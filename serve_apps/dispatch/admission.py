@@ -1,0 +1,221 @@
+"""Local admission: how many requests a model may have in flight, who is in flight, who waits.
+
+The gateway's own counters, per model, on the gateway's event loop:
+
+    limit     calibrated models (`models[].perf` with an SLO): min(memory bound, compute bound) per
+              replica for the live workload mix (cluster/capacity_bound.py) — the mean prompt / output
+              tokens of the model's recent requests (serve_apps/dispatch/workload_mix.py; admission.mean_* before
+              the first) and the replicas' prefix-cache hit rate as the prefix share — kept within
+              [perf.min_admission_limit, perf.max_admission_limit]; `Limit.detail` says which bound and
+              which inputs set it. Uncalibrated: the configured `admission_limit` per replica, else
+              `admission.fraction` of the KV-predicted maximum concurrent sequences (cluster/capacity.py).
+              Either way summed over the replicas with fresh stats
+    inflight  local calls started and not finished (a stream counts until it is consumed)
+    waiting   requests in the bounded waiting room (`admission.queue_max`) for a local-only or
+              no-cloud request while the model is saturated; each re-plans every `poll_s` until
+              it may run, the deadline passes, or the room is full (429 local_capacity_exhausted)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from cluster.capacity import admission_limit, max_concurrent_sequences
+from cluster.capacity_bound import AdmissionPlan, plan_admission
+from cluster.compute_model import Workload
+from cluster.config import SpilloverConfig
+from cluster.engine_sim import default_limits
+from cluster.model_spec import ModelSpec
+from router.errors import LocalCapacityExhausted
+from router.routing.plan import Plan
+from router.routing.snapshot import ClusterSnapshot, ReplicaStats
+from serve_apps.backend import BackendReply
+from serve_apps.dispatch.interfaces import DispatchObserver
+from serve_apps.dispatch.workload_mix import WorkloadMix
+
+
+@dataclass(frozen=True)
+class Waited:
+    """How a wait for local room ended: the plan to run, seconds waited and re-plans made."""
+
+    plan: Plan
+    waited_s: float
+    replans: int
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A model's admission limit (None: no limit) and, for calibrated models, what set it."""
+
+    value: int | None
+    detail: str = ""
+
+
+class Admission:
+    def __init__(
+        self,
+        config: SpilloverConfig,
+        observer: DispatchObserver,
+        *,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        poll_s: float = 0.05,
+    ) -> None:
+        self._config = config
+        self._observer = observer
+        self._clock = clock
+        self._sleep = sleep
+        self._poll_s = poll_s
+        self._inflight: dict[str, int] = defaultdict(int)
+        self._waiting: dict[str, int] = defaultdict(int)
+        self.mix = WorkloadMix()
+        self._plans: dict[tuple[str, int, float, float, float], AdmissionPlan] = {}
+
+    def inflight(self, model: str) -> int:
+        return self._inflight[model]
+
+    def limit(self, model: str, snapshot: ClusterSnapshot, now: float) -> int | None:
+        return self.limit_with_reason(model, snapshot, now).value
+
+    def limit_with_reason(self, model: str, snapshot: ClusterSnapshot, now: float) -> Limit:
+        """Per model, summed over the replicas with fresh stats (None: no fresh replica, or no KV
+        budget): see the module docstring."""
+        spec = self._config.model(model)
+        fresh = [r for r in snapshot.for_model(model) if snapshot.unusable(r, now) is None]
+        if spec is None or not fresh:
+            return Limit(None)
+        unfitted = ""
+        if spec.perf is not None and spec.perf.has_slo:
+            mismatch = next((m for r in fresh if (m := spec.perf.mismatch(r.cpu_class, r.precision))), None)
+            if mismatch is None:
+                return self._live_limit(spec, [r.kv_budget_tokens for r in fresh], _hit_rate(fresh))
+            # never a fit from another CPU or precision silently applied: the uncalibrated limit, and why
+            unfitted = f"compute bound off: {mismatch} (run bench calibrate on this machine); "
+        if spec.admission_limit is not None:
+            return Limit(spec.admission_limit * len(fresh), unfitted + "models[].admission_limit" if unfitted else "")
+        adm = self._config.admission
+        total = 0
+        for replica in fresh:
+            if replica.kv_budget_tokens is None:
+                return Limit(None)
+            predicted = max_concurrent_sequences(
+                replica.kv_budget_tokens, adm.mean_prompt_tokens, adm.mean_output_tokens
+            )
+            total += admission_limit(predicted, adm.fraction)
+        return Limit(total, unfitted + "admission.fraction of the KV bound" if unfitted else "")
+
+    def _live_limit(self, spec: ModelSpec, kv_tokens: list[int | None], prefix_share: float) -> Limit:
+        perf, adm = spec.perf, self._config.admission
+        assert perf is not None
+        if any(tokens is None for tokens in kv_tokens):
+            return Limit(None)
+        mix = self.mix.mean(spec.alias)
+        if mix is not None:
+            prompt, output, source = mix.prompt_tokens, mix.output_tokens, f"the last {mix.requests} requests"
+        else:
+            prompt, output, source = (
+                adm.mean_prompt_tokens,
+                adm.mean_output_tokens,
+                "admission.mean_* (no request yet)",
+            )
+        # the inputs to two significant digits (prefix share to 0.05): the limit need not follow a mix
+        # that moved by a token, and the plan (an engine simulation) is memoised on them
+        prompt, output, prefix_share = _sig2(prompt), max(1, _sig2(output)), min(0.95, round(prefix_share * 20) / 20)
+        workload = Workload(prompt, output, prefix_share)
+        total, first = 0, None
+        for tokens in kv_tokens:
+            memory = admission_limit(max_concurrent_sequences(tokens or 0, prompt, output, prefix_share), adm.fraction)
+            plan = self._plan(spec, memory, workload)
+            first = first or plan
+            value = max(plan.admission_limit, perf.min_admission_limit)
+            total += value if perf.max_admission_limit is None else min(value, perf.max_admission_limit)
+        assert first is not None
+        compute = first.compute.concurrency if first.compute else None
+        slos = [f"e2e p95 <= {perf.slo_e2e_p95_s:g} s"] if perf.slo_e2e_p95_s is not None else []
+        slos += [f"ttft p95 <= {perf.slo_ttft_p95_s:g} s"] if perf.slo_ttft_p95_s is not None else []
+        detail = (
+            f"{first.bound} bound: min(memory {first.memory_limit}, compute "
+            f"{compute if compute is not None else '>= memory'}) x {len(kv_tokens)} replica(s) for "
+            f"{' and '.join(slos)} at prompt {prompt:.0f}, output {output:.0f}, prefix {prefix_share:.2f} from {source}"
+        )
+        if total != first.admission_limit * len(kv_tokens):
+            detail += f"; within perf bounds [{perf.min_admission_limit}, {perf.max_admission_limit or '-'}]"
+        return Limit(total, detail)
+
+    def _plan(self, spec: ModelSpec, memory: int, workload: Workload) -> AdmissionPlan:
+        """plan_admission, memoised: the compute bound simulates the engine (milliseconds; ~0.1 s for a
+        large GPU replica), and `_live_limit` rounds the mix so that it repeats."""
+        key = (spec.alias, memory, workload.prompt_tokens, workload.output_tokens, workload.prefix_share)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= 512:
+                self._plans.clear()
+            limits = default_limits(spec.accelerator, spec.engine_args)
+            plan = plan_admission(spec.perf, memory, workload, limits=limits)
+            self._plans[key] = plan
+        return plan
+
+    async def wait_for_room(self, model: str, plan: Plan, replan: Callable[[], Plan], deadline: float) -> Waited:
+        """Wait (bounded room, bounded time) until `replan()` no longer says "wait"."""
+        queue_max = self._config.admission.queue_max
+        if self._waiting[model] >= queue_max:
+            self._observer.waited(model, 0.0, "rejected")
+            raise LocalCapacityExhausted(f"{plan.reason}; waiting room full ({queue_max} requests)")
+        self._waiting[model] += 1
+        self._observer.waiting(model, self._waiting[model])
+        started, replans = self._clock(), 0
+        try:
+            while plan.route == "wait":
+                if self._clock() >= deadline:
+                    waited = self._clock() - started
+                    self._observer.waited(model, waited, "timeout")
+                    raise LocalCapacityExhausted(f"{plan.reason}; no local room after {waited:.1f}s")
+                await self._sleep(self._poll_s)
+                plan, replans = replan(), replans + 1
+            waited = self._clock() - started
+            self._observer.waited(model, waited, plan.route)
+            return Waited(plan, waited, replans)
+        finally:
+            self._waiting[model] -= 1
+            self._observer.waiting(model, self._waiting[model])
+
+    def observe(self, model: str, prompt_tokens: int, output_tokens: int) -> None:
+        """Count one request of `model` in its live workload mix."""
+        self.mix.observe(model, prompt_tokens, output_tokens)
+
+    async def counted(self, model: str, call: Awaitable[BackendReply]) -> BackendReply:
+        """Run a local call counted in flight until its answer (or its stream) is done."""
+        self._inflight[model] += 1
+        try:
+            reply = await call
+        except BaseException:
+            self._inflight[model] -= 1
+            raise
+        if reply.chunks is None:
+            self._inflight[model] -= 1
+            return reply
+        return BackendReply(chunks=self._count_until_done(model, reply.chunks))
+
+    async def _count_until_done(self, model: str, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            self._inflight[model] -= 1
+
+
+def _hit_rate(replicas: list[ReplicaStats]) -> float:
+    """The replicas' prefix-cache hit rate (tokens found / queried), capped below 1."""
+    queries = sum(r.prefix_cache_queries for r in replicas)
+    return min(0.99, sum(r.prefix_cache_hits for r in replicas) / queries) if queries else 0.0
+
+
+def _sig2(value: float) -> int:
+    """A token count to two significant digits: 1234 → 1200, 64 → 64, 7 → 7 (0.4 → 0)."""
+    if value < 100:
+        return round(value)
+    scale = 10 ** (len(str(round(value))) - 2)
+    return round(value / scale) * scale

@@ -1,0 +1,81 @@
+"""How the dispatcher reaches a target: the local models through their backend — with only the body fields
+a local engine may receive (router/request/engine_fields.py), abandoned when every replica of the model goes stale
+before the first byte (Serve holds a dead replica's requests until a new one starts) — or a cloud provider
+through its chat API."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from router.error_codes import ErrorCode
+from router.errors import TargetUnavailable
+from router.request.engine_fields import engine_body
+from router.request.openai_request import Kind
+from router.routing.capabilities import Target
+from router.routing.snapshot import ClusterSnapshot
+from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
+from serve_apps.dispatch.admission import Admission
+
+
+class Calls:
+    def __init__(
+        self,
+        local: ModelBackend,
+        providers: Mapping[str, CloudBackend],
+        admission: Admission,
+        snapshot: Callable[[], ClusterSnapshot],
+        clock: Callable[[], float],
+        poll_s: float,
+    ) -> None:
+        self._local = local
+        self._providers = providers
+        self._admission = admission
+        self._snapshot = snapshot
+        self._clock = clock
+        self._poll_s = poll_s
+
+    async def call(
+        self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
+    ) -> BackendReply:
+        if target.kind == "local":
+            body = engine_body(kind, body)  # only the fields a local engine may get (router/request/engine_fields.py)
+            body["model"] = target.alias  # a route's name becomes its local model's
+            return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
+        return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
+
+    async def continuation(self, target: Target, body: dict[str, Any], request_id: str) -> BackendReply:
+        """A stream continuation's call (serve_apps/streams/continuation.py): chat, no stale watch."""
+        return await self.call(target, "chat", body, request_id, watch_stale=False)
+
+    async def _local_unless_stale(
+        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool
+    ) -> BackendReply:
+        """The local call; with `watch`, abandoned (TargetUnavailable) if every replica of the
+        model goes stale before the first byte arrives."""
+        call = asyncio.ensure_future(self._admission.counted(model, self._local.call(model, kind, body, request_id)))
+        if not watch:
+            return await call
+        try:
+            while True:
+                done, _ = await asyncio.wait({call}, timeout=self._poll_s)
+                if done:
+                    return call.result()
+                snapshot, now = self._snapshot(), self._clock()
+                replicas = snapshot.for_model(model)
+                if replicas and all(snapshot.unusable(r, now) for r in replicas):
+                    faults = {r.fault for r in replicas if r.fault and not snapshot.is_stale(r, now)}
+                    if faults:
+                        message = (
+                            f"every replica of {model} left routing while waiting for the first byte: {min(faults)}"
+                        )
+                        raise TargetUnavailable(message, code=ErrorCode.REPLICA_FAULT)
+                    message = f"every replica of {model} went stale while waiting for the first byte"
+                    raise TargetUnavailable(message, code=ErrorCode.REPLICAS_STALE)
+        finally:
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await call  # let the local call unwind (in-flight count, Serve cancel)

@@ -1,0 +1,8 @@
+"""What a gateway replica learns and records: the learning state (quality book, feedback, request
+typing), its routes, decision records over HTTP and the decision log's file.
+
+    state.py            Learning: the quality book, the feedback store, the request typer
+    routes.py           `POST /v1/spillover/feedback`, `GET /v1/spillover/quality`
+    decision_routes.py  decision records over HTTP, and whose they are
+    decision_log.py     the decision log's file sink (`gateway.decisions_log`)
+"""

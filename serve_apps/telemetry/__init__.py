@@ -1,0 +1,9 @@
+"""What the gateway sees and tells: engine stats from each replica to the gateway through the telemetry
+board, the gateway's metrics and its structured logs.
+
+    stats_pusher.py  the replica side: read `ReplicaStats`, push them to the board
+    board.py         TelemetryBoard: the named Ray actor replicas push to and the gateway reads
+    board_poller.py  the gateway side: poll the board into ClusterSnapshots
+    metrics.py       the gateway's metrics at `GET /metrics`
+    logs.py          structured logs: one JSON object per line
+"""
