@@ -169,7 +169,7 @@ def options_from_args(args: argparse.Namespace) -> CalibrateOptions:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Handler of `calibrate`: runs it, prints the summary; errors are one line on stderr."""
     if args.config is None:
-        from cluster.config import default_config_path
+        from cluster.config.deployment import default_config_path
 
         args.config = default_config_path()
     return _run(lambda: calibrate(options_from_args(args)), summary_lines)

@@ -103,7 +103,7 @@ def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_overhead(args: argparse.Namespace) -> int:
     """Handler of `overhead`: deploys Ray's ingress for the run, measures, prints the medians."""
     if args.config is None:
-        from cluster.config import default_config_path
+        from cluster.config.deployment import default_config_path
 
         args.config = default_config_path()
     out = Path(args.out) if args.out else Path("bench/results") / f"overhead-{time.strftime('%Y%m%d-%H%M%S')}"

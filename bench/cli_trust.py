@@ -148,7 +148,7 @@ def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
 
 def default_concurrency(config_path: str | None, overlays: list[str], model: str) -> tuple[int, str]:
     """The config's admission limit for `model` × its replicas, and where it came from; exit 2 when none."""
-    from cluster.config import default_config_path, load_config
+    from cluster.config.deployment import default_config_path, load_config
 
     path = config_path or default_config_path()
     config = load_config(path, overlays)

@@ -32,7 +32,7 @@ from typing import Any, BinaryIO, overload
 
 import yaml
 
-from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
+from cluster.config.deployment import SpilloverConfig, dump_config, load_config, parse_config
 from router.errors import ConfigError
 from router.learning.decision_inputs import BLOB_KINDS
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from cluster.engine_sim import default_limits
-from cluster.model_spec import ModelSpec
-from cluster.numerics_config import NumericsSettings
+from cluster.capacity.engine_sim import default_limits
+from cluster.config.model_spec import ModelSpec
+from cluster.config.numerics import NumericsSettings
 
 ENGINE_KEY = "spillover_engine"
 STALL_FLOOR_S = 30.0

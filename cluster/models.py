@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cluster.numerics_reference import build_reference, load_reference
+from cluster.precision.numerics_reference import build_reference, load_reference
 from router.errors import ModelPrepareError
 
 MARKER = "spillover-model.json"

@@ -19,7 +19,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from cluster.config import SpilloverConfig, dump_config
+from cluster.config.deployment import SpilloverConfig, dump_config
 
 APP_NAME = "spillover"
 IMPORT_PATH = "serve_apps.app:app_builder"

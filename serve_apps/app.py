@@ -12,7 +12,7 @@ from typing import Any, cast
 from ray.serve.deployment import Application, Deployment
 from ray.serve.llm import build_llm_deployment
 
-from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
+from cluster.config.deployment import SpilloverConfig, dump_config, load_config, parse_config
 from serve_apps.engine.llm import check_engine_args, llm_config_for, resolve_source
 from serve_apps.engine.llm_server import SpilloverLLMServer
 from serve_apps.gateway import Gateway

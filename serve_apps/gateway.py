@@ -14,7 +14,7 @@ from typing import Any
 from ray import serve
 from ray.serve.handle import DeploymentHandle
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from cluster.render import GATEWAY_DEPLOYMENT
 from serve_apps.gateway_build import GatewayEnv, build_gateway
 from serve_apps.telemetry.logs import configure_json_logs

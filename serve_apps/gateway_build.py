@@ -32,10 +32,10 @@ from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
+from cluster.config.resilience import SpendSection
+from cluster.config.tenants import authenticator_for
 from cluster.models import CATALOG, cache_dir
-from cluster.resilience_config import SpendSection
-from cluster.tenants import authenticator_for
 from router.errors import SpilloverError
 from router.learning.decision import DecisionStore
 from router.request.idempotency import IdempotencyStore
@@ -79,7 +79,7 @@ log = logging.getLogger("spillover.gateway")
 class GatewayEnv:
     """What a gateway replica takes from where it runs."""
 
-    environ: Mapping[str, str]  # the tenants' key variables (cluster/tenants.py)
+    environ: Mapping[str, str]  # the tenants' key variables (cluster/config/tenants.py)
     hostname: str  # a name no error text may show a client (serve_apps/http/guards.py)
     created: int  # the epoch seconds the model cards of /v1/models show
     replica: str = field(default_factory=lambda: uuid.uuid4().hex)  # this replica in the shared actors

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cluster.gateway_config import HttpLimits
+from cluster.config.gateway import HttpLimits
 from router.learning.decision import DecisionStore
 from router.request.auth import Authenticator
 from router.routing.policy import Policy

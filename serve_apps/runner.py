@@ -17,10 +17,10 @@ from ray import serve
 from ray.serve.context import _get_global_client as serve_client
 from ray.serve.schema import ServeDeploySchema
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
+from cluster.hardware.nvml import FAKE_NVML_ENV
+from cluster.hardware.nvml_sim import prepare_simulated_gpus
 from cluster.models import CATALOG, prepare
-from cluster.nvml import FAKE_NVML_ENV
-from cluster.nvml_sim import prepare_simulated_gpus
 from cluster.render import APP_NAME, application, http_options
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable

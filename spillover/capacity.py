@@ -4,8 +4,8 @@
                        [--prefix-share 0.0] [--gpu-mem 80GiB] [--overhead 2GiB]
                        [--slo-e2e-p95-s S] [--slo-ttft-p95-s S] [--json]
 
-For each model in the config: the plan of cluster/capacity_plan.py, every step printed, then the
-admission limit min(memory bound, compute bound) of cluster/capacity_bound.py with the bound that
+For each model in the config: the plan of cluster/capacity/plan.py, every step printed, then the
+admission limit min(memory bound, compute bound) of cluster/capacity/bound.py with the bound that
 binds; the compute bound needs the model's fitted `perf` and an SLO (the flags, else perf's own).
 
 * accelerator gpu: GPU memory is `--gpu-mem`, else the smallest GPU NVML reports here. With no
@@ -23,17 +23,17 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from cluster.capacity import CapacityReport, format_bytes, parse_bytes
-from cluster.capacity_bound import AdmissionPlan, plan_admission
-from cluster.capacity_plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
-from cluster.compute_model import Workload
-from cluster.config import default_config_path, load_config
-from cluster.cpu_caps import CpuCaps
-from cluster.engine_sim import default_limits
-from cluster.model_spec import ModelSpec
+from cluster.capacity.bound import AdmissionPlan, plan_admission
+from cluster.capacity.compute_model import Workload
+from cluster.capacity.engine_sim import default_limits
+from cluster.capacity.memory import CapacityReport, format_bytes, parse_bytes
+from cluster.capacity.plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
+from cluster.config.deployment import default_config_path, load_config
+from cluster.config.model_spec import ModelSpec
+from cluster.hardware.cpu_caps import CpuCaps
+from cluster.hardware.nvml import GpuInventory, GpuReader, PynvmlReader
 from cluster.models import model_dir
-from cluster.nvml import GpuInventory, GpuReader, PynvmlReader
-from cluster.precision_local import local_choice
+from cluster.precision.local import local_choice
 
 
 def _byte_size(text: str) -> int:

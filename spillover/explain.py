@@ -12,7 +12,7 @@ import json
 from typing import Any
 from urllib.parse import quote
 
-from cluster.config import load_config
+from cluster.config.deployment import load_config
 from spillover.gateway_client import add_key_argument, gateway_url, get_json
 from spillover.terminal import printable
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.errors import ClusterError
 
 DEFAULT_KEY_ENV = "SPILLOVER_API_KEY"

@@ -35,8 +35,8 @@ import yaml
 from bench.cli import add_bench_parser
 from bench.cloud_sim import add_cloud_sim_parser
 from bench.cloud_sim.process import running_cloud_sim
-from cluster.capacity_bound import calibration_line
-from cluster.config import DEFAULT_CONFIG, SpilloverConfig, default_config_path, load_config
+from cluster.capacity.bound import calibration_line
+from cluster.config.deployment import DEFAULT_CONFIG, SpilloverConfig, default_config_path, load_config
 from cluster.models import CATALOG, list_prepared, prepare
 from cluster.render import serve_config
 from router.errors import ConfigError, SpilloverError

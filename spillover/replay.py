@@ -18,8 +18,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from cluster.config.tenants import tenant_policies
 from cluster.decision_log_reader import DEFAULT_MAX_BYTES, load_replay_config, read_decision_log
-from cluster.tenants import tenant_policies
 from router.learning.replay import ReplayGuards, ReplayReport, replay
 from router.routing.capabilities import Registry
 from spillover.terminal import printable

@@ -17,8 +17,8 @@ import os
 import time
 from typing import Any
 
-from cluster.config import load_config
-from cluster.nvml import reader_from_env
+from cluster.config.deployment import load_config
+from cluster.hardware.nvml import reader_from_env
 from router.routing.snapshot import ReplicaStats
 from spillover.gateway_client import add_key_argument, gateway_url, get_json
 

@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cluster.config import load_config
+from cluster.config.deployment import load_config
 from router.errors import ClusterError
 from spillover.gateway_client import add_key_argument, gateway_url, get_json
 

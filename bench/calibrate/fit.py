@@ -1,13 +1,13 @@
-"""`bench calibrate --fit-shapes`: fit the compute model (cluster/compute_model.py) and check it on
+"""`bench calibrate --fit-shapes`: fit the compute model (cluster/capacity/compute_model.py) and check it on
 held-out workloads.
 
     1. design: each fit shape (`PROMPTxOUTPUT`: fixed prompt words × fixed max_tokens, e.g. 600x8) is
        swept closed-loop over `--fit-concurrency` (every level runs; nothing stops at the SLO)
     2. points: every level of those sweeps and of the main sweep becomes a `FitPoint` (measured mean
        prompt tokens, cached share, output tokens; mean TTFT, TPOT, E2E and the p95s)
-    3. fit: cluster/compute_fit.py (linear least squares, then the parameters whose engine simulations
+    3. fit: cluster/capacity/compute_fit.py (linear least squares, then the parameters whose engine simulations
        of each level's own closed loop match the measured means; tails), with the engine's scheduler
-       limits (cluster/engine_sim.py) of the model in the config
+       limits (cluster/capacity/engine_sim.py) of the model in the config
     4. held out (`--holdout-shapes`, never in the fit): bench/calibrate/holdout.py predicts each shape's knee for
        the run's SLO and measures it; the report tables predicted vs measured with the error
        (predicted − measured) / measured, and the knee the model gives for the tokens measured
@@ -28,10 +28,10 @@ from typing import Any
 from bench.calibrate.sweep import LevelResult, StageResult, SweepPlan, run_stage
 from bench.load.loadgen import LoadGenerator
 from bench.load.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec
-from cluster.compute_fit import FitPoint, FitResult, fit
-from cluster.compute_knee import compute_knee
-from cluster.compute_model import Workload
-from cluster.engine_sim import EngineLimits, Protocol
+from cluster.capacity.compute_fit import FitPoint, FitResult, fit
+from cluster.capacity.compute_knee import compute_knee
+from cluster.capacity.compute_model import Workload
+from cluster.capacity.engine_sim import EngineLimits, Protocol
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*x\s*(\d+)\s*$")
 
@@ -133,7 +133,7 @@ class ComputeOutcome:
     def knee_for(
         self, prompt_tokens: float, output_tokens: float, prefix_share: float = 0.0, protocol: Protocol | None = None
     ) -> int | None:
-        """The model's knee for a workload, measured by `protocol` (None: cluster/engine_sim.py's default)."""
+        """The model's knee for a workload, measured by `protocol` (None: cluster/capacity/engine_sim.py's default)."""
         workload = Workload(max(0.0, prompt_tokens), max(1.0, output_tokens), min(prefix_share, 0.99))
         e2e = self.slo_p95_s if self.slo_metric == "e2e" else None
         ttft = self.slo_p95_s if self.slo_metric == "ttft" else None
@@ -171,7 +171,7 @@ def fit_outcome(
     plan: SweepPlan,
     limits: EngineLimits | None = None,
 ) -> ComputeOutcome:
-    """Fit the points of the fit sweeps and of the main sweep (cluster/compute_fit.py)."""
+    """Fit the points of the fit sweeps and of the main sweep (cluster/capacity/compute_fit.py)."""
     every = [*stages, main]
     limits = limits or EngineLimits()
     result = fit([p for stage, _ in every for p in stage_points(stage)], limits)

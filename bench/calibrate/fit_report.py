@@ -7,7 +7,7 @@ import statistics
 
 from bench.calibrate.fit import ComputeOutcome, relative, stage_points
 from bench.calibrate.sweep import StageResult
-from cluster.engine_sim import Protocol
+from cluster.capacity.engine_sim import Protocol
 
 GOAL = 0.15  # held-out knees within ±15% of the measured ones
 

@@ -1,7 +1,7 @@
 """The capacity formula's prediction for the model under test, on the same path as `spillover capacity`.
 
-`predict` finds the model's `ModelSpec` in the config and calls `cluster.capacity_plan.plan_model`
-(which resolves the shape with `resolve_shape` and runs `cluster.capacity.plan_capacity`), with
+`predict` finds the model's `ModelSpec` in the config and calls `cluster.capacity.plan.plan_model`
+(which resolves the shape with `resolve_shape` and runs `cluster.capacity.memory.plan_capacity`), with
 the workload's mean prompt / output lengths and its formula prefix share. For CPU models the
 KV budget is `kv_cache_space_gib`; GPU models need the GPU memory (`--gpu-mem`, else the smallest
 GPU NVML reports here; without either there is no prediction, as in `spillover capacity`).
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.load.workload import WorkloadSpec
-from cluster.capacity import CapacityReport, admission_limit, parse_bytes
-from cluster.capacity_plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
-from cluster.config import SpilloverConfig
-from cluster.nvml import GpuReader, PynvmlReader
+from cluster.capacity.memory import CapacityReport, admission_limit, parse_bytes
+from cluster.capacity.plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
+from cluster.config.deployment import SpilloverConfig
+from cluster.hardware.nvml import GpuReader, PynvmlReader
 
 GpuReaderFactory = Callable[[], GpuReader]
 

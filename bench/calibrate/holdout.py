@@ -2,7 +2,7 @@
 
 For each held-out shape (never in the fit):
 
-    1. predict: the fitted model's knee for the run's SLO (cluster/compute_knee.py), with prompt
+    1. predict: the fitted model's knee for the run's SLO (cluster/capacity/compute_knee.py), with prompt
        tokens estimated as words + the chat template's tokens measured in the fit runs, for the very
        closed loop that will measure it (`max(requests_per_level, waves × N)` requests at N)
     2. measure: a sweep over levels from half to 1.75 times the prediction and ±1..3 around it
@@ -26,7 +26,7 @@ from bench.calibrate.knee import find_knee
 from bench.calibrate.sweep import StageResult, SweepPlan, run_stage
 from bench.load.loadgen import LoadGenerator
 from bench.load.workload import RequestFactory
-from cluster.engine_sim import Protocol
+from cluster.capacity.engine_sim import Protocol
 
 HOLDOUT_FACTORS = (0.5, 0.75, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75)
 MAX_BISECT = 4

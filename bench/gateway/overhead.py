@@ -205,7 +205,7 @@ def run_overhead(
     import ray
 
     from bench.calibrate.report import environment, progress_printer
-    from cluster.config import load_config
+    from cluster.config.deployment import load_config
     from router.errors import SpilloverError
     from serve_apps.engine.local_backend import ServeHandleBackend
     from serve_apps.engine.ray_ingress import deploy_ray_ingress, model_handles, remove_ray_ingress

@@ -5,9 +5,9 @@
 One engine per process (vLLM's offline `LLM`, its engine core and worker in processes of their own
 as in a Serve replica, the worker's OpenMP threads bound to `--threads` cores), for each variant:
 
-* numerics: the model's float32 reference prompts (cluster/numerics_reference.py, written by
+* numerics: the model's float32 reference prompts (cluster/precision/numerics_reference.py, written by
   `spillover models prepare`) at temperature 0 — how many leading tokens of each agree with the
-  reference, and the verdict of the numerics check (cluster/numerics_check.py) with the config's
+  reference, and the verdict of the numerics check (cluster/precision/numerics_check.py) with the config's
   defaults (models[].numerics);
 * speed: a ~300-token prompt decoding 64 tokens (ignore_eos) at concurrency 1 and 4, output tokens/s.
 
@@ -59,9 +59,9 @@ def run_variant(name: str, folder: str, emulate: bool) -> dict[str, Any]:
     os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
     from vllm import LLM, SamplingParams
 
-    from cluster.numerics_check import agreeing_prefix, judge
-    from cluster.numerics_config import NumericsSettings
-    from cluster.numerics_reference import load_reference
+    from cluster.config.numerics import NumericsSettings
+    from cluster.precision.numerics_check import agreeing_prefix, judge
+    from cluster.precision.numerics_reference import load_reference
 
     reference = load_reference(Path(folder))
     if reference is None:
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.in_process:
         print("RESULT " + json.dumps(run_variant(names[0], args.model, args.emulate_avx2)), flush=True)
         return 0
-    from cluster.cpu_caps import read_cpu_caps
+    from cluster.hardware.cpu_caps import read_cpu_caps
     from cluster.models import compile_cache_dir
 
     env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": args.threads}

@@ -83,7 +83,7 @@ class Health(StrEnum):
 
 class HealthSettings(StrictModel):
     """What the state machine needs: the `resilience.health` section of the config file without its probe
-    schedule (cluster/resilience_config.py adds that)."""
+    schedule (cluster/config/resilience.py adds that)."""
 
     window_s: float = Field(120.0, gt=0, description="live outcomes considered")
     min_requests: int = Field(5, ge=1, description="live outcomes needed in the window before their error ratio counts")

@@ -15,7 +15,7 @@ Unknowns are explicit: `context_window == 0` means unknown (a local model withou
 `engine_args.max_model_len`), `price_*_per_mtok is None` means unpriced (a cost ceiling removes
 such a cloud target), `expected_latency_ms is None` means unmeasured.
 
-No imports from `cluster`: `cluster.config` embeds `ProviderModel` in `CloudProvider.models`.
+No imports from `cluster`: `cluster.config.cloud` embeds `ProviderModel` in `CloudProvider.models`.
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def cloud_target(provider_name: str, alias: str, entry: str | ProviderModel) -> 
 
 
 class ModelSpecLike(Protocol):
-    """What `Registry.from_config` reads of `cluster.config.ModelSpec`."""
+    """What `Registry.from_config` reads of `cluster.config.model_spec.ModelSpec`."""
 
     @property
     def alias(self) -> str: ...
@@ -268,7 +268,7 @@ class ModelSpecLike(Protocol):
 
 
 class ProviderLike(Protocol):
-    """What `Registry.from_config` reads of `cluster.config.CloudProvider`."""
+    """What `Registry.from_config` reads of `cluster.config.cloud.CloudProvider`."""
 
     @property
     def name(self) -> str: ...
@@ -281,7 +281,7 @@ class ProviderLike(Protocol):
 
 
 class RouteLike(Protocol):
-    """What `Registry.from_config` reads of `cluster.routes_config.RouteSpec`."""
+    """What `Registry.from_config` reads of `cluster.config.routes.RouteSpec`."""
 
     @property
     def alias(self) -> str: ...

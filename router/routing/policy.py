@@ -12,7 +12,7 @@ Request headers may only narrow these (router/request/contract.py).
     strategy  quality | cost | latency: which row of `weights` scores candidates
 
 Every decision record quotes `Policy.version`; publish a new version for every change.
-No imports from `cluster`: `cluster.config.SpilloverConfig` embeds `Policy`.
+No imports from `cluster`: `cluster.config.deployment.SpilloverConfig` embeds `Policy`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ replica (Serve picks the replica), and the burst decision compares it with the m
 limit on its own (router/routing/burst.py). Stale stats count as saturated (`math.inf`), and so does a replica
 whose GPUs could not be read (NVML failed).
 
-GPU memory pressure, per device (the split comes from cluster/gpu_memory.py):
+GPU memory pressure, per device (the split comes from cluster/hardware/gpu_memory.py):
 
     room     = gpu_memory_watermark × total − max(engine_bytes, reserved_bytes)
     pressure = other_bytes / room            (math.inf when room <= 0)

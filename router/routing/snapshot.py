@@ -38,7 +38,7 @@ class GpuProcessMemory:
 
 @dataclass(frozen=True)
 class GpuMemory:
-    """One of a replica's GPUs, its memory split by owner (cluster/gpu_memory.py does the split).
+    """One of a replica's GPUs, its memory split by owner (cluster/hardware/gpu_memory.py does the split).
 
     `engine_bytes`: what the replica's own engine holds; `reserved_bytes`: what it reserves at start
     (`gpu_memory_utilization × total`); `attribution` says how `engine_bytes` was found: "pid" (NVML

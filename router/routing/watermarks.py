@@ -1,6 +1,6 @@
 """The pressure thresholds a replica is judged by (router/routing/saturation.py, router/routing/burst.py).
 
-A config section (`watermarks:` and `models[].watermarks`, cluster/config.py) defined here, in the
+A config section (`watermarks:` and `models[].watermarks`, cluster/config/deployment.py) defined here, in the
 router layer that reads it, so the router needs nothing from the cluster layer.
 """
 

@@ -40,7 +40,7 @@ MAX_EVENTS = 50
 
 
 class Gates(StrictModel):
-    # the gate part of the `traffic.migration` config section (cluster/traffic_config.py adds the rest)
+    # the gate part of the `traffic.migration` config section (cluster/config/traffic.py adds the rest)
     steps: tuple[float, ...] = Field(
         DEFAULT_STEPS,
         min_length=1,

@@ -3,12 +3,12 @@
 The gateway's own counters, per model, on the gateway's event loop:
 
     limit     calibrated models (`models[].perf` with an SLO): min(memory bound, compute bound) per
-              replica for the live workload mix (cluster/capacity_bound.py) — the mean prompt / output
+              replica for the live workload mix (cluster/capacity/bound.py) — the mean prompt / output
               tokens of the model's recent requests (serve_apps/dispatch/workload_mix.py; admission.mean_* before
               the first) and the replicas' prefix-cache hit rate as the prefix share — kept within
               [perf.min_admission_limit, perf.max_admission_limit]; `Limit.detail` says which bound and
               which inputs set it. Uncalibrated: the configured `admission_limit` per replica, else
-              `admission.fraction` of the KV-predicted maximum concurrent sequences (cluster/capacity.py).
+              `admission.fraction` of the KV-predicted maximum concurrent sequences (cluster/capacity/memory.py).
               Either way summed over the replicas with fresh stats
     inflight  local calls started and not finished (a stream counts until it is consumed)
     waiting   requests in the bounded waiting room (`admission.queue_max`) for a local-only or
@@ -23,12 +23,12 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from cluster.capacity import admission_limit, max_concurrent_sequences
-from cluster.capacity_bound import AdmissionPlan, plan_admission
-from cluster.compute_model import Workload
-from cluster.config import SpilloverConfig
-from cluster.engine_sim import default_limits
-from cluster.model_spec import ModelSpec
+from cluster.capacity.bound import AdmissionPlan, plan_admission
+from cluster.capacity.compute_model import Workload
+from cluster.capacity.engine_sim import default_limits
+from cluster.capacity.memory import admission_limit, max_concurrent_sequences
+from cluster.config.deployment import SpilloverConfig
+from cluster.config.model_spec import ModelSpec
 from router.errors import LocalCapacityExhausted
 from router.routing.plan import Plan
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats

@@ -45,7 +45,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.errors import (
     ContractViolation,
     ProviderContextExceeded,

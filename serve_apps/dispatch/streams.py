@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.learning.decision import DecisionRecord, DecisionStore
 from router.output.tool_calls import StreamedMessage
 from router.request.contract import RequestContract

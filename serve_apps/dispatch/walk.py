@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.resilience_config import RetrySection
+from cluster.config.resilience import RetrySection
 from router.errors import ContractViolation, ProviderRateLimited, RequestError, TargetUnavailable
 from router.learning.decision import Attempt
 from router.limits.budget import ceiling_refusal, spent_usd

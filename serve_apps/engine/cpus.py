@@ -3,7 +3,7 @@
 `claim_cores` runs in a model replica before its engine starts: under an exclusive `flock` of
 `<claims dir>/.lock` it reads every claim (`<pid>.json`: the replica's pid, its start time and its
 cores), drops those whose process is gone (or whose pid now names another process), picks this
-engine's cores (cluster/cpu_binding.py) and writes its own claim. The claim lives as long as the
+engine's cores (cluster/hardware/cpu_binding.py) and writes its own claim. The claim lives as long as the
 replica process; a replica that dies leaves a file the next claim removes. The directory is under
 /tmp: one per machine, as the cores are.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from cluster.cpu_binding import bind_spec, choose_cores, physical_cores
+from cluster.hardware.cpu_binding import bind_spec, choose_cores, physical_cores
 
 CLAIMS_DIR = Path("/tmp/spillover-engine-cpus")
 _TOPOLOGY = Path("/sys/devices/system/cpu")

@@ -5,7 +5,7 @@ replica's placement group; each holds its bundle's GPU and allocates `gpu_memory
 of it when the engine starts. A vLLM-CPU engine creates none, so the GPU bundles Ray reserved for a
 gpu-sim replica would sit unused and nothing would hold the simulated memory. `start_workers`
 fills that role: one `SimulatedGpuWorker` per GPU bundle, holding the GPU as the real worker does,
-and announcing the reservation under its own PID to the simulated NVML (cluster/nvml_sim.py). The
+and announcing the reservation under its own PID to the simulated NVML (cluster/hardware/nvml_sim.py). The
 replica then finds its engine's GPUs and PIDs exactly as on real GPUs (serve_apps/engine/gpus.py).
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from cluster.nvml_sim import announce_engine
+from cluster.hardware.nvml_sim import announce_engine
 
 GPU_SIM_ENV = "SPILLOVER_GPU_SIM"  # set (by serve_apps/engine/llm.py) in the runtime env of gpu-sim replicas
 

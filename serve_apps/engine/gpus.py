@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from cluster.gpu_memory import replica_gpus
-from cluster.nvml import GpuReader
+from cluster.hardware.gpu_memory import replica_gpus
+from cluster.hardware.nvml import GpuReader
 from router.routing.snapshot import GpuMemory
 
 FOOTPRINT_REFRESH_S = 5.0

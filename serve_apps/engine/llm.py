@@ -16,9 +16,9 @@ from typing import Any
 
 from ray.serve.llm import LLMConfig
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
+from cluster.config.model_spec import ModelSpec
 from cluster.engine_settings import ENGINE_KEY, engine_settings
-from cluster.model_spec import ModelSpec
 from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
 from router.routing.watermarks import Watermarks

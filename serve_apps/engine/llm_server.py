@@ -28,11 +28,11 @@ import ray
 from ray import serve
 from ray.serve.llm import LLMServer
 
+from cluster.config.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
 from cluster.engine_settings import ENGINE_KEY, EngineSettings
-from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
+from cluster.hardware.nvml import reader_from_env
 from cluster.models import compile_cache_dir
-from cluster.numerics_check import NumericsVerdict
-from cluster.nvml import reader_from_env
+from cluster.precision.numerics_check import NumericsVerdict
 from cluster.stats_tap import StatsTap
 from router.routing.snapshot import ReplicaStats
 from serve_apps.engine.gpu_sim_workers import GPU_SIM_ENV, start_workers

@@ -3,9 +3,9 @@
 Run by the model replica (serve_apps/engine/llm_server.py) before it takes traffic and then every
 `models[].numerics.interval_s`, straight on the engine (vLLM's AsyncLLM `generate`), off the request
 path: no gateway, HTTP or Serve hop, and the prompt token ids are the reference's own
-(cluster/numerics_reference.py), so only numerics can differ. Each check salts its prompts' prefix-cache
+(cluster/precision/numerics_reference.py), so only numerics can differ. Each check salts its prompts' prefix-cache
 keys afresh, so it recomputes the prefill too rather than reading KV blocks an earlier check left.
-The verdict (cluster/numerics_check.py) travels in the replica's pushed stats: a replica that fails
+The verdict (cluster/precision/numerics_check.py) travels in the replica's pushed stats: a replica that fails
 leaves routing at once (router/routing/snapshot.py `ReplicaStats.fault`).
 """
 
@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from cluster.numerics_check import NumericsVerdict, judge
-from cluster.numerics_config import NumericsSettings
+from cluster.config.numerics import NumericsSettings
+from cluster.precision.numerics_check import NumericsVerdict, judge
 
 log = logging.getLogger("spillover.numerics")
 

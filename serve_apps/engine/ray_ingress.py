@@ -19,7 +19,7 @@ from ray import serve
 from ray.serve.deployment import Deployment
 from ray.serve.handle import DeploymentHandle
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from cluster.render import APP_NAME
 from router.errors import ClusterError
 from serve_apps.engine.llm import llm_config_for, resolve_source

@@ -1,8 +1,8 @@
 """What a model replica decides about its engine before starting it, and checks right after.
 
-Before the engine starts (`prepare`): for a vLLM-CPU engine, the CPU it runs on (cluster/cpu_caps.py),
-the precision (cluster/precision.py: `models[].precision`, the model's own bf16 sensitivity from its
-reference, what this node learnt before in cluster/precision_memory.py) and the cores its OpenMP
+Before the engine starts (`prepare`): for a vLLM-CPU engine, the CPU it runs on (cluster/hardware/cpu_caps.py),
+the precision (cluster/precision/choice.py: `models[].precision`, the model's own bf16 sensitivity from its
+reference, what this node learnt before in cluster/precision/memory.py) and the cores its OpenMP
 threads are bound to (serve_apps/engine/cpus.py) — applied to the engine's arguments and environment.
 After it started (`verify`): the numerics check against the model's float32 reference
 (serve_apps/engine/numerics_probe.py). Everything decided is kept as notes the replica pushes with its stats,
@@ -16,13 +16,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cluster.cpu_caps import CpuCaps
 from cluster.engine_settings import EngineSettings
-from cluster.numerics_check import NumericsVerdict
-from cluster.numerics_reference import load_reference
-from cluster.precision import Precision, PrecisionChoice
-from cluster.precision_local import local_choice
-from cluster.precision_memory import PrecisionMemory
+from cluster.hardware.cpu_caps import CpuCaps
+from cluster.precision.choice import Precision, PrecisionChoice
+from cluster.precision.local import local_choice
+from cluster.precision.memory import PrecisionMemory
+from cluster.precision.numerics_check import NumericsVerdict
+from cluster.precision.numerics_reference import load_reference
 from serve_apps.engine.cpus import Binding, claim_cores
 from serve_apps.engine.numerics_probe import check
 

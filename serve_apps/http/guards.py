@@ -36,8 +36,8 @@ from urllib.parse import urlsplit
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cluster.config import SpilloverConfig
-from cluster.gateway_config import HttpLimits
+from cluster.config.deployment import SpilloverConfig
+from cluster.config.gateway import HttpLimits
 from router.errors import HeadersTooLarge, RequestBodyTimeout, RequestError, RequestTimeout, RequestTooLarge
 
 T = TypeVar("T")

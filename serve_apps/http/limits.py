@@ -4,7 +4,7 @@ uvicorn (Ray Serve's proxy runs it, and so does the cloud simulator) bounds neit
 request's head nor its number of header fields (its httptools parser buffers a 32 MiB header), nor
 the time a head or a body may take to arrive (a client sending one byte a second holds a connection
 forever), and it starts its keep-alive timer only after a first answer. `LimitedHttpProtocol` is
-uvicorn's httptools protocol with those bounds (`HttpLimits`, cluster/gateway_config.py):
+uvicorn's httptools protocol with those bounds (`HttpLimits`, cluster/config/gateway.py):
 
 * a head (request line and headers) over `max_header_bytes`, or with more than `max_headers` fields:
   431, connection closed. Counted field by field as the parser sees them and, while a head is still
@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from cluster.gateway_config import HttpLimits
+from cluster.config.gateway import HttpLimits
 from router.error_codes import ErrorCode
 from router.errors import HeadersTooLarge, RequestBodyTimeout, RequestError
 

@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router import headers as hdr
 from router.errors import FeedbackRateLimited
 from router.learning.decision import DecisionRecord

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cluster.cloud_config import CloudProvider
+from cluster.config.cloud import CloudProvider
 from serve_apps.providers.anthropic import AnthropicProvider
 from serve_apps.providers.openai_compat import OpenAICompatProvider, ProviderReply
 from serve_apps.providers.sse import ProviderEventStream

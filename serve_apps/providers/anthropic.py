@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from cluster.cloud_config import DEFAULT_MAX_REPLY_BYTES
+from cluster.config.cloud import DEFAULT_MAX_REPLY_BYTES
 from router import headers as hdr
 from router.error_codes import ErrorCode
 from router.errors import ProviderOverloaded, RequestError, UpstreamError

@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from cluster.cloud_config import CloudProvider
+from cluster.config.cloud import CloudProvider
 from router import headers as hdr
 from router.error_codes import ErrorCode
 from router.errors import (

@@ -18,7 +18,7 @@ from typing import Protocol
 
 import httpx
 
-from cluster.cloud_config import DEFAULT_MAX_REPLY_BYTES
+from cluster.config.cloud import DEFAULT_MAX_REPLY_BYTES
 from router.error_codes import ErrorCode
 from router.errors import UpstreamError
 from serve_apps.providers.bounded import BoundedLines, loads

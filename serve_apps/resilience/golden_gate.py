@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from cluster.resilience_config import GoldenProbe
+from cluster.config.resilience import GoldenProbe
 from serve_apps.backend import ModelBackend
 
 log = logging.getLogger("spillover.golden")

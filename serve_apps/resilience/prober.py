@@ -7,7 +7,7 @@ Three levels, each on its own period (`resilience.health`):
                          cloud: `GET /models` with our key (a 401 is found without traffic)
     latency      ~30 s   a one-message chat through the same path as traffic, within latency_slo_s
                          (local: only while a replica is alive); a cloud provider's prompt and
-                         parameters are its `probe:` (cluster/resilience_config.py)
+                         parameters are its `probe:` (cluster/config/resilience.py)
     correctness  ~5 min  local models with `golden:` only: the answer must match `expect`
 
 Fair judging:
@@ -36,9 +36,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from cluster.config import SpilloverConfig
-from cluster.model_spec import ModelSpec
-from cluster.resilience_config import ProviderProbe
+from cluster.config.deployment import SpilloverConfig
+from cluster.config.model_spec import ModelSpec
+from cluster.config.resilience import ProviderProbe
 from router.errors import RequestError
 from router.resilience.failure import FailureClass, classify, rule_for
 from router.resilience.health import Health, HealthBoard

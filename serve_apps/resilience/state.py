@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
 from router.learning.decision import Attempt
 from router.limits.budget import cost_weight

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from cluster.session_config import CompressSection
+from cluster.config.session import CompressSection
 from router.request.contract import CHARS_PER_TOKEN, RequestContract
 from router.routing.capabilities import Target
 from router.routing.filters import carried_refusal

@@ -33,7 +33,7 @@ from dataclasses import replace
 from functools import reduce
 from typing import Any
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.errors import NoCapableModel
 from router.headers import CONTRACT
 from router.learning.decision import Attempt

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.output.degenerate import degenerate
 from router.routing.capabilities import Target
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.learning.decision import Attempt
 from router.request.contract import RequestContract
 from router.routing.capabilities import Target

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.traffic_config import CacheSection, TicketSection
+from cluster.config.traffic import CacheSection, TicketSection
 from router import headers as hdr
 from router.errors import (
     ContractViolation,

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.routing.capabilities import Registry
 from router.traffic.tickets import TicketStore
 from serve_apps.backend import CloudBackend, ModelBackend

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from bench.cloud_sim.process import running_cloud_sim
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from tests.local_serve import free_port, serving
 
 START_TIMEOUT_S = 300

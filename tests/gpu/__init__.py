@@ -6,7 +6,7 @@ from types import ModuleType
 
 import pytest
 
-from cluster.nvml import PynvmlReader
+from cluster.hardware.nvml import PynvmlReader
 
 
 def cuda_torch_or_skip() -> ModuleType:

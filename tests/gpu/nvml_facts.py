@@ -1,7 +1,7 @@
 """What a real GPU's NVML shows under a vLLM-like engine: `python -m tests.gpu.nvml_facts [--out F]`.
 
 Run on a machine with an NVIDIA GPU and torch with CUDA. It measures what the simulation
-(cluster/nvml_sim.py) has to reproduce, and prints one JSON document:
+(cluster/hardware/nvml_sim.py) has to reproduce, and prints one JSON document:
 
 - `driver`: memory NVML counts as used before any process of ours holds a CUDA context;
 - `engine`: a child process that reserves `gpu_memory_utilization × total` at start, as vLLM's
@@ -25,8 +25,8 @@ import sys
 import time
 from typing import Any
 
-from cluster.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
-from cluster.nvml import GpuInfo, PynvmlReader
+from cluster.config.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
+from cluster.hardware.nvml import GpuInfo, PynvmlReader
 from router.routing.saturation import gpu_memory_pressure
 from serve_apps.engine.gpus import ReplicaGpus, own_processes
 

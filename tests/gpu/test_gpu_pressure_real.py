@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from cluster.nvml import PynvmlReader
+from cluster.hardware.nvml import PynvmlReader
 from router.routing.saturation import gpu_memory_pressure
 from router.routing.snapshot import GpuMemory
 from serve_apps.engine.gpus import ReplicaGpus, own_processes

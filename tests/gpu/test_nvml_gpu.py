@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cluster.nvml import GpuInfo, PynvmlReader
+from cluster.hardware.nvml import GpuInfo, PynvmlReader
 from tests.gpu import cuda_torch_or_skip
 
 GIB = 1024**3

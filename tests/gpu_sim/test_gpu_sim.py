@@ -30,10 +30,10 @@ import pytest
 import yaml
 from openai import OpenAI
 
-from cluster.config import dump_config, load_config
-from cluster.nvml import FAKE_NVML_ENV
-from cluster.nvml_fake import GIB
-from cluster.nvml_sim import DRIVER_GIB
+from cluster.config.deployment import dump_config, load_config
+from cluster.hardware.nvml import FAKE_NVML_ENV
+from cluster.hardware.nvml_fake import GIB
+from cluster.hardware.nvml_sim import DRIVER_GIB
 from tests.local_serve import free_port, serving
 
 pytestmark = pytest.mark.integration

@@ -36,7 +36,7 @@ import httpx
 import pytest
 
 from bench.cloud_sim.process import running_cloud_sim
-from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
+from cluster.config.deployment import SpilloverConfig, dump_config, load_config, parse_config
 from tests.local_serve import free_port
 
 REPO = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from bench.calibrate.run import CalibrateOptions, calibrate
-from cluster.perf_config import PerfSection
+from cluster.config.perf import PerfSection
 from tests.integration.conftest import REPO, Stack
 
 pytestmark = pytest.mark.integration

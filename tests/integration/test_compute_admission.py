@@ -5,7 +5,7 @@ The integration stack runs SmolLM2 with configs/local.yaml's fitted `models[].pe
 (tests/integration/conftest.py), so the gateway replica computes SmolLM2's limit for its live workload
 mix: the engine simulation runs inside the replica, and `x-spillover-reason` names the bound that set
 the limit and the inputs it came from. The test recomputes the limit from those inputs in this process
-(cluster/capacity_bound.py, the same engine limits) and finds the same numbers: the gateway's limit is
+(cluster/capacity/bound.py, the same engine limits) and finds the same numbers: the gateway's limit is
 the fitted model's, not a configured constant. On a machine the fit does not describe (another CPU class
 or precision: `models[].perf.cpu` / `.precision`) the reason must say the compute bound is off, and why.
 """
@@ -19,9 +19,9 @@ import httpx
 import openai
 import pytest
 
-from cluster.capacity_bound import plan_admission
-from cluster.compute_model import Workload
-from cluster.engine_sim import default_limits
+from cluster.capacity.bound import plan_admission
+from cluster.capacity.compute_model import Workload
+from cluster.capacity.engine_sim import default_limits
 from tests.integration.conftest import COMPUTE_SLO_S, SMOL, Stack
 
 pytestmark = pytest.mark.integration

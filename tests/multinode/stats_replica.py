@@ -17,8 +17,8 @@ import time
 import ray
 from ray import serve
 
-from cluster.nvml import reader_from_env
-from cluster.nvml_sim import announce_engine
+from cluster.hardware.nvml import reader_from_env
+from cluster.hardware.nvml_sim import announce_engine
 from router.routing.snapshot import ReplicaStats
 from serve_apps.engine.gpus import ReplicaGpus, own_processes
 from serve_apps.telemetry.board import get_or_create_board

@@ -27,10 +27,10 @@ import ray
 from ray import serve
 from ray.cluster_utils import Cluster
 
-from cluster.config import SpilloverConfig, parse_config
-from cluster.nvml import FAKE_NVML_ENV
-from cluster.nvml_fake import GIB
-from cluster.nvml_sim import DRIVER_GIB, write_default_file
+from cluster.config.deployment import SpilloverConfig, parse_config
+from cluster.hardware.nvml import FAKE_NVML_ENV
+from cluster.hardware.nvml_fake import GIB
+from cluster.hardware.nvml_sim import DRIVER_GIB, write_default_file
 from router.resilience.health import Health
 from router.routing.saturation import gpu_memory_pressure, replica_saturation
 from router.routing.snapshot import ClusterSnapshot
@@ -44,7 +44,7 @@ pytestmark = pytest.mark.integration
 MODEL = "mn-model"
 MAX_AGE_S = 1.0
 UTILIZATION = 0.9
-DRIVER = int(DRIVER_GIB * GIB)  # NVML counts the driver's own memory as used (cluster/nvml_sim.py)
+DRIVER = int(DRIVER_GIB * GIB)  # NVML counts the driver's own memory as used (cluster/hardware/nvml_sim.py)
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +110,7 @@ class ReplicaInGroup:
     def footprint(self, fraction: float) -> tuple[list[int], list[int], list[int], str]:
         import os
 
-        from cluster.nvml import reader_from_env
+        from cluster.hardware.nvml import reader_from_env
         from serve_apps.engine.gpu_sim_workers import start_workers
         from serve_apps.engine.gpus import ReplicaGpus, replica_engine
 

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cluster.config import SpilloverConfig, dump_config, parse_config
+from cluster.config.deployment import SpilloverConfig, dump_config, parse_config
 from router.learning.decision import DecisionStore
 from router.request.contract import derive_contract
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats

@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from cluster.config import SpilloverConfig, dump_config, load_config, parse_config
-from cluster.tenants import authenticator_for
+from cluster.config.deployment import SpilloverConfig, dump_config, load_config, parse_config
+from cluster.config.tenants import authenticator_for
 from router.learning.decision import DecisionStore
 from router.request.idempotency import IdempotencyStore
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats

@@ -7,8 +7,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.config import parse_config
-from cluster.tenants import authenticator_for
+from cluster.config.deployment import parse_config
+from cluster.config.tenants import authenticator_for
 from router.errors import ConfigError, Unauthorized
 from router.request.auth import Authenticator, TenantPolicy, narrow_for_tenant
 from router.request.contract import RequestContract, derive_contract
@@ -150,7 +150,7 @@ async def test_local_only_tenant_never_reaches_the_cloud_even_when_saturated(tmp
 
     from bench.cloud_sim import SimSettings
     from bench.cloud_sim import build_app as build_cloud_sim
-    from cluster.config import dump_config, load_config
+    from cluster.config.deployment import dump_config, load_config
     from router.routing.snapshot import ClusterSnapshot, ReplicaStats
     from serve_apps.dispatch.dispatcher import Dispatcher
     from serve_apps.providers import OpenAICompatProvider

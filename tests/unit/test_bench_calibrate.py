@@ -22,10 +22,10 @@ from bench.calibrate.run import CalibrateOptions, CalibrationError, calibrate, s
 from bench.cli import add_bench_parser, main
 from bench.cloud_sim import SimSettings, build_app
 from bench.load.workload import LengthDist, WorkloadSpec
-from cluster.config import parse_config
-from cluster.model_shape import QWEN2_5_7B, SMOLLM2_135M
-from cluster.nvml import PynvmlReader
-from cluster.nvml_fake import GIB, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
+from cluster.capacity.model_shape import QWEN2_5_7B, SMOLLM2_135M
+from cluster.config.deployment import parse_config
+from cluster.hardware.nvml import PynvmlReader
+from cluster.hardware.nvml_fake import GIB, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 
 MODEL = "smollm2-135m-instruct"
 

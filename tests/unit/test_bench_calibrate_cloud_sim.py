@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from bench.cloud_sim.process import running_cloud_sim
-from cluster.model_shape import SMOLLM2_135M
+from cluster.capacity.model_shape import SMOLLM2_135M
 from cluster.models import MARKER
 
 REPO = Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ from bench.cli import main
 from bench.load.request_result import RequestResult
 from bench.load.stats import summarize
 from bench.load.workload import WorkloadError
-from cluster.compute_knee import compute_knee
-from cluster.compute_model import PerfParams, Workload
-from cluster.engine_sim import EngineLimits, Protocol, simulate
-from cluster.perf_config import PerfSection
+from cluster.capacity.compute_knee import compute_knee
+from cluster.capacity.compute_model import PerfParams, Workload
+from cluster.capacity.engine_sim import EngineLimits, Protocol, simulate
+from cluster.config.perf import PerfSection
 from tests.unit.test_bench_calibrate import MODEL, options, sim_transport
 
 TRUE = PerfParams(0.3, 0.075, 0.0085, 0.0021)

@@ -17,9 +17,9 @@ from bench.calibrate.sweep import LevelResult, StageResult, SweepPlan
 from bench.load.request_result import RequestResult
 from bench.load.stats import summarize
 from bench.load.workload import LengthDist, WorkloadSpec
-from cluster.capacity import plan_capacity
-from cluster.config import parse_config
-from cluster.model_shape import SMOLLM2_135M, ModelShape
+from cluster.capacity.memory import plan_capacity
+from cluster.capacity.model_shape import SMOLLM2_135M, ModelShape
+from cluster.config.deployment import parse_config
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLAN = SweepPlan(concurrency=(1, 2, 4, 8), requests_per_level=6, warmup=1, slo_p95_s=2.0)

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.request.auth import Authenticator, TenantPolicy
 from router.request.cache_salt import MAX_SALT_CHARS, salted, tenant_salt
 from serve_apps.clocks import Clocks

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.routing.capabilities import (
     ProviderModel,
     ProviderModelEntry,
@@ -175,7 +175,7 @@ def test_registry_rejects_duplicate_ids() -> None:
 
 
 class _ProviderSection(BaseModel):
-    """How cluster.config.CloudProvider is meant to embed entries."""
+    """How cluster.config.cloud.CloudProvider is meant to embed entries."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     models: dict[str, ProviderModelEntry] = {}

@@ -1,4 +1,4 @@
-"""cluster.capacity and cluster.model_shape: the KV-memory capacity model, checked by hand."""
+"""cluster.capacity.memory and cluster.capacity.model_shape: the KV-memory capacity model, checked by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.capacity import (
+from cluster.capacity.memory import (
     admission_limit,
     kv_budget_from_memory,
     kv_budget_tokens_from_blocks,
@@ -16,8 +16,7 @@ from cluster.capacity import (
     parse_bytes,
     plan_capacity,
 )
-from cluster.capacity_plan import home_relative
-from cluster.model_shape import (
+from cluster.capacity.model_shape import (
     LLAMA_3_1_8B,
     QWEN2_5_7B,
     SMOLLM2_135M,
@@ -27,6 +26,7 @@ from cluster.model_shape import (
     kv_bytes_per_token,
     load_model_shape,
 )
+from cluster.capacity.plan import home_relative
 from router.errors import ConfigError
 
 GIB = 1024**3

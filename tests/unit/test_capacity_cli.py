@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from cluster.cpu_caps import CpuCaps
-from cluster.model_shape import QWEN2_5_7B, SMOLLM2_135M
+from cluster.capacity.model_shape import QWEN2_5_7B, SMOLLM2_135M
+from cluster.hardware.cpu_caps import CpuCaps
+from cluster.hardware.nvml import GpuReader, PynvmlReader
+from cluster.hardware.nvml_fake import GIB, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
 from cluster.models import MARKER, model_dir
-from cluster.nvml import GpuReader, PynvmlReader
-from cluster.nvml_fake import GIB, NVML_ERROR_LIBRARY_NOT_FOUND, FakeGpu, FakeNvml
-from cluster.precision_local import engine_version, precision_memory
+from cluster.precision.local import engine_version, precision_memory
 from router.errors import ConfigError
 from spillover.capacity import add_capacity_parser, cmd_capacity
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from cluster.config import parse_config
-from cluster.session_config import CompressSection
+from cluster.config.deployment import parse_config
+from cluster.config.session import CompressSection
 from router.errors import NoCapableModel
 from router.request.contract import RequestContract, derive_contract
 from router.routing.capabilities import local_target

@@ -63,7 +63,7 @@ def test_prepare_unknown_model_is_an_argument_error(capsys: pytest.CaptureFixtur
 
 
 def test_with_cloud_sim_enables_only_that_provider() -> None:
-    from cluster.config import load_config
+    from cluster.config.deployment import load_config
     from spillover.main import with_cloud_sim
 
     config, port, names = with_cloud_sim(load_config(REPO / "configs/local.yaml"))
@@ -77,7 +77,7 @@ def test_serve_cloud_sim_without_provider_exits_2(capsys: pytest.CaptureFixture[
 
 
 def test_with_cloud_sim_drops_an_unset_key_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cluster.config import load_config
+    from cluster.config.deployment import load_config
     from spillover.main import with_cloud_sim
 
     monkeypatch.delenv("SPILLOVER_CLOUD_SIM_KEY", raising=False)

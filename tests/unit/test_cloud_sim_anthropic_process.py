@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from bench.cloud_sim.process import running_cloud_sim
-from cluster.cloud_config import CloudProvider
+from cluster.config.cloud import CloudProvider
 from router.errors import ProviderOverloaded, UpstreamError
 from serve_apps.providers import provider_for
 

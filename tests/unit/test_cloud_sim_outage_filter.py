@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from bench.cloud_sim.replies import CONTENT_FILTERED
-from cluster.cloud_config import CloudProvider
+from cluster.config.cloud import CloudProvider
 from router.errors import ProviderRejected, UpstreamError
 from router.resilience.failure import FailureClass, classify
 from serve_apps.providers import OpenAICompatProvider

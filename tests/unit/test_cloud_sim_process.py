@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster.cloud_config import CloudProvider
+from cluster.config.cloud import CloudProvider
 from router.errors import TargetUnavailable, UpstreamError
 from serve_apps.providers import OpenAICompatProvider
 from tests.unit.cloud_sim_client import chat

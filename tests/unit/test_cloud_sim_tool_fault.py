@@ -14,7 +14,7 @@ import pytest
 
 from bench.cloud_sim import SimSettings, build_app
 from bench.cloud_sim.replies import wrong_value
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.learning.decision import DecisionStore
 from router.output.output_contract import check_output
 from router.request.contract import derive_contract

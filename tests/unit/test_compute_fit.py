@@ -1,4 +1,4 @@
-"""The fit of the compute model (cluster/compute_fit.py, cluster/compute_refine.py) on synthetic
+"""The fit of the compute model (cluster/capacity/compute_fit.py, cluster/capacity/compute_refine.py) on synthetic
 measurements made by the engine simulation with known parameters: recovered within tolerance, and
 the knee it predicts for a workload it was not fitted on."""
 
@@ -8,11 +8,11 @@ import random
 
 import pytest
 
-from cluster.compute_fit import FitError, FitPoint, fit
-from cluster.compute_knee import compute_knee
-from cluster.compute_model import PerfParams, Workload
-from cluster.compute_refine import nelder_mead
-from cluster.engine_sim import EngineLimits, p95, simulate
+from cluster.capacity.compute_fit import FitError, FitPoint, fit
+from cluster.capacity.compute_knee import compute_knee
+from cluster.capacity.compute_model import PerfParams, Workload
+from cluster.capacity.compute_refine import nelder_mead
+from cluster.capacity.engine_sim import EngineLimits, p95, simulate
 
 TRUE = PerfParams(0.05, 0.048, 0.002, 0.0004)
 SHAPES = ((600, 8), (50, 32), (310, 64))

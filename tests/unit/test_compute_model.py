@@ -1,16 +1,16 @@
-"""The compute model's closed forms (cluster/compute_model.py), min(memory, compute)
-(cluster/capacity_bound.py) and the perf section: hand-checked numbers. The simulation, the knee and
+"""The compute model's closed forms (cluster/capacity/compute_model.py), min(memory, compute)
+(cluster/capacity/bound.py) and the perf section: hand-checked numbers. The simulation, the knee and
 the fit: tests/unit/test_engine_sim.py and test_compute_fit.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from cluster.capacity_bound import calibration_line, plan_admission
-from cluster.compute_knee import compute_knee
-from cluster.compute_model import PerfParams, Workload, bounded_limit, latency, step_time
-from cluster.engine_sim import EngineLimits
-from cluster.perf_config import PerfSection
+from cluster.capacity.bound import calibration_line, plan_admission
+from cluster.capacity.compute_knee import compute_knee
+from cluster.capacity.compute_model import PerfParams, Workload, bounded_limit, latency, step_time
+from cluster.capacity.engine_sim import EngineLimits
+from cluster.config.perf import PerfSection
 
 TRUE = PerfParams(
     request_overhead_s=0.3, step_s=0.075, per_sequence_s=0.0085, per_prefill_token_s=0.0021, tail_e2e=1.05

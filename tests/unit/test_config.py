@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import dump_config, load_config, parse_config
+from cluster.config.deployment import dump_config, load_config, parse_config
 from router.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.errors import ContractViolation, InvalidRequest, NoCapableModel
 from router.limits.budget import attempt_estimate_usd, bounded_body, ceiling_refusal, output_limit, spent_usd
 from router.request.contract import MAX_N, derive_contract

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.errors import (
     LocalCapacityExhausted,
     TargetUnavailable,

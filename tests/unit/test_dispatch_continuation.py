@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.errors import RequestError
 from router.request.contract import derive_contract
 from router.routing.snapshot import ClusterSnapshot

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import ContractViolation, NoCapableModel, NoTargetFitsContext
 from tests.fakes import FakeEngine, FakeProvider
 from tests.unit.test_dispatch import CHAT, SIM_M, World, dispatcher, make_config, run

@@ -15,7 +15,7 @@ from dataclasses import replace
 import httpx
 import pytest
 
-from cluster.config import dump_config, load_config, parse_config
+from cluster.config.deployment import dump_config, load_config, parse_config
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch.dispatcher import Dispatcher

@@ -1,6 +1,6 @@
 """Docs that live in the repository, and code that cites only the repository.
 
-* docs/configuration.md is what `cluster.config_docs.render()` makes of the config's pydantic models,
+* docs/configuration.md is what `cluster.config.docs.render()` makes of the config's pydantic models,
   and every config key has a description;
 * the code, configs, scripts and docs cite no document that is not in the repository (a design
   document, planning notes, issue numbers): a reader must be able to follow every pointer.
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from cluster import config_docs
+import cluster.config.docs as config_docs
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("router", "cluster", "serve_apps", "bench", "spillover", "tests")
@@ -155,9 +155,9 @@ def test_the_path_check_tells_paths_from_other_code() -> None:
     text = "`router/errors.py` `configs/gpu.yaml` `tests/unit/x.py::test_y` `README.md` `local:<alias>` `gpu.yaml`"
     text += " `cloud:openai/*` `$SPILLOVER_CACHE/models` `/tmp/spillover-gpus.json` `x-spillover-route` `bench/`"
     assert repo_paths(text) == ["router/errors.py", "configs/gpu.yaml", "tests/unit/x.py", "README.md"]
-    assert LINK.findall("see [`models[]`](#models) and [the plan](cluster/capacity_plan.py)") == [
+    assert LINK.findall("see [`models[]`](#models) and [the plan](cluster/capacity/plan.py)") == [
         "#models",
-        "cluster/capacity_plan.py",
+        "cluster/capacity/plan.py",
     ]
     assert anchor("`resilience.retry`") == "resilienceretry"
     assert anchor("Resilience → Several gateway replicas") == "resilience--several-gateway-replicas"

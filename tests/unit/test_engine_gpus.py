@@ -12,8 +12,8 @@ import subprocess
 import sys
 import threading
 
-from cluster.nvml import GpuInventory, PynvmlReader
-from cluster.nvml_fake import GIB, FakeGpu, FakeNvml, FakeProcess
+from cluster.hardware.nvml import GpuInventory, PynvmlReader
+from cluster.hardware.nvml_fake import GIB, FakeGpu, FakeNvml, FakeProcess
 from router.routing.snapshot import GpuMemory
 from serve_apps.engine.gpus import EngineFootprint, ReplicaGpus, own_processes, process_tree
 

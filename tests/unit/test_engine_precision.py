@@ -1,5 +1,5 @@
-"""The CPU a vLLM-CPU engine runs on, and the precision chosen for it (cluster/cpu_caps.py,
-cluster/precision.py, cluster/precision_memory.py).
+"""The CPU a vLLM-CPU engine runs on, and the precision chosen for it (cluster/hardware/cpu_caps.py,
+cluster/precision/choice.py, cluster/precision/memory.py).
 
 The /proc/cpuinfo texts are trimmed copies of the two CPUs machines of this kind come with: an Intel
 Xeon with AMX-BF16 and AVX512-BF16 and an AMD EPYC with AVX2 only."""
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.cpu_caps import CpuCaps, parse_cpuinfo, read_cpu_caps
-from cluster.precision import choose
-from cluster.precision_memory import PrecisionMemory
+from cluster.hardware.cpu_caps import CpuCaps, parse_cpuinfo, read_cpu_caps
+from cluster.precision.choice import choose
+from cluster.precision.memory import PrecisionMemory
 
 INTEL = """processor\t: 0
 vendor_id\t: GenuineIntel

@@ -1,8 +1,8 @@
 """`auto` bf16 that fails its start-up numerics check: the replica records the failure and restarts, and the
-next start on that CPU goes to float32 at once (serve_apps/engine/startup.py, cluster/precision_memory.py).
+next start on that CPU goes to float32 at once (serve_apps/engine/startup.py, cluster/precision/memory.py).
 
 On the real stack this path no longer runs on an AMX machine (SmolLM2's bf16 failure there is a shipped
-verdict: cluster/precision_known.py), so it is tested here. The fake engine client reproduces what the
+verdict: cluster/precision/known.py), so it is tested here. The fake engine client reproduces what the
 check reads from vLLM's AsyncLLM: `generate(prompt, params, request_id)` is an async iterator of
 cumulative outputs, the last holding every generated token id in `outputs[0].token_ids`."""
 
@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from cluster import precision_local
-from cluster.cpu_caps import CpuCaps
+import cluster.precision.local as precision_local
+from cluster.config.numerics import NumericsSettings
 from cluster.engine_settings import EngineSettings
-from cluster.numerics_config import NumericsSettings
-from cluster.numerics_reference import REFERENCE_FILE
+from cluster.hardware.cpu_caps import CpuCaps
+from cluster.precision.numerics_reference import REFERENCE_FILE
 from serve_apps.engine.startup import BIND_ENV, BF16Rejected, EngineSetup
 
 AMX = CpuCaps(

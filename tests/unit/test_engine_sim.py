@@ -1,14 +1,14 @@
-"""The engine simulation (cluster/engine_sim.py) and the knee searched on it (cluster/compute_knee.py):
-hand-checked steps of vLLM's scheduler (decodes first, FCFS prompts chunked to the token budget,
-max_num_seqs), the closed loop, and the knee against a brute-force scan."""
+"""The engine simulation (cluster/capacity/engine_sim.py) and the knee searched on it
+(cluster/capacity/compute_knee.py): hand-checked steps of vLLM's scheduler (decodes first, FCFS prompts
+chunked to the token budget, max_num_seqs), the closed loop, and the knee against a brute-force scan."""
 
 from __future__ import annotations
 
 import pytest
 
-from cluster.compute_knee import compute_knee, predicted_p95
-from cluster.compute_model import PerfParams, Workload, latency
-from cluster.engine_sim import EngineLimits, Protocol, default_limits, p95, simulate
+from cluster.capacity.compute_knee import compute_knee, predicted_p95
+from cluster.capacity.compute_model import PerfParams, Workload, latency
+from cluster.capacity.engine_sim import EngineLimits, Protocol, default_limits, p95, simulate
 
 P = PerfParams(request_overhead_s=0.5, step_s=0.1, per_sequence_s=0.01, per_prefill_token_s=0.001)
 BIG = EngineLimits(100_000, 1024)

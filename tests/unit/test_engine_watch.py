@@ -1,4 +1,4 @@
-"""A replica's view of its engine: thread binding (cluster/cpu_binding.py, serve_apps/engine/cpus.py),
+"""A replica's view of its engine: thread binding (cluster/hardware/cpu_binding.py, serve_apps/engine/cpus.py),
 stalls (serve_apps/engine/watchdog.py `StallWatch`) and the reaper that keeps engine processes from
 outliving their replica (serve_apps/engine/reaper.py, with real processes)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cluster.cpu_binding import bind_spec, choose_cores, physical_cores
+from cluster.hardware.cpu_binding import bind_spec, choose_cores, physical_cores
 from serve_apps.engine.cpus import claim_cores, release_cores
 from serve_apps.engine.watchdog import StallWatch
 

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.config import parse_config
-from cluster.tenants import authenticator_for
+from cluster.config.deployment import parse_config
+from cluster.config.tenants import authenticator_for
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch.dispatcher import Dispatcher

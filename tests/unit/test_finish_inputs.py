@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import ConfigError
 from router.request.contract import derive_contract
 from tests.unit.cloud_sim_client import chat, client_for, make_sim

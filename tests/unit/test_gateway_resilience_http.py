@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import TargetUnavailable
 from router.request.auth import Authenticator, TenantPolicy
 from router.request.idempotency import IdempotencyStore

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import load_config, parse_config
-from cluster.gpu_memory import attribute_device, replica_gpus
-from cluster.nvml import PynvmlReader
-from cluster.nvml_fake import GIB, NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml, FakeProcess
+from cluster.config.deployment import load_config, parse_config
+from cluster.hardware.gpu_memory import attribute_device, replica_gpus
+from cluster.hardware.nvml import PynvmlReader
+from cluster.hardware.nvml_fake import GIB, NVML_ERROR_GPU_IS_LOST, FakeGpu, FakeNvml, FakeProcess
 from router.errors import ConfigError
 from router.routing.saturation import Saturation, gpu_memory_pressure, replica_saturation
 from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats

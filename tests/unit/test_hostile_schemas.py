@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 import router.request.contract as contract_module
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import InvalidRequest
 from router.output.output_contract import MAX_JSON_CANDIDATES, check_output, extract_json, schema_errors
 from router.request.contract import RequestContract, derive_contract

@@ -19,7 +19,7 @@ from uvicorn.config import Config
 from bench.cloud_sim.cli import server_config
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import SimSettings
-from cluster.gateway_config import HttpLimits
+from cluster.config.gateway import HttpLimits
 from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import EdgeSettings
 from serve_apps.http.limits import (

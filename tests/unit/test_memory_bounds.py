@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.learning.decision import DecisionRecord, DecisionStore
 from router.request.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse
 from router.request.openai_request import Kind

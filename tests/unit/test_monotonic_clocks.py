@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import ConfigError, ProviderRateLimited, TargetUnavailable, TenantRateLimited
 from router.limits.rate_limit import TokenBucket
 from router.request.auth import Authenticator, TenantPolicy

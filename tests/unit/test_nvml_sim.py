@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.nvml import FAKE_NVML_ENV, PynvmlReader, reader_from_env
-from cluster.nvml_fake import GIB
-from cluster.nvml_sim import DRIVER_GIB, SimulatedNvml, announce_engine, write_default_file
+from cluster.hardware.nvml import FAKE_NVML_ENV, PynvmlReader, reader_from_env
+from cluster.hardware.nvml_fake import GIB
+from cluster.hardware.nvml_sim import DRIVER_GIB, SimulatedNvml, announce_engine, write_default_file
 
 DRIVER = int(DRIVER_GIB * GIB)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.gpu_memory import replica_gpus
-from cluster.nvml import PynvmlReader
-from cluster.nvml_sim import SimulatedNvml
+from cluster.hardware.gpu_memory import replica_gpus
+from cluster.hardware.nvml import PynvmlReader
+from cluster.hardware.nvml_sim import SimulatedNvml
 from router.routing.saturation import gpu_memory_pressure
 
 FACTS = json.loads((Path(__file__).resolve().parents[1] / "gpu" / "h200-nvml-facts.json").read_text())

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.learning.decision import DecisionRecord, DecisionStore
 from serve_apps.dispatch.interfaces import LocalDispatch
 from serve_apps.gateway_parts import GatewayParts

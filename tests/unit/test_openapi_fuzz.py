@@ -21,8 +21,8 @@ from schemathesis.checks import not_a_server_error
 
 from bench.cloud_sim import SimSettings
 from bench.cloud_sim import build_app as build_cloud_sim
-from cluster.config import dump_config, load_config, parse_config
-from cluster.tenants import authenticator_for
+from cluster.config.deployment import dump_config, load_config, parse_config
+from cluster.config.tenants import authenticator_for
 from router.request.idempotency import IdempotencyStore
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.request.contract import RequestContract, derive_contract
 from router.routing.capabilities import ProviderModel, Registry, Target, cloud_target, local_target
 from router.routing.filters import CheckFilter

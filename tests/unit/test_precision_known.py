@@ -1,4 +1,4 @@
-"""The bf16 verdicts the project ships (cluster/precision_known.py): `auto` takes float32 at once where the
+"""The bf16 verdicts the project ships (cluster/precision/known.py): `auto` takes float32 at once where the
 model's numerics check was measured to fail in bf16 on the CPU class and engine version, and only there."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from cluster import precision_local
-from cluster.cpu_caps import CpuCaps
-from cluster.numerics_config import NumericsSettings
-from cluster.precision_known import KnownBf16Failure, known_bf16_failure, reference_digest
+import cluster.precision.local as precision_local
+from cluster.config.numerics import NumericsSettings
+from cluster.hardware.cpu_caps import CpuCaps
+from cluster.precision.known import KnownBf16Failure, known_bf16_failure, reference_digest
 
 AMX = CpuCaps(
     "GenuineIntel", "Intel(R) Xeon(R) Processor", frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})
@@ -87,7 +87,7 @@ def test_local_choice_takes_float32_at_once_for_a_known_failure(
 
 
 def test_the_shipped_digests_are_well_formed() -> None:
-    from cluster.precision_known import KNOWN_BF16_FAILURES
+    from cluster.precision.known import KNOWN_BF16_FAILURES
 
     for entry in KNOWN_BF16_FAILURES:
         assert len(entry.reference_digest) == 16 and int(entry.reference_digest, 16) >= 0

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import ConfigError, ProviderRateLimited, ProviderRejected, TargetUnavailable, UpstreamError
 from router.resilience.health import Health, HealthBoard, HealthSettings
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats

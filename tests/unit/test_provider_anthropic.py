@@ -17,7 +17,7 @@ import pytest
 
 from bench.cloud_sim import SimSettings, build_app
 from bench.cloud_sim.server import CloudSim
-from cluster.cloud_config import CloudProvider
+from cluster.config.cloud import CloudProvider
 from router.errors import ProviderOverloaded, ProviderRateLimited, ProviderRejected, RequestError, UpstreamError
 from serve_apps.providers import AnthropicProvider, ProviderReply, provider_for
 from serve_apps.providers.anthropic import ANTHROPIC_VERSION

@@ -16,7 +16,7 @@ import pytest
 
 from bench.cloud_sim import SimSettings, build_app
 from bench.cloud_sim.server import CloudSim
-from cluster.cloud_config import CloudProvider
+from cluster.config.cloud import CloudProvider
 from router.errors import (
     ModelNotFound,
     ProviderRateLimited,

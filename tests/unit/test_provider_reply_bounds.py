@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.config import dump_config, load_config, parse_config
+from cluster.config.deployment import dump_config, load_config, parse_config
 from router.errors import InvalidRequest
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks

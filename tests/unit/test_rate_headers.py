@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.config import dump_config, load_config, parse_config
+from cluster.config.deployment import dump_config, load_config, parse_config
 from router.limits.quota import ProviderQuota, Refusal, Reservation
 from router.limits.rate_headers import RateLimitReading, Remaining, parse_count, parse_reset, read_rate_limits
 from router.routing.capabilities import cloud_target

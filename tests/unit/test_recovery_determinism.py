@@ -23,7 +23,7 @@ import pytest
 
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import SimSettings
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.request.contract import derive_contract
 from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot

@@ -13,7 +13,7 @@ from pathlib import Path
 from ray.serve._private.deploy_utils import get_app_code_version
 from ray.serve.schema import ServeApplicationSchema, ServeDeploySchema
 
-from cluster.config import load_config, parse_config
+from cluster.config.deployment import load_config, parse_config
 from cluster.render import GATEWAY_DEPLOYMENT, application, code_fingerprint, serve_config
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.routing.snapshot import GpuMemory, ReplicaStats
 from router.routing.watermarks import Watermarks
 from serve_apps.engine.llm import llm_config_for, watermarks_of

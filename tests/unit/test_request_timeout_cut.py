@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster.config import dump_config, load_config, parse_config
+from cluster.config.deployment import dump_config, load_config, parse_config
 from router.routing.capabilities import Registry
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import ConfigError
 from router.routing.capabilities import Registry
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.errors import NoCapableModel, TargetUnavailable
 from router.request.contract import derive_contract
 from serve_apps.clocks import Clocks

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.config import dump_config, load_config, parse_config
+from cluster.config.deployment import dump_config, load_config, parse_config
 from router.errors import ConfigError
 from spillover.main import main
 

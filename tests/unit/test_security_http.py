@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import GatewaySection
+from cluster.config.deployment import GatewaySection
 from tests.unit.security_gateway import APPS, BOUND_S, CHAT, OPS, build
 
 # --- item 1: operator endpoints need an admin tenant when auth is on ---------------------------------

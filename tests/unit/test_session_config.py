@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.errors import ConfigError
 
 MODEL = {"alias": "m", "source": "prepared:x", "family": "llama"}

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.errors import LocalCapacityExhausted, NoTargetFitsContext, TargetUnavailable, UpstreamError
 from router.request.contract import derive_contract
 from router.sessions.anchor import ANCHOR_INTRO

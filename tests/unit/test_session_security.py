@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from cluster.config import SpilloverConfig
+from cluster.config.deployment import SpilloverConfig
 from router.sessions.anchor import ANCHOR_INTRO
 from router.sessions.compress import SUMMARY_INTRO
 from serve_apps.sessions.history import HistoryClient, HistoryStore, local_history

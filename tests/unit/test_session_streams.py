@@ -9,7 +9,7 @@ import asyncio
 import json
 from typing import Any
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.learning.decision import Attempt
 from router.output.tool_calls import StreamedMessage
 from router.request.contract import derive_contract

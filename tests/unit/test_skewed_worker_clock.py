@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from cluster.config import load_config
+from cluster.config.deployment import load_config
 from router.routing.snapshot import ReplicaStats
 from router.routing.watermarks import Watermarks
 from serve_apps.clocks import Clocks

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from starlette.responses import StreamingResponse
 
-from cluster.config import dump_config, load_config, parse_config
-from cluster.tenants import authenticator_for
+from cluster.config.deployment import dump_config, load_config, parse_config
+from cluster.config.tenants import authenticator_for
 from router.errors import ConfigError, TenantBudgetExceeded, TenantConcurrencyExceeded
 from router.request.auth import TenantPolicy
 from router.request.openai_request import Kind

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.request.auth import TenantPolicy
 from router.traffic.tickets import TicketStore
 from tests.fakes import FakeClock

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from bench.request_typing.labelled_set import EXAMPLES, HELD_OUT, POLICY
-from cluster.config import parse_config
+from cluster.config.deployment import parse_config
 from router.request.contract import derive_contract
 from router.request.embedding import HashingEmbedder, cosine
 from router.request.language import script_of

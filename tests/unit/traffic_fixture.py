@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from cluster.config import SpilloverConfig, parse_config
+from cluster.config.deployment import SpilloverConfig, parse_config
 from router.request.auth import Authenticator, TenantPolicy
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.clocks import Clocks

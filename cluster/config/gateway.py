@@ -1,0 +1,172 @@
+"""The `gateway:` and `tenants:` sections of the deployment config: where the gateway listens, how many
+replicas it runs, and who may call it (nothing listens beyond loopback without auth)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from cluster.config.base import StrictModel, is_loopback
+
+
+class GatewayAutoscaling(StrictModel):
+    """Serve autoscaling of the gateway deployment (replaces `gateway.replicas` when set)."""
+
+    min_replicas: int = Field(1, ge=1, description="fewest gateway replicas")
+    max_replicas: int = Field(4, ge=1, description="most gateway replicas (at least min_replicas)")
+    target_ongoing_requests: float = Field(64, gt=0, description="per gateway replica")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> GatewayAutoscaling:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError("max_replicas must be >= min_replicas")
+        return self
+
+
+class CheckSection(StrictModel):
+    workers: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="threads per gateway replica that check client JSON Schemas (deriving the contract of a "
+        "request with tools or a response_format, validating answers); as many again derive the other requests' "
+        "contracts, so those never queue behind schema work",
+    )
+    per_tenant: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="checks of one tenant running at once in each pool (with gateway.auth; without it the whole "
+        "pool): the tenant's others wait in its own queue, and a freed thread goes round-robin to the waiting tenants",
+    )
+
+
+class HttpLimits(StrictModel):
+    """What the HTTP server in front of the gateway accepts before any route runs (Ray Serve's proxy, the
+    cloud simulator): serve_apps/http/limits.py enforces it where the bytes arrive, docs/security.md says
+    where each bound holds."""
+
+    max_header_bytes: int = Field(
+        64 * 1024, ge=1024, le=16 * 1024 * 1024, description="a request's line and headers together; more: 431"
+    )
+    max_headers: int = Field(100, ge=8, le=10_000, description="header fields in one request; more: 431")
+    header_timeout_s: float = Field(
+        10,
+        gt=0,
+        le=600,
+        description="a request's line and headers must arrive within this, counted from the connection's opening "
+        "(or a kept-alive connection's next byte); later: 408 and the connection closed",
+    )
+    body_timeout_s: float = Field(
+        60,
+        gt=0,
+        le=3600,
+        description="a request's whole body must arrive within this after its headers; later: 408 (or the "
+        "connection closed, once an answer has begun)",
+    )
+    idle_timeout_s: int = Field(
+        30,
+        ge=1,
+        le=3600,
+        description="a kept-alive connection with no request on it is closed after this many seconds (behind a "
+        "load balancer, set it above the balancer's own idle timeout)",
+    )
+
+
+class GatewaySection(StrictModel):
+    host: str = Field(
+        "127.0.0.1",
+        description="Serve HTTP listener address; a host that is not a loopback address needs gateway.auth: true "
+        "(the config is refused otherwise)",
+    )
+    port: int = Field(8000, ge=1, le=65535, description="Serve HTTP listener port")
+    replicas: int = Field(1, ge=1, description="gateway replicas behind Serve's proxy (without autoscaling)")
+    num_cpus: float = Field(0.1, gt=0, description="Ray logical CPUs per gateway replica")
+    request_timeout_s: float = Field(
+        300,
+        gt=0,
+        description="longest wait for an answer (or a stream's first byte), the contract's schema checks, waiting "
+        "room and attempts included; then 504 request_timeout",
+    )
+    readiness_timeout_s: float = Field(
+        600, gt=0, description="how long `spillover serve` and `spillover deploy` wait for /readyz"
+    )
+    decisions_kept: int = Field(1000, ge=1, description="decision records kept in memory per gateway replica")
+    decisions_log: str | None = Field(None, description="also append every decision record to this JSONL file")
+    decisions_max_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="decision records kept in memory, at most this many bytes of JSON"
+    )
+    auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
+    autoscaling: GatewayAutoscaling | None = Field(
+        None, description="Serve autoscaling of the gateway instead of a fixed gateway.replicas; null: fixed"
+    )
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="largest request body; larger: 413")
+    checks: CheckSection = Field(
+        CheckSection(), description="threads for the CPU-bound request checks, shared fairly by tenants"
+    )
+    http_limits: HttpLimits = Field(
+        HttpLimits(), description="header size and count, and slow or idle clients, bounded where HTTP is served"
+    )
+
+    @model_validator(mode="after")
+    def _no_open_listener_without_auth(self) -> GatewaySection:
+        if not self.auth and not is_loopback(self.host):
+            raise ValueError(
+                f"gateway.host {self.host!r} is not a loopback address and gateway.auth is off: anyone who "
+                "reaches the port could use the models and the operator endpoints. Fix: set gateway.auth: true "
+                "with tenants (keys from tenants[].api_key_env), or gateway.host: 127.0.0.1"
+            )
+        return self
+
+
+class Tenant(StrictModel):
+    """A client of the gateway: its key (from the environment) and what its data may do."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="decision records and idempotency keys are scoped by it",
+    )
+    api_key_env: str = Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="environment variable holding its key on the gateway's node (never in the file)",
+    )
+    residency: Literal["any", "local_only"] | list[str] = Field(
+        "any",
+        description="any, local_only or the regions its data may be processed in; narrows every request like "
+        "x-spillover-residency",
+    )
+    allowed_providers: list[str] | None = Field(
+        None, description="cloud providers its requests may use (like x-spillover-providers); null: any"
+    )
+    requests_per_minute: float | None = Field(
+        None,
+        ge=1,
+        description="per gateway replica, at least 1; over it: 429 tenant_rate_limited with Retry-After; "
+        "null: unlimited",
+    )
+    admin: bool = Field(
+        False,
+        description="may call the operator routes: /v1/spillover/resilience (and its reset), /v1/spillover/cluster",
+    )
+    max_concurrent: int | None = Field(
+        None,
+        ge=1,
+        strict=True,
+        description="generation requests of this tenant in flight at once per gateway replica (a stream counts "
+        "until it ends); over it: 429 tenant_concurrency_exceeded with Retry-After; null: unlimited",
+    )
+    monthly_budget_usd: float | None = Field(
+        None,
+        gt=0,
+        strict=True,
+        allow_inf_nan=False,
+        description="cloud spend of this tenant per UTC calendar month (from the spend ledger); once reached: "
+        "402 tenant_budget_exceeded until the month ends; null: unlimited",
+    )
+    global_feedback: bool = Field(
+        False,
+        description="its POST /v1/spillover/feedback verdicts and labels move every tenant's routing and typing "
+        "(each tenant's weighted down to learning.quality.max_feedback_per_tenant), as an admin tenant's do; "
+        "false: they move only its own requests",
+    )
