@@ -11,3 +11,6 @@ admission limit min(memory, compute) (docs/capacity.md).
     compute_refine.py  the second stage of the fit, on simulated runs
     bound.py           the admission limit: min(memory bound, compute bound), the binding one named
 """
+
+# The modules of this wing the rest of cluster/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("compute_model", "engine_sim")

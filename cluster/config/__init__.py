@@ -17,3 +17,6 @@ the generated reference docs/configuration.md.
     learning.py    `learning`: quality, feedback, request typing
     docs.py        docs/configuration.md from the models (`python -m cluster.config.docs`)
 """
+
+# The modules of this wing the rest of cluster/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("deployment", "model_spec", "numerics", "perf")

@@ -8,3 +8,6 @@ fake, simulated) and whose their memory is.
     nvml_sim.py     simulated GPUs from a JSON file (`SPILLOVER_FAKE_NVML`)
     gpu_memory.py   a replica's GPU memory split into its engine's and everyone else's
 """
+
+# The modules of this wing the rest of cluster/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("cpu_caps",)

@@ -10,3 +10,6 @@
 A model replica applies the choice before its engine starts and checks its engine against the
 reference; `spillover capacity` uses the choice for the KV arithmetic.
 """
+
+# The modules of this wing the rest of cluster/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("local", "numerics_reference")

@@ -11,3 +11,6 @@ admission limit with the live workload mix it reads.
     admission.py     the admission limit, in-flight counts and the waiting room
     workload_mix.py  the live workload mix the admission limit reads
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("dispatcher", "interfaces", "parts")

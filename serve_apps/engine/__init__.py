@@ -15,3 +15,6 @@ takes a request, and how the gateway reaches the replicas.
     replies.py          the engine's replies and errors as spillover values
     ray_ingress.py      Ray's own OpenAI ingress over the replicas, the baseline of `bench overhead`
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("llm", "llm_server", "local_backend")

@@ -10,3 +10,6 @@ what the edge refuses or cleans, and the limits where the bytes arrive.
     model_card.py  a served model as `GET /v1/models` lists it
     idempotent.py  `Idempotency-Key` at the HTTP edge
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("edge", "guards", "idempotent", "limits", "model_card", "surface")

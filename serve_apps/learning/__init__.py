@@ -6,3 +6,6 @@ typing), its routes, decision records over HTTP and the decision log's file.
     decision_routes.py  decision records over HTTP, and whose they are
     decision_log.py     the decision log's file sink (`gateway.decisions_log`)
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("decision_log", "decision_routes", "routes", "state")

@@ -25,3 +25,6 @@ def provider_for(config: CloudProvider, **options: Any) -> OpenAICompatProvider:
 
 
 __all__ = ["AnthropicProvider", "OpenAICompatProvider", "ProviderEventStream", "ProviderReply", "provider_for"]
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("__init__",)

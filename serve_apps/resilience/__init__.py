@@ -9,3 +9,6 @@ breakers shared between replicas and the operator's view and reset.
     breaker_exchange.py  BreakerExchange: open breakers shared by the gateway replicas (a named Ray actor)
     routes.py            the operator routes of the resilience state (view, reset)
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("breaker_exchange", "golden_gate", "prober", "routes", "state")

@@ -7,3 +7,6 @@ every gateway replica, the stored history and the summaries of older turns.
     summaries.py  summaries of a session's older turns by the local summariser model
     actor.py      the pin table and history as named, detached Ray actors on the head node
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("actor", "history", "pins", "turns")

@@ -9,3 +9,6 @@ applied to a complete answer.
     output_check.py  the output contract applied to a complete chat answer (off the loop)
     output_loops.py  the live-answer loop check
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("account", "continuation", "contract", "output_check", "output_loops", "record")

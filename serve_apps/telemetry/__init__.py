@@ -7,3 +7,6 @@ board, the gateway's metrics and its structured logs.
     metrics.py       the gateway's metrics at `GET /metrics`
     logs.py          structured logs: one JSON object per line
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("board", "board_poller", "logs", "metrics", "stats_pusher")

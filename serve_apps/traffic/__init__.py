@@ -12,3 +12,6 @@ and deferred requests' tickets.
     dry_run.py         the standby's dry-run before a switch
     deferral.py        degradation tiers: non-core requests deferred (tickets) or shed
 """
+
+# The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
+DOORS: tuple[str, ...] = ("board", "controls", "routes", "wiring")
