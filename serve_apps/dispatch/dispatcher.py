@@ -59,7 +59,8 @@ from router.output.output_contract import CONTRACT_HEADER
 from router.request.cache_salt import salted
 from router.request.contract import RequestContract
 from router.request.openai_request import Kind
-from router.resilience.retry import AttemptBudget, after_failure, before_attempt
+from router.resilience.next_step import Cursor, after_failed, moved, next_step
+from router.resilience.retry import AfterFailure, AttemptBudget, after_failure
 from router.routing.burst import Route
 from router.routing.capabilities import Registry, Target
 from router.routing.plan import Plan, PlanInputs, plan_request
@@ -252,54 +253,53 @@ class Dispatcher:
         self._observer.recorded(finished)
 
     async def _attempts(self, walk: Walk) -> Dispatched:
-        """Walk the candidates; every attempt is appended to `walk.trail`. What comes next is decided by
-        router/resilience/retry.py (`before_attempt`; `after_failure`, fed by `router.resilience.failure`'s table:
-        retry the same target after a backoff, fail over to the next one, or give up); this loop carries it out."""
+        """Walk the candidates; every attempt is appended to `walk.trail`. Where the walk goes next is decided
+        by router/resilience/next_step.py on router/resilience/retry.py's rules (`after_failure`, fed by
+        `router.resilience.failure`'s table: retry the same target after a backoff, fail over to the next one,
+        or give up); this loop carries it out."""
         res = self._resilience
-        granted = res.budget.try_withdraw  # the gateway-wide retry budget (router/resilience/retry.py)
         candidates = self._arranged(walk)
+        domains = [res.domain(target) for target, _ in candidates]
         budget = AttemptBudget(max_attempts=res.max_attempts, deadline=walk.deadline)
-        index = same = 0
-        delay, failed_domain = 0.0, ""
-        while index < len(candidates):
-            target, planned_reason = candidates[index]
-            has_next = index + 1 < len(candidates)
-            made = walk.made()
-            into_failed = made > 0 and not same and res.domain(target) == failed_domain
-            step = before_attempt(
-                made, budget, self._clock(), delay, into_failed_domain=into_failed, retry_granted=granted
-            )
-            if step == "stop":
-                walk.refusals.append(f"attempt budget spent ({made} of {budget.max_attempts}, or the deadline)")
-                break
-            if step == "skip":
-                walk.trail.append(Attempt(target.id, "skipped", 0.0, error="gateway retry budget exhausted"))
-                index += 1
+        cursor = Cursor()
+        while True:
+            step = next_step(cursor, domains, walk.made(), budget, self._clock(), res.budget.try_withdraw)
+            if step.action in ("exhausted", "stop"):
+                walk.refusals += [step.why] if step.why else []
+                raise walk.final_error()
+            if step.action == "skip":
+                walk.trail.append(Attempt(candidates[cursor.index][0].id, "skipped", 0.0, error=step.why))
+                cursor = step.cursor
                 continue
-            if delay > 0:  # before the gate: a Retry-After waited out has cooled the target's domain till now
-                await self._sleep(delay)
-            gate = self._gate(walk, target, has_next)
-            if gate.refused is not None:
-                walk.skipped(target, gate.refused)
-                index, same, delay = index + 1, 0, 0.0
-                continue
-            walk.reason = planned_reason or walk.reason
-            began = self._clock()
-            try:
-                called = await self._call(walk, target, gate, began, has_next)
-            except RequestError as exc:
-                failed_domain = res.domain(target)
-                step_after, wait_s = self._after_failure(walk, target, gate, exc, began, same)
-                if step_after == "retry_same":
-                    delay, same = wait_s, same + 1
-                    continue
-                if step_after == "give_up":
-                    raise
+            outcome = await self._attempt(walk, cursor, candidates)
+            if isinstance(outcome, Dispatched):
+                return outcome
+            cursor = outcome
+
+    async def _attempt(self, walk: Walk, cursor: Cursor, candidates: list[tuple[Target, str]]) -> Dispatched | Cursor:
+        """The candidate at `cursor`: its delay, its doors, the call; the answer, or where the walk goes next
+        (a failure the retry table gives up on is raised)."""
+        target, planned_reason = candidates[cursor.index]
+        has_next = cursor.index + 1 < len(candidates)
+        if cursor.delay_s > 0:  # before the gate: a Retry-After waited out has cooled the target's domain till now
+            await self._sleep(cursor.delay_s)
+        gate = self._gate(walk, target, has_next)
+        if gate.refused is not None:
+            walk.skipped(target, gate.refused)
+            return moved(cursor)
+        walk.reason = planned_reason or walk.reason
+        began = self._clock()
+        try:
+            called = await self._call(walk, target, gate, began, has_next)
+        except RequestError as exc:
+            step, wait_s = self._after_failure(walk, target, gate, exc, began, cursor.same)
+            after = after_failed(cursor, step, wait_s, self._resilience.domain(target))
+            if after is None:
+                raise
+            if step == "fail_over":
                 walk.failed_over(target, exc)
-                index, same, delay = index + 1, 0, 0.0
-                continue
-            return self._answered(walk, target, gate, called, [t for t, _ in candidates[index + 1 :]])
-        raise walk.final_error()
+            return after
+        return self._answered(walk, target, gate, called, [t for t, _ in candidates[cursor.index + 1 :]])
 
     def _arranged(self, walk: Walk) -> list[tuple[Target, str]]:
         """The door `arrange the candidates`: the plan's order, then the traffic controls' (drains, pins,
@@ -345,7 +345,7 @@ class Dispatcher:
 
     def _after_failure(
         self, walk: Walk, target: Target, gate: Gate, exc: RequestError, began: float, same: int
-    ) -> tuple[str, float]:
+    ) -> tuple[AfterFailure, float]:
         """The door `observe an attempt's outcome`, for a failure: health, quota, spend, learned windows,
         the Retry-After rule; returns router/resilience/retry.py's next step and, to retry the same target, the
         delay."""
