@@ -27,6 +27,7 @@ from cluster.config.deployment import parse_config
 from tests.local_serve import free_port, serving
 
 START_TIMEOUT_S = 300
+TTFT_S = "0.3"  # the simulators' time to first token (see cloud_only)
 KEY_ENV = "SPILLOVER_TEST_ROUTES_ANTHROPIC_KEY"
 ANTHROPIC_KEY = "sk-ant-routes-sim-key-never-printed-51c9"
 CAPS = {
@@ -90,7 +91,7 @@ def cloud_only_config(ports: dict[str, int], ledger: Path) -> dict:
                     "api_key_env": KEY_ENV,
                     "timeout_s": 5,
                     "models": {
-                        "chat": {**CAPS, "name": "sim-claude", "price_in_per_mtok": 0.01, "price_out_per_mtok": 0.04}
+                        "chat": {**CAPS, "name": "sim-claude", "price_in_per_mtok": 0.15, "price_out_per_mtok": 0.6}
                     },
                 },
             ]
@@ -116,10 +117,15 @@ def cloud_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudOnly]:
     config.write_text(yaml.safe_dump(cloud_only_config(ports, folder / "spend")))
     env = {**os.environ, KEY_ENV: ANTHROPIC_KEY, "PYTHONUNBUFFERED": "1", "RAY_DEDUP_LOGS": "1"}
     os.environ[KEY_ENV] = ANTHROPIC_KEY  # the Anthropic simulator reads it too
-    anthropic_args = ["--api", "anthropic", "--ttft-s", "0.02", "--api-key-env", KEY_ENV]
+    # The two `chat` entries cost the same and answer after TTFT_S: the live health score
+    # (router/resilience/health_score.py) weighs latency against a target's own best p95 and cost against the
+    # cheapest, and these tests assert the route's order — a price gap plus the machine's own latency noise on a
+    # 20 ms answer shed a share of the first target's requests to the second on a slower CPU. Routing by the
+    # score is tested in tests/integration/test_traffic_weights.py.
+    anthropic_args = ["--api", "anthropic", "--ttft-s", TTFT_S, "--api-key-env", KEY_ENV]
     log_path = folder / "serve.log"
     with (
-        running_cloud_sim(ports["openai"], ["sim-chat"], extra_args=["--ttft-s", "0.02"]) as openai_url,
+        running_cloud_sim(ports["openai"], ["sim-chat"], extra_args=["--ttft-s", TTFT_S]) as openai_url,
         running_cloud_sim(ports["anthropic"], ["sim-claude"], extra_args=anthropic_args) as anthropic_url,
         running_cloud_sim(ports["spare"], ["sim-chat"], extra_args=["--ttft-s", "0.02"]) as spare_url,
         serving(["--config", str(config)], env, log_path, timeout_s=START_TIMEOUT_S) as serve,
