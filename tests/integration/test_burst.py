@@ -16,8 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_low_load_is_local(stack: Stack) -> None:
-    request_id = f"low-{uuid.uuid4().hex}"
-    response = chat(stack, SHORT, request_id=request_id)
+    response, request_id = chat_until_local(stack, SHORT, "low")
     assert response.status_code == 200
     assert response.headers["x-spillover-route"] == "local"
     assert response.headers["x-spillover-target"] == f"local:{QWEN}"

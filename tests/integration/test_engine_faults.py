@@ -33,7 +33,7 @@ from ray import serve
 
 from cluster.render import APP_NAME
 from tests.integration.conftest import Stack, wait_until_local_models_green
-from tests.integration.qwen_load import QWEN, SHORT, chat, qwen_replicas
+from tests.integration.qwen_load import QWEN, SHORT, chat, chat_until_local, qwen_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +140,8 @@ def test_frozen_engine_under_load_is_detected_failed_over_and_replaced(stack: St
     push = stack.config.telemetry.max_age_s  # a reading at least this often
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
     before = _one_replica(stack)
-    assert before["numerics"] == "passed" and chat(stack, SHORT).headers["x-spillover-route"] == "local"
+    assert before["numerics"] == "passed"
+    assert chat_until_local(stack, SHORT, "frozen")[0].headers["x-spillover-route"] == "local"
     events: list[str] = []
     started = threading.Event()
     stream = threading.Thread(target=_stream_until_end, args=(stack, events, started), daemon=True)

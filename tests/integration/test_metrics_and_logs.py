@@ -11,14 +11,14 @@ import httpx
 import pytest
 
 from tests.integration.conftest import REPO, Stack
-from tests.integration.qwen_load import SHORT, chat, saturated_qwen
+from tests.integration.qwen_load import SHORT, chat, chat_until_local, saturated_qwen
 
 pytestmark = pytest.mark.integration
 METRIC = re.compile(r"\b(spillover_[a-z_]+)\b")
 
 
 def test_every_dashboard_metric_has_data(stack: Stack) -> None:
-    assert chat(stack, SHORT).headers["x-spillover-route"] == "local"
+    assert chat_until_local(stack, SHORT, "metrics")[0].headers["x-spillover-route"] == "local"
     with saturated_qwen(stack):
         assert chat(stack, SHORT).headers["x-spillover-route"] == "cloud"  # tokens and cost by a cloud target
         local_only = {"x-spillover-residency": "local_only", "x-spillover-deadline-ms": "1500"}

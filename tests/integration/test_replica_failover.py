@@ -25,7 +25,7 @@ import pytest
 import ray
 
 from tests.integration.conftest import Stack
-from tests.integration.qwen_load import QWEN, SHORT, chat, cloud_requests, qwen_replicas
+from tests.integration.qwen_load import QWEN, SHORT, chat, chat_until_local, cloud_requests, qwen_replicas
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +105,7 @@ def restores_the_model(stack: Stack) -> Iterator[None]:
 @pytest.mark.usefixtures("restores_the_model")
 def test_killed_replica_under_load_loses_nothing_and_ramps_back(stack: Stack) -> None:
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
-    assert chat(stack, SHORT).headers["x-spillover-route"] == "local"
+    assert chat_until_local(stack, SHORT, "kill")[0].headers["x-spillover-route"] == "local"
     max_age = stack.config.telemetry.max_age_s
     private_ids: list[str] = []
     with Load(stack) as load:
