@@ -44,14 +44,20 @@ def chat(stack: Stack, messages: list[dict[str, str]], **extra: Any) -> httpx.Re
     return httpx.post(f"{stack.openai_base}/chat/completions", json=body, headers=headers, timeout=120)
 
 
+def numerics_check_window_s(stack: Stack) -> float:
+    """How long qwen2-tiny-random can read saturated from its own numerics check alone: one check interval
+    and a few telemetry pushes (a wait for a reading with room is bounded by this)."""
+    spec = stack.config.model(QWEN)
+    assert spec is not None and spec.numerics is not None
+    return spec.numerics.interval_s + 4 * stack.config.telemetry.max_age_s + 5
+
+
 def chat_until_local(stack: Stack, messages: list[dict[str, str]], prefix: str) -> tuple[httpx.Response, str]:
     """A chat expected to stay local once the load is gone, and its request id. The replica's own numerics
     check (every `models[].numerics.interval_s`, off the request path) holds a few KV blocks while it runs, and
     on qwen2-tiny-random's 0.001 watermark that alone reads saturated: a request arriving then bursts, as it
     should. So a burst naming the KV reading is sent again, for at most one check interval and a few pushes."""
-    spec = stack.config.model(QWEN)
-    assert spec is not None and spec.numerics is not None
-    deadline = time.monotonic() + spec.numerics.interval_s + 4 * stack.config.telemetry.max_age_s + 5
+    deadline = time.monotonic() + numerics_check_window_s(stack)
     while True:
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         response = chat(stack, messages, request_id=request_id)

@@ -45,7 +45,15 @@ from serve_apps.sessions.pins import PinClient
 from serve_apps.sessions.turns import Sessions
 from tests.fakes import FakeEngine, FakeProvider
 from tests.integration.conftest import Stack, wait_until_local_models_green
-from tests.integration.qwen_load import QWEN, SHORT, cloud_messages, cloud_requests, qwen_saturation, saturated_qwen
+from tests.integration.qwen_load import (
+    QWEN,
+    SHORT,
+    cloud_messages,
+    cloud_requests,
+    numerics_check_window_s,
+    qwen_saturation,
+    saturated_qwen,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -93,9 +101,7 @@ def _wait_for_room(stack: Stack) -> None:
     KV blocks while it runs, and on qwen2-tiny-random's 0.001 watermark that alone reads saturated: a turn
     sent then would rightly be switched on capacity. So each turn waits for a reading with room, for at most
     one check interval and a few telemetry pushes."""
-    spec = stack.config.model(QWEN)
-    assert spec is not None and spec.numerics is not None
-    deadline = time.monotonic() + spec.numerics.interval_s + 4 * stack.config.telemetry.max_age_s + 5
+    deadline = time.monotonic() + numerics_check_window_s(stack)
     while qwen_saturation(stack) >= 1.0:
         assert time.monotonic() < deadline, "the light load alone keeps the local model saturated"
         time.sleep(0.1)
