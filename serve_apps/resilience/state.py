@@ -110,9 +110,11 @@ class Resilience:
         """Stale stats divert traffic while they last; only sustained staleness reddens health.
 
         Every replica of the model stale (no fresh stats on the snapshot `now`, wall time like the
-        replicas' `read_at`): the local target is unavailable from this moment (`unavailable()`),
-        so traffic goes to the cloud (or a local_only request gets a 503), and comes back with the
-        first fresh reading. Health turns red only once the newest reading is older than
+        replicas' `read_at`): traffic goes to the cloud from this moment (stale counts as saturated),
+        and comes back with the first fresh reading. For one more `max_age_s` it is a late push: a
+        request that may not leave (local_only, or no provider) waits for the next reading in the
+        admission queue; past that the local target is unavailable (`unavailable()`, a local_only
+        request gets a 503). Health turns red only once the newest reading is older than
         `max_age_s + resilience.health.stale_red_s` (30 s by default, three liveness periods), or
         when the liveness probes fail `red_probe_failures` times in a row: one late stats push
         must not take the model off for a whole red cool-down and ramp.
@@ -132,7 +134,12 @@ class Resilience:
             return
         newest = min(r.age(now) for r in replicas)
         stale_for = newest - snapshot.max_age_s
-        self._stale_local[alias] = f"every replica of {alias} stale ({stale_for:.1f}s past max_age_s)"
+        if stale_for <= snapshot.max_age_s:
+            # a late push: the burst decision counts the replicas saturated (router/routing/burst.py), so
+            # traffic bursts, and a request that may not leave waits a moment for the next reading
+            self._stale_local.pop(alias, None)
+        else:
+            self._stale_local[alias] = f"every replica of {alias} stale ({stale_for:.1f}s past max_age_s)"
         watched_for = min(stale_for, now - first_look)
         machine = self.health.get(local_id(alias))
         if watched_for >= self._stale_red_s and machine.state not in (Health.RED, Health.BLACK):

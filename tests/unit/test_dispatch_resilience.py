@@ -8,7 +8,7 @@ cloud): `a` and `a2` share the failure domain `pool`, `b` is on its own. Time is
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -115,9 +115,9 @@ class Setup:
         return self.dispatcher.decisions.get(request_id)
 
 
-def setup(config: SpilloverConfig | None = None, spend: SpendLedger | None = None) -> Setup:
+def setup(config: SpilloverConfig | None = None, spend: SpendLedger | None = None, world: World | None = None) -> Setup:
     config = config or make_config()
-    world = World()
+    world = world or World()
     providers = {p.name: FakeProvider(p.name, usage=USAGE) for p in config.cloud.providers}
     res = Resilience(config, clock=world.clock, rng=random.Random(7), spend=spend)
     local = FakeEngine()
@@ -286,6 +286,26 @@ async def test_local_only_with_the_local_model_down_is_503_not_a_wait() -> None:
     with pytest.raises(TargetUnavailable):
         await s.send("r2", {"messages": [{"role": "user", "content": "hi"}]}, **{"x-spillover-residency": "local_only"})
     assert s.resilience.health.get("local:m").state is Health.RED
+
+
+class LatePush(World):
+    """The replica's reading is 1.5 s old (one push half a second past `max_age_s`) until the gateway
+    first waits; the next push has arrived by then."""
+
+    def snapshot(self) -> ClusterSnapshot:
+        read_at = self.now if self.sleeps else self.now - 1.5
+        return ClusterSnapshot(taken_at=self.now, replicas=(replace(self.replica, read_at=read_at),), max_age_s=1.0)
+
+
+async def test_local_only_after_one_late_push_waits_for_the_next_reading() -> None:
+    """Readiness said ready a moment earlier: a request that may not leave is not refused for one late
+    push (stale counts as saturated, so it waits in the admission queue) and is served locally."""
+    s = setup(world=LatePush())
+    done = await s.send(
+        "r1", {"messages": [{"role": "user", "content": "hi"}]}, **{"x-spillover-residency": "local_only"}
+    )
+    assert done.route == "local" and done.waited_s > 0 and s.world.sleeps
+    assert s.resilience.health.get("local:m").state is Health.GREEN
 
 
 async def test_every_cloud_attempt_is_charged_to_the_ledger_failed_ones_included(tmp_path: Any) -> None:
