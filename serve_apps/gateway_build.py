@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from router.learning.decision import DecisionStore
 from router.request.idempotency import IdempotencyStore
 from router.routing.capabilities import Registry
 from router.routing.snapshot import ClusterSnapshot
+from serve_apps.dispatch.admission_plans import AdmissionPlans, thread_submit
 from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.engine.local_backend import ServeHandleBackend
@@ -168,8 +169,12 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     # the decision log is written by its own thread: a slow disk never stalls the event loop
     sink = BackgroundWriter(JsonlFile(gateway.decisions_log), name="decision-log") if gateway.decisions_log else None
 
+    on_snapshot: list[Callable[[ClusterSnapshot, float], None]] = []  # the dispatcher's, once it is built
+
     def refreshed(snapshot: ClusterSnapshot, now: float) -> None:
         metrics.replicas(snapshot, now)
+        for hook in on_snapshot:
+            hook(snapshot, now)
         metrics.resilience(resilience.view())
         if sink is not None:
             metrics.decision_log(failed=sink.failures, dropped=sink.dropped)
@@ -218,8 +223,10 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         sessions=sessions(config, backend, env.replica),
         quality=learning.quality,
         checks=checks.schemas,
+        admission_plans=AdmissionPlans(thread_submit()),  # the engine simulations: never on the event loop
     )
     dispatcher = Dispatcher(config, backend, providers, poller.latest, parts=shared)
+    on_snapshot.append(dispatcher.admission.warm)  # each calibrated model's plan made before a request needs it
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))
 
     idem = config.resilience.idempotency

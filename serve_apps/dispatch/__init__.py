@@ -9,8 +9,9 @@ admission limit with the live workload mix it reads.
     streams.py       the stream a client reads once a target's first byte came
     record.py        the decision record of the plan that was executed
     admission.py     the admission limit, in-flight counts and the waiting room
+    admission_plans.py  the calibrated models' admission plans, made off the request path
     workload_mix.py  the live workload mix the admission limit reads
 """
 
 # The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
-DOORS: tuple[str, ...] = ("dispatcher", "interfaces", "parts")
+DOORS: tuple[str, ...] = ("admission_plans", "dispatcher", "interfaces", "parts")

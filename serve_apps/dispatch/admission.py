@@ -7,7 +7,8 @@ The gateway's own counters, per model, on the gateway's event loop:
               tokens of the model's recent requests (serve_apps/dispatch/workload_mix.py; admission.mean_* before
               the first) and the replicas' prefix-cache hit rate as the prefix share — kept within
               [perf.min_admission_limit, perf.max_admission_limit]; `Limit.detail` says which bound and
-              which inputs set it. Uncalibrated: the configured `admission_limit` per replica, else
+              which inputs set it; the plans are made off the request path (admission_plans.py).
+              Uncalibrated: the configured `admission_limit` per replica, else
               `admission.fraction` of the KV-predicted maximum concurrent sequences (cluster/capacity/memory.py).
               Either way summed over the replicas with fresh stats
     inflight  local calls started and not finished (a stream counts until it is consumed)
@@ -23,9 +24,6 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
-from cluster.capacity.bound import AdmissionPlan, plan_admission
-from cluster.capacity.compute_model import Workload
-from cluster.capacity.engine_sim import default_limits
 from cluster.capacity.memory import admission_limit, max_concurrent_sequences
 from cluster.config.deployment import SpilloverConfig
 from cluster.config.model_spec import ModelSpec
@@ -33,6 +31,7 @@ from router.errors import LocalCapacityExhausted
 from router.routing.plan import Plan
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
+from serve_apps.dispatch.admission_plans import AdmissionPlans, PlanKey, replica_gpu_gib
 from serve_apps.dispatch.interfaces import DispatchObserver
 from serve_apps.dispatch.workload_mix import WorkloadMix
 
@@ -63,6 +62,7 @@ class Admission:
         clock: Callable[[], float],
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         poll_s: float = 0.05,
+        plans: AdmissionPlans | None = None,
     ) -> None:
         self._config = config
         self._observer = observer
@@ -72,7 +72,7 @@ class Admission:
         self._inflight: dict[str, int] = defaultdict(int)
         self._waiting: dict[str, int] = defaultdict(int)
         self.mix = WorkloadMix()
-        self._plans: dict[tuple[str, int, float, float, float], AdmissionPlan] = {}
+        self._plans = plans or AdmissionPlans()  # made off the request path in the gateway
 
     def inflight(self, model: str) -> int:
         return self._inflight[model]
@@ -91,7 +91,7 @@ class Admission:
         if spec.perf is not None and spec.perf.has_slo:
             mismatch = next((m for r in fresh if (m := spec.perf.mismatch(r.cpu_class, r.precision))), None)
             if mismatch is None:
-                return self._live_limit(spec, [r.kv_budget_tokens for r in fresh], _hit_rate(fresh))
+                return self._live_limit(spec, fresh, _hit_rate(fresh))
             # never a fit from another CPU or precision silently applied: the uncalibrated limit, and why
             unfitted = f"compute bound off: {mismatch} (run bench calibrate on this machine); "
         if spec.admission_limit is not None:
@@ -107,9 +107,16 @@ class Admission:
             total += admission_limit(predicted, adm.fraction)
         return Limit(total, unfitted + "admission.fraction of the KV bound" if unfitted else "")
 
-    def _live_limit(self, spec: ModelSpec, kv_tokens: list[int | None], prefix_share: float) -> Limit:
+    def warm(self, snapshot: ClusterSnapshot, now: float) -> None:
+        """Ask for every calibrated model's plan on a fresh snapshot, so that it is made before a request needs it."""
+        for spec in self._config.models:
+            if spec.perf is not None and spec.perf.has_slo:
+                self.limit_with_reason(spec.alias, snapshot, now)
+
+    def _live_limit(self, spec: ModelSpec, replicas: list[ReplicaStats], prefix_share: float) -> Limit:
         perf, adm = spec.perf, self._config.admission
         assert perf is not None
+        kv_tokens = [r.kv_budget_tokens for r in replicas]
         if any(tokens is None for tokens in kv_tokens):
             return Limit(None)
         mix = self.mix.mean(spec.alias)
@@ -124,39 +131,36 @@ class Admission:
         # the inputs to two significant digits (prefix share to 0.05): the limit need not follow a mix
         # that moved by a token, and the plan (an engine simulation) is memoised on them
         prompt, output, prefix_share = _sig2(prompt), max(1, _sig2(output)), min(0.95, round(prefix_share * 20) / 20)
-        workload = Workload(prompt, output, prefix_share)
         total, first = 0, None
-        for tokens in kv_tokens:
+        for replica, tokens in zip(replicas, kv_tokens, strict=True):
             memory = admission_limit(max_concurrent_sequences(tokens or 0, prompt, output, prefix_share), adm.fraction)
-            plan = self._plan(spec, memory, workload)
-            first = first or plan
-            value = max(plan.admission_limit, perf.min_admission_limit)
+            key = PlanKey(spec.alias, memory, prompt, output, prefix_share, replica_gpu_gib(spec, replica))
+            planned = self._plans.plan(spec, key)
+            if planned.plan is None or planned.key is None:  # none made yet for this model: the floor until it is
+                total += perf.min_admission_limit
+                continue
+            first = first or planned
+            value = max(planned.plan.admission_limit, perf.min_admission_limit)
             total += value if perf.max_admission_limit is None else min(value, perf.max_admission_limit)
-        assert first is not None
-        compute = first.compute.concurrency if first.compute else None
+        if first is None or first.plan is None or first.key is None:
+            return Limit(total, f"compute plan pending: perf.min_admission_limit x {len(kv_tokens)} replica(s)")
+        plan, made_for = first.plan, first.key
+        mix_now = f"prompt {prompt:.0f}, output {output:.0f}, prefix {prefix_share:.2f}"
+        mix_made = f"prompt {made_for.prompt_tokens:.0f}, output {made_for.output_tokens:.0f}, "
+        mix_made += f"prefix {made_for.prefix_share:.2f}"
+        if mix_made != mix_now:  # the previous mix's plan admits while this one's is made
+            source = f"an earlier mix ({mix_now} from {source}: its plan is being computed)"
+        compute = plan.compute.concurrency if plan.compute else None
         slos = [f"e2e p95 <= {perf.slo_e2e_p95_s:g} s"] if perf.slo_e2e_p95_s is not None else []
         slos += [f"ttft p95 <= {perf.slo_ttft_p95_s:g} s"] if perf.slo_ttft_p95_s is not None else []
         detail = (
-            f"{first.bound} bound: min(memory {first.memory_limit}, compute "
+            f"{plan.bound} bound: min(memory {plan.memory_limit}, compute "
             f"{compute if compute is not None else '>= memory'}) x {len(kv_tokens)} replica(s) for "
-            f"{' and '.join(slos)} at prompt {prompt:.0f}, output {output:.0f}, prefix {prefix_share:.2f} from {source}"
+            f"{' and '.join(slos)} at {mix_made} from {source}"
         )
-        if total != first.admission_limit * len(kv_tokens):
+        if total != plan.admission_limit * len(kv_tokens):
             detail += f"; within perf bounds [{perf.min_admission_limit}, {perf.max_admission_limit or '-'}]"
         return Limit(total, detail)
-
-    def _plan(self, spec: ModelSpec, memory: int, workload: Workload) -> AdmissionPlan:
-        """plan_admission, memoised: the compute bound simulates the engine (milliseconds; ~0.1 s for a
-        large GPU replica), and `_live_limit` rounds the mix so that it repeats."""
-        key = (spec.alias, memory, workload.prompt_tokens, workload.output_tokens, workload.prefix_share)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) >= 512:
-                self._plans.clear()
-            limits = default_limits(spec.accelerator, spec.engine_args)
-            plan = plan_admission(spec.perf, memory, workload, limits=limits)
-            self._plans[key] = plan
-        return plan
 
     async def wait_for_room(self, model: str, plan: Plan, replan: Callable[[], Plan], deadline: float) -> Waited:
         """Wait (bounded room, bounded time) until `replan()` no longer says "wait"."""

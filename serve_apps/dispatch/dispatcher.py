@@ -46,11 +46,7 @@ from functools import partial
 from typing import Any
 
 from cluster.config.deployment import SpilloverConfig
-from router.errors import (
-    ContractViolation,
-    ProviderContextExceeded,
-    RequestError,
-)
+from router.errors import ContractViolation, ProviderContextExceeded, RequestError
 from router.headers import DEGRADED, TRAFFIC
 from router.learning.decision import Attempt, DecisionStore
 from router.learning.quality import contract_bucket
@@ -112,7 +108,9 @@ class Dispatcher:
         self._observer = parts.observer or NoObserver()
         self.decisions = parts.decisions if parts.decisions is not None else DecisionStore()  # an empty one is falsy
         self._resilience = parts.resilience or Resilience(config, clock=clocks.clock, wall=clocks.wall)
-        self._admission = Admission(config, self._observer, clock=clocks.clock, sleep=clocks.sleep, poll_s=poll_s)
+        self._admission = Admission(
+            config, self._observer, clock=clocks.clock, sleep=clocks.sleep, poll_s=poll_s, plans=parts.admission_plans
+        )
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
         self._calls = Calls(local, self._providers, self._admission, snapshot, self._wall, poll_s)
         self._loops = LoopCheck(config)
@@ -135,8 +133,9 @@ class Dispatcher:
     def inflight(self, model: str) -> int:
         return self._admission.inflight(model)
 
-    def admission_limit(self, model: str, snapshot: ClusterSnapshot, now: float) -> int | None:
-        return self._admission.limit(model, snapshot, now)
+    @property
+    def admission(self) -> Admission:  # its limit, and `warm` on each fresh snapshot
+        return self._admission
 
     @property
     def resilience(self) -> Resilience:

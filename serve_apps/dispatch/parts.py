@@ -5,7 +5,8 @@ to every part that needs it: the registry of targets and routes (router/routing/
 dispatcher, the traffic controls and learning; the decision store to the dispatcher and the decision
 and learning routes. A part left None is the dispatcher's own: a registry from its config and
 providers, an empty decision store, no observer, resilience state of its own, no traffic controls,
-sessions without a shared table, no learned quality, a schema-check pool of its own.
+sessions without a shared table, no learned quality, a schema-check pool of its own, admission plans made
+when asked (the gateway makes them on a thread of their own).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from router.learning.decision import DecisionStore
 from router.learning.quality import QualityBook
 from router.routing.capabilities import Registry
+from serve_apps.dispatch.admission_plans import AdmissionPlans
 from serve_apps.dispatch.interfaces import DispatchObserver
 from serve_apps.off_loop.check_pool import CheckPool
 from serve_apps.resilience.state import Resilience
@@ -32,3 +34,4 @@ class DispatchParts:
     sessions: Sessions | None = None  # pins, anchor, compression (serve_apps/sessions/turns.py)
     quality: QualityBook | None = None  # learned per-bucket quality for the quality scorer (router/learning/quality.py)
     checks: CheckPool | None = None  # output checks off the event loop (serve_apps/off_loop/check_pool.py)
+    admission_plans: AdmissionPlans | None = None  # calibrated plans, made off the request path (admission_plans.py)

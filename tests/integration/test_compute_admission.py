@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 DETAIL = re.compile(
     r"admission limit (?P<limit>\d+) \((?P<bound>compute|memory) bound: min\(memory (?P<memory>\d+), "
     r"compute (?P<compute>\d+|>= memory)\) x 1 replica\(s\) for e2e p95 <= (?P<slo>[\d.]+) s at prompt "
-    r"(?P<prompt>\d+), output (?P<output>\d+), prefix (?P<prefix>[\d.]+) from (?P<source>[^;)]+)"
+    r"(?P<prompt>\d+), output (?P<output>\d+), prefix (?P<prefix>[\d.]+) from (?P<source>[^;]+)"
 )
 
 
@@ -54,7 +54,9 @@ def test_the_gateways_limit_is_the_fitted_models_for_the_live_mix(stack: Stack) 
     found = DETAIL.search(reason)
     assert found is not None, reason
     assert float(found["slo"]) == COMPUTE_SLO_S
-    assert found["source"].startswith("the last ") or found["source"].startswith("admission.mean_*"), reason
+    # this request may have moved the mix: its plan is made off the request path, and the previous mix's admits
+    sources = ("the last ", "admission.mean_*", "an earlier mix (")
+    assert found["source"].startswith(sources), reason
 
     workload = Workload(int(found["prompt"]), int(found["output"]), float(found["prefix"]))
     limits = default_limits(spec.accelerator, spec.engine_args)

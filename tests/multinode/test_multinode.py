@@ -191,7 +191,7 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
         dispatcher = Dispatcher(cfg, local=None, providers={}, snapshot=poller.latest)  # type: ignore[arg-type]
         resilience = Resilience(cfg)
         now = time.time()
-        assert dispatcher.admission_limit(MODEL, snapshot, now) == 8  # 4 per fresh replica
+        assert dispatcher.admission.limit(MODEL, snapshot, now) == 8  # 4 per fresh replica
 
         worker = next(n for n in cluster.worker_nodes)
         lost_node = worker.node_id
@@ -207,7 +207,7 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
         marks = cfg.watermarks_for(MODEL)
         assert replica_saturation(lost, marks, snapshot=snapshot, now=now).value == float("inf")
         assert replica_saturation(kept, marks, snapshot=snapshot, now=now).value < 1
-        assert dispatcher.admission_limit(MODEL, snapshot, now) == 4  # only the replica left counts
+        assert dispatcher.admission.limit(MODEL, snapshot, now) == 4  # only the replica left counts
         resilience.watch_local(MODEL, snapshot, now)
         assert resilience.health.get(f"local:{MODEL}").state is Health.GREEN  # one replica still reports
 

@@ -122,7 +122,7 @@ async def test_the_dispatcher_records_which_bound_set_the_limit() -> None:
 
 
 def test_the_compute_bound_is_memoised_on_the_rounded_mix(monkeypatch: pytest.MonkeyPatch) -> None:
-    import serve_apps.dispatch.admission as module
+    import serve_apps.dispatch.admission_plans as module
 
     calls: list[tuple[float, float]] = []
     real = module.plan_admission

@@ -216,10 +216,10 @@ async def test_configured_admission_limit_bursts_extra_requests(world: World) ->
 def test_computed_admission_limit_from_engine_blocks(world: World) -> None:
     d = dispatcher(world)
     # 364 blocks x 128 = 46,592 tokens; 512 + 256 tokens per sequence -> 60 sequences; 80% -> 48.
-    assert d.admission_limit("m", world.snapshot(), world.now) == 48
+    assert d.admission.limit("m", world.snapshot(), world.now) == 48
     world.replica = stats(read_at=T0 - 10)
     stale = ClusterSnapshot(taken_at=T0, replicas=(world.replica,), max_age_s=1.0)
-    assert d.admission_limit("m", stale, T0) is None
+    assert d.admission.limit("m", stale, T0) is None
 
 
 async def test_local_failure_before_first_byte_falls_back_to_cloud(world: World) -> None:
