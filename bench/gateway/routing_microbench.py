@@ -82,7 +82,7 @@ def run_microbench(iterations: int = 2000, candidates: int = 20) -> MicrobenchRe
     policy = Policy()
     registry = Registry(build_targets(candidates))
     contract = build_contract(policy)
-    states = {t.id: TargetState(latency_ms=200.0 + i) for i, t in enumerate(registry.targets) if i % 2}
+    states = {t.id: TargetState(quality=0.5 + (i % 40) / 100) for i, t in enumerate(registry.targets) if i % 2}
     samples: list[float] = []
     result = None
     for _ in range(iterations):

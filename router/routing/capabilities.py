@@ -13,7 +13,7 @@ every one of them treated as not supported, and the `capabilities_known` filter 
 
 Unknowns are explicit: `context_window == 0` means unknown (a local model without
 `engine_args.max_model_len`), `price_*_per_mtok is None` means unpriced (a cost ceiling removes
-such a cloud target), `expected_latency_ms is None` means unmeasured.
+such a cloud target), `expected_latency_ms is None` means no expectation (the latency scorer is neutral).
 
 No imports from `cluster`: `cluster.config.cloud` embeds `ProviderModel` in `CloudProvider.models`.
 """
@@ -59,7 +59,12 @@ class ProviderModel(StrictModel):
     price_in_per_mtok: float | None = Field(None, ge=0, description="USD per 1M prompt tokens; null: unknown")
     price_out_per_mtok: float | None = Field(None, ge=0, description="USD per 1M output tokens; null: unknown")
     quality: float = Field(0.5, ge=0, le=1, description="measured task quality, 0..1")
-    expected_latency_ms: int | None = Field(None, ge=0, description="until measured; null: unknown")
+    expected_latency_ms: int | None = Field(
+        None,
+        ge=0,
+        description="what the ranking's latency scorer expects (live latency moves traffic through the health-score "
+        "weight instead); null: unknown",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ProviderModel:

@@ -84,9 +84,9 @@ def clamp(value: float) -> float:
     return min(1.0, max(0.0, value))
 
 
-def _peers(contract: RequestContract, targets: Sequence[Target], states: Mapping[str, TargetState]) -> Peers:
+def _peers(contract: RequestContract, targets: Sequence[Target]) -> Peers:
     costs = [estimate_cost_usd(t.caps, contract.est_prompt_tokens, contract.max_output_tokens) for t in targets]
-    latencies = [expected_latency_ms(t, states.get(t.id, UNKNOWN_STATE)) for t in targets]
+    latencies = [expected_latency_ms(t) for t in targets]
     known_costs = [c for c in costs if c is not None]
     known_latencies = [lat for lat in latencies if lat is not None]
     return Peers(
@@ -128,7 +128,7 @@ def run_pipeline(
     unavailable = [t.id for t in capable if not states.get(t.id, UNKNOWN_STATE).available]
     ranked = [t for t in capable if t.id not in unavailable]
     weights = policy.weights_for(contract.strategy)
-    peers = _peers(contract, ranked, states)
+    peers = _peers(contract, ranked)
     cards: dict[str, ScoreCard] = {}
     for target in ranked:
         view = ScoreView(states.get(target.id, UNKNOWN_STATE), peers)

@@ -6,7 +6,7 @@
         applies the strategy's weight (router/routing/pipeline.py)
 
 Plugins are pure: no I/O, no awaits, no clock reads. Whatever varies per target at run time
-(availability, observed latency, learned quality) arrives in a `TargetState` the caller builds from
+(availability, learned quality) arrives in a `TargetState` the caller builds from
 its snapshot; local pressure is not a plugin's business (router/routing/burst.py decides it after the
 pipeline). What scorers compare against (the most expensive / slowest surviving candidate)
 arrives in `Peers`, computed by the framework over the targets that passed every filter.
@@ -26,7 +26,6 @@ class TargetState:
     """Run-time state of one target, from the caller's snapshot; unknowns are None."""
 
     available: bool = True  # health checks / breaker allow sending to it
-    latency_ms: float | None = None  # observed (e.g. recent p50); overrides the configured expectation
     # learned for the request's bucket (router/learning/quality.py); overrides the configured
     quality: float | None = None
 
@@ -62,8 +61,7 @@ class Scorer(Protocol):
     def score(self, contract: RequestContract, target: Target, view: ScoreView) -> float: ...
 
 
-def expected_latency_ms(target: Target, state: TargetState) -> float | None:
-    """Observed latency when the caller has one, else the configured expectation."""
-    if state.latency_ms is not None:
-        return state.latency_ms
+def expected_latency_ms(target: Target) -> float | None:
+    """The configured expectation: live latency moves traffic through the bounded health-score weight instead
+    (docs/traffic.md), never through the ranking, where a measured median would swap the order at once."""
     return None if target.caps.expected_latency_ms is None else float(target.caps.expected_latency_ms)

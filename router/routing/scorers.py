@@ -6,9 +6,9 @@ raw score to 0..1 and weighs it by the scenario strategy's row of `Policy.weight
     cost       1 − estimated request cost / scale; scale = `scale_usd` when given, else the most
                expensive surviving candidate (so costs compare proportionally; free local → 1).
                Unpriced → 0: an unknown price may be any price.
-    latency    1 − expected latency / scale; expected = the observed latency in the target's state,
-               else its configured expected_latency_ms; scale = `scale_ms` or the slowest surviving
-               candidate. Unknown → 0.5: neither rewarded nor punished until measured.
+    latency    1 − expected latency / scale; expected = the target's configured expected_latency_ms (live
+               latency moves traffic through the health-score weight, not here); scale = `scale_ms` or the
+               slowest surviving candidate. Unknown → 0.5: neither rewarded nor punished.
     locality   local 1, cloud 0 (tier order already puts local first; this ranks within mixed lists)
 """
 
@@ -52,7 +52,7 @@ class LatencyScorer:
     name: str = "latency"
 
     def score(self, contract: RequestContract, target: Target, view: ScoreView) -> float:
-        latency = expected_latency_ms(target, view.state)
+        latency = expected_latency_ms(target)
         if latency is None:
             return UNKNOWN_LATENCY_SCORE
         scale = self.scale_ms or view.peers.max_latency_ms

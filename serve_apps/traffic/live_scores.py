@@ -7,10 +7,10 @@ gets no traffic any more still regains weight once its bad evidence has left the
 cost component is 1 - how much dearer the target's configured price (prompt + output per 1M
 tokens) is than the cheapest priced target scored in the same scenario, relative to the dearest
 (1 for the cheapest, and when unpriced or free). The weight routes: see
-serve_apps/traffic/weight_routing.py. `latency_ms()` gives each target id's median latency of successful
-attempts over the window; it is not fed to the ranking's latency scorer, whose configured expectation
-stays (docs/traffic.md: live latency moves traffic only through the bounded weight). Exported at
-`GET /v1/spillover/traffic` (`scores`) and in `/metrics`.
+serve_apps/traffic/weight_routing.py. Live latency is not fed to the ranking's latency scorer, whose
+configured expectation stays (docs/traffic.md: live latency moves traffic only through the bounded weight).
+Exported at `GET /v1/spillover/traffic` (`scores`: score, weight and the p95 of successful attempts) and in
+`/metrics`.
 """
 
 from __future__ import annotations
@@ -112,14 +112,6 @@ class LiveScores:
                     with contextlib.suppress(KeyError):
                         gauge.remove(*key)
         return sorted({f"score {target} {scenario}" for target, scenario in keys})
-
-    def latency_ms(self) -> dict[str, float]:
-        out: dict[str, list[float]] = {}
-        for (target, _), entry in self._scores.items():
-            p50 = entry.p50()
-            if p50 is not None:
-                out.setdefault(target, []).append(p50)
-        return {target: 1000.0 * sorted(values)[len(values) // 2] for target, values in out.items()}
 
     def view(self) -> dict[str, Any]:
         return {

@@ -21,7 +21,7 @@ def test_scores_and_latency_per_target_and_scenario() -> None:
     assert view["cloud:sim/m chat"]["score"] == 100.0
     assert view["cloud:sim/m digest"]["weight"] == 85.0  # one bounded step down from 100
     assert "cloud:spare/m chat" not in view
-    assert scores.latency_ms() == {"cloud:sim/m": 200.0}
+    assert view["cloud:sim/m chat"]["p95_s"] == 0.2  # measured, for the view and the latency component
 
 
 async def test_measured_latency_does_not_reorder_the_ranking_at_once() -> None:
@@ -41,5 +41,5 @@ async def test_measured_latency_does_not_reorder_the_ranking_at_once() -> None:
 
     assert latency_raw(first) == 0.5  # nothing configured: neutral
     assert latency_raw(second) == 0.5  # still: a measurement moves traffic through the bounded weight only
-    assert parts.traffic.scores.latency_ms() == {"cloud:sim/m": 0.0}
+    assert parts.traffic.scores.view()["cloud:sim/m default"]["p95_s"] == 0.0  # measured all the same
     assert 'spillover_target_weight{scenario="default",target="cloud:sim/m"} 100.0' in metrics

@@ -68,10 +68,16 @@ def test_cost(target: Target, scorer: CostScorer, peer_max: float | None, expect
     ("target", "state", "scorer", "peer_max", "expected"),
     [
         (_cloud(latency=500), TargetState(), LatencyScorer(), 1000.0, 0.5),
-        (_cloud(latency=500), TargetState(latency_ms=250.0), LatencyScorer(), 1000.0, 0.75),  # observed wins
+        (_cloud(latency=250), TargetState(), LatencyScorer(), 1000.0, 0.75),
         (_cloud(latency=500), TargetState(), LatencyScorer(scale_ms=2000), 1000.0, 0.75),
         (_cloud(latency=None), TargetState(), LatencyScorer(), 1000.0, UNKNOWN_LATENCY_SCORE),
-        (LOCAL, TargetState(latency_ms=100.0), LatencyScorer(), 400.0, 0.75),
+        (
+            replace(LOCAL, caps=replace(LOCAL.caps, expected_latency_ms=100)),
+            TargetState(),
+            LatencyScorer(),
+            400.0,
+            0.75,
+        ),
         (_cloud(latency=0), TargetState(), LatencyScorer(), 0.0, 1.0),
     ],
 )
@@ -85,7 +91,7 @@ def test_locality() -> None:
 
 
 def test_scorers_are_pure_functions_of_their_inputs() -> None:
-    view = _view(TargetState(latency_ms=300.0), max_cost_usd=0.004, max_latency_ms=600.0)
+    view = _view(TargetState(quality=0.7), max_cost_usd=0.004, max_latency_ms=600.0)
     target = replace(_cloud(), id="cloud:p/qwen")
     for scorer in (QualityScorer(), CostScorer(), LatencyScorer(), LocalityScorer()):
         assert scorer.score(CONTRACT, target, view) == scorer.score(CONTRACT, target, view)
