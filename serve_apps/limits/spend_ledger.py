@@ -2,7 +2,8 @@
 
 The monthly budget is only meaningful if the month's spend is remembered across gateway
 restarts and shared by the gateway's replicas, hence SQLite (stdlib, one file, WAL so several
-processes can read while one writes). Every attempt gets a row, failed ones included: a
+processes can read while one writes). The file is per node (`spend.ledger`, on the node's disk): the gateway
+replicas of one node share it, those of other nodes keep their own. Every attempt gets a row, failed ones included: a
 provider may bill a request that timed out on our side, and an operator reconciling the bill
 wants to see them.
 
@@ -15,8 +16,9 @@ With `background=True` (the gateway) nothing touches SQLite on the caller's thre
 stamps the row and queues it for one writer thread (serve_apps/off_loop/background_writer.py; a full queue
 drops the row and counts a write failure), and `recent_month_total()` answers the month's spend
 as last read by that thread, asking it to read again when the value is older than
-`month_refresh_s`. A locked database (another process inside its busy timeout) or a slow disk
-therefore never stalls the event loop that serves requests.
+`month_refresh_s`; a failed read keeps the month's last good totals, so a tenant's budget stays
+enforced. A locked database (another process inside its busy timeout) or a slow disk therefore never
+stalls the event loop that serves requests.
 
 What the month's spend does to routing is pure and lives in router/limits/budget.py (a soft budget, never
 a refusal); the hard per-request cap is the contract pipeline's `cost` filter. Rows carry the
@@ -141,7 +143,8 @@ class SpendLedger:
 
     def recent_month_total(self) -> float:
         """The month's spend without waiting on SQLite in background mode: the writer thread's
-        last reading (0.0 before the first), refreshed when older than `month_refresh_s`."""
+        last good reading (0.0 before the first), refreshed when older than `month_refresh_s`; a failed
+        read keeps the last good one of the same month."""
         if self._writer is None:
             return self.month_total()
         now = self._clock()
@@ -164,9 +167,16 @@ class SpendLedger:
 
     def _run_job(self, job: _Job) -> None:
         if job is _REFRESH:
-            now = self._clock()
-            self._tenants = self.month_tenant_totals(now)
-            self._month = (now, self.month_total(now))
+            now, failures = self._clock(), self.read_failures
+            tenants, total = self.month_tenant_totals(now), self.month_total(now)
+            if self.read_failures == failures:
+                self._tenants, self._month = tenants, (now, total)
+            elif self._month is not None and month_bounds(self._month[0]) == month_bounds(now):
+                # a failed read keeps the month's last good totals (tenant budgets stay enforced) and is
+                # tried again after month_refresh_s, like a good one
+                self._month = (now, self._month[1])
+            else:
+                self._tenants, self._month = {}, (now, 0.0)  # nothing good known of this month yet
             self._month_asked = False
         else:
             self._insert(job)  # type: ignore[arg-type]

@@ -124,3 +124,27 @@ async def test_decision_log_failures_show_in_metrics(tmp_path: Path) -> None:
     page = metrics.render().decode()
     assert 'spillover_decision_log_failures_total{reason="write"} 1.0' in page
     assert 'spillover_decision_log_failures_total{reason="dropped"} 1.0' in page
+
+
+async def test_a_failed_read_keeps_the_months_last_good_totals(tmp_path: Path) -> None:
+    """A read that fails (here the table renamed away under the gateway by another connection: SQLite's real
+    `no such table`) must not read as "nothing spent": tenant budgets would stop being enforced."""
+    path = tmp_path / "spend.sqlite"
+    ledger = SpendLedger(path, clock=lambda: 1_800_000_000.0, background=True, month_refresh_s=0)
+    ledger.add("r1", "cloud:sim/m", "sim", "ok", 2.0, tenant="t1")
+
+    async def reading() -> dict[str, float]:
+        ledger.recent_tenant_totals()  # asks the writer thread for a fresh reading
+        assert await asyncio.to_thread(ledger.flush, 30.0)
+        return ledger.recent_tenant_totals()
+
+    assert await reading() == {"t1": 2.0}
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("ALTER TABLE spend RENAME TO spend_aside")
+    assert await reading() == {"t1": 2.0} and ledger.read_failures > 0
+    assert ledger.recent_month_total() == 2.0
+    other.execute("ALTER TABLE spend_aside RENAME TO spend")
+    other.close()
+    ledger.add("r2", "cloud:sim/m", "sim", "ok", 1.0, tenant="t1")
+    assert await reading() == {"t1": 3.0}
+    ledger.close()
