@@ -8,6 +8,7 @@ calls the library; nothing else in the code base raises bare library errors upwa
     ├── ConfigError                    a config file is invalid (file, field path, reason)
     ├── ModelPrepareError              `spillover models prepare` could not build a model
     ├── ClusterError                   Ray / Serve could not be started or reached
+    │   └── StoreUnavailable           the shared store (`state.url`) did not answer
     └── RequestError                   answered to an HTTP client in the OpenAI error shape
         ├── InvalidRequest       400   malformed JSON, missing/invalid fields
         │   └── ContextLengthExceeded  400  prompt + max_tokens beyond the model's window
@@ -85,6 +86,10 @@ class ModelPrepareError(SpilloverError):
 
 class ClusterError(SpilloverError):
     """Ray or Ray Serve could not be started, reached or deployed to."""
+
+
+class StoreUnavailable(ClusterError):
+    """The shared store did not answer (serve_apps/state/fallback.py serves per replica meanwhile)."""
 
 
 class RequestError(SpilloverError):

@@ -24,6 +24,7 @@ from cluster.config.model_spec import ModelSpec
 from cluster.config.resilience import ResilienceSection, SpendSection
 from cluster.config.routes import RouteSpec, route_problems
 from cluster.config.session import SessionsSection
+from cluster.config.state import StateSection
 from cluster.config.traffic import TrafficSection
 from router.errors import ConfigError
 from router.routing.capabilities import cloud_id
@@ -113,6 +114,28 @@ class SpilloverConfig(StrictModel):
     learning: LearningSection = Field(
         LearningSection(), description="quality learned from outcomes and feedback, request typing"
     )
+    state: StateSection = Field(
+        StateSection(), description="the shared store of the gateway replicas' cross-request state"
+    )
+
+    @model_validator(mode="after")
+    def _replicas_share_a_store(self) -> SpilloverConfig:
+        gateway = self.gateway
+        most = gateway.autoscaling.max_replicas if gateway.autoscaling is not None else gateway.replicas
+        if most > 1 and self.state.url is None:
+            field = "gateway.autoscaling.max_replicas" if gateway.autoscaling is not None else "gateway.replicas"
+            raise FieldProblems(
+                [
+                    (
+                        "state.url",
+                        f"{field} is {most} but state.url is not set: each gateway replica would admit, limit "
+                        "and remember on its own. Set state.url to the Redis every replica reaches "
+                        "(redis://HEAD:6380/0: ray-cluster.yaml starts one on the head) or to 'local' on one "
+                        f"machine, or set {field} to 1",
+                    )
+                ]
+            )
+        return self
 
     @model_validator(mode="after")
     def _typing_scenarios_known(self) -> SpilloverConfig:

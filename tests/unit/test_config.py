@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,7 +113,8 @@ def test_overlay_merges_sections(tmp_path: Path) -> None:
 
 
 def test_gateway_autoscaling_and_resilience_sections_validate() -> None:
-    ok = parse_config({**MINIMAL, "gateway": {"autoscaling": {"min_replicas": 2, "max_replicas": 6}}}, "t")
+    scaled = {"autoscaling": {"min_replicas": 2, "max_replicas": 6}}
+    ok = parse_config({**MINIMAL, "gateway": scaled, "state": {"url": "redis://10.0.0.1:6380/0"}}, "t")
     assert ok.gateway.autoscaling is not None and ok.gateway.autoscaling.max_replicas == 6
     with pytest.raises(ConfigError) as bad:
         parse_config({**MINIMAL, "gateway": {"autoscaling": {"min_replicas": 3, "max_replicas": 2}}}, "t")
@@ -126,3 +128,42 @@ def test_gateway_autoscaling_and_resilience_sections_validate() -> None:
     provider = {"name": "p", "base_url": "https://x/v1", "rpm": 60, "domain": "acct-1"}
     cfg = parse_config({**MINIMAL, "cloud": {"providers": [provider]}}, "t")
     assert cfg.cloud.providers[0].failure_domain == "acct-1"
+
+
+@pytest.mark.parametrize(
+    ("gateway", "field"),
+    [({"replicas": 2}, "gateway.replicas"), ({"autoscaling": {"max_replicas": 3}}, "gateway.autoscaling.max_replicas")],
+)
+def test_several_gateway_replicas_without_a_shared_store_are_refused_naming_the_fix(
+    gateway: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config({**MINIMAL, "gateway": gateway}, "t")
+    assert refused.value.problems[0][0] == "state.url"
+    reason = refused.value.problems[0][1]
+    assert field in reason and "state.url" in reason and "'local'" in reason and "redis://" in reason
+    assert parse_config({**MINIMAL, "gateway": gateway, "state": {"url": "local"}}, "t").state.url == "local"
+    assert parse_config({**MINIMAL, "gateway": {"replicas": 1}}, "t").state.url is None
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("redis://:hunter2@head:6380/0", "password_env"),
+        ("http://head:6380", "not a Redis URL"),
+        ("redis://:6380/0", "no host"),
+        ("redis://head:99999/0", "bad port"),
+        ("x" * 5000, "not a Redis URL"),
+    ],
+)
+def test_a_bad_state_url_is_refused_and_a_password_in_it_never_echoed(url: str, says: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config({**MINIMAL, "state": {"url": url}}, "t")
+    assert says in str(refused.value) and "hunter2" not in str(refused.value)
+    assert len(str(refused.value)) < 2000
+
+
+def test_state_password_env_must_be_a_variable_name() -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_config({**MINIMAL, "state": {"url": "redis://h:6380/0", "password_env": "X=1; rm -rf /"}}, "t")
+    assert "state.password_env" in str(refused.value)

@@ -1,0 +1,131 @@
+"""A loopback Redis server of spillover's own: what `spillover serve` starts when the config runs more than one
+gateway replica and names no `state.url`, and what the store tests run against.
+
+Bound to 127.0.0.1 (or the address given), a password required (written to a config file only its owner can
+read, never on the command line where `ps` shows it), the append-only file on (`appendfsync everysec`: a
+crash loses at most a second of spend), snapshots off, and past `maxmemory` the keys closest to expiry
+evicted first (`volatile-ttl`): records and idempotent answers go, the spend ledger's sums (no TTL) never.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import redis
+
+from router.errors import ClusterError
+
+INSTALL_HINT = "install Debian's redis-server (>= 7): apt-get install redis-server"
+
+
+def redis_server() -> str:
+    found = shutil.which("redis-server")
+    if found is None:
+        raise ClusterError(f"no redis-server on PATH: {INSTALL_HINT}")
+    return found
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LocalRedis:
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        password: str | None = None,
+        maxmemory_mb: int = 512,
+    ) -> None:
+        self.folder = folder
+        self.host = host
+        self.port = port or free_port(host)
+        self.password = password or secrets.token_urlsafe(24)
+        self.maxmemory_mb = maxmemory_mb
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The address without the password (the password travels in its own variable)."""
+        return f"redis://{self.host}:{self.port}/0"
+
+    def _config(self) -> Path:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / "redis.conf"
+        lines = [
+            f"bind {self.host}",
+            f"port {self.port}",
+            "protected-mode yes",
+            f'requirepass "{self.password}"',
+            f'dir "{self.folder}"',
+            "appendonly yes",
+            "appendfsync everysec",
+            'save ""',
+            f"maxmemory {self.maxmemory_mb}mb",
+            "maxmemory-policy volatile-ttl",
+            f'logfile "{self.folder / "redis.log"}"',
+        ]
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("\n".join(lines) + "\n")
+        return path
+
+    def start(self, *, timeout_s: float = 10.0) -> LocalRedis:
+        """Start it and wait until it answers; ClusterError when it does not within `timeout_s`."""
+        config = self._config()
+        self._process = subprocess.Popen([redis_server(), str(config)], stdout=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        client = redis.Redis(host=self.host, port=self.port, password=self.password, socket_timeout=1.0)
+        try:
+            while True:
+                try:
+                    client.ping()
+                    return self
+                except redis.RedisError as exc:
+                    if self._process.poll() is not None or time.monotonic() > deadline:
+                        self.stop()
+                        log = self.folder / "redis.log"
+                        tail = log.read_text()[-1000:] if log.exists() else ""
+                        where = f"{self.host}:{self.port}"
+                        raise ClusterError(f"redis-server on {where} did not start: {exc}\n{tail}") from None
+                    time.sleep(0.05)
+        finally:
+            client.close()
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def pause(self) -> None:
+        """SIGSTOP: it holds its connections and answers nothing (a hung server)."""
+        if self._process is not None:
+            self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self._process is not None:
+            self._process.send_signal(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """Stop it (SIGTERM: it writes its append-only file and exits), waiting up to 10 s."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
