@@ -13,9 +13,12 @@ that needs it:
 * the HTTP surface (serve_apps/http/surface.py) with its bundles (serve_apps/gateway_parts.py), filled
   from the config's sections.
 
+One shared store (serve_apps/state/settings.py) holds what every replica must see alike; its fallback's
+ping loop runs in the background while Redis does not answer.
+
 It returns the ASGI app and the background loops to start, in this order: the board poller, the
-golden checks, the prober (with `resilience.probes`), the breaker sync and the traffic sync. Nothing
-runs before the caller starts them (serve_apps/gateway.py, at replica start).
+golden checks, the shared store's ping loop (with `state.url`), the prober (with `resilience.probes`), the
+breaker sync and the traffic sync. Nothing runs before the caller starts them (serve_apps/gateway.py, at replica start).
 """
 
 from __future__ import annotations
@@ -67,6 +70,8 @@ from serve_apps.sessions.actor import get_or_create_history, get_or_create_pins,
 from serve_apps.sessions.history import HistoryClient
 from serve_apps.sessions.pins import PinClient
 from serve_apps.sessions.turns import Sessions
+from serve_apps.state.fallback import FallbackStore
+from serve_apps.state.settings import shared_store, store_view
 from serve_apps.telemetry.board import get_or_create_board
 from serve_apps.telemetry.board_poller import BoardPoller
 from serve_apps.telemetry.metrics import GatewayMetrics
@@ -161,6 +166,8 @@ def sessions(config: SpilloverConfig, backend: ServeHandleBackend, replica: str)
 
 def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandle], env: GatewayEnv) -> BuiltGateway:
     metrics = GatewayMetrics()
+    # cross-request state every replica sees alike (serve_apps/state/): Redis with state.url, else this replica's
+    store = shared_store(config.state, env.environ, on_change=metrics.state_store)
     # no local model takes traffic before it answered its golden prompt right
     golden = GoldenGate({spec.alias: spec.golden for spec in config.models})
     spend = spend_ledger(config.spend)
@@ -192,6 +199,8 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         p.name: provider_for(p, on_headers=resilience.observe_rate_limits) for p in config.cloud.providers if p.enabled
     }
     background: list[Coroutine[Any, Any, None]] = [poller.run(), golden.run(backend)]
+    if isinstance(store, FallbackStore):
+        background.append(store.run())  # pings a store that stopped answering until it is back
     if config.resilience.probes:
         background.append(prober(config, backend, providers, resilience, poller).run())
     exchange = get_or_create_exchange()
@@ -230,7 +239,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))
 
     idem = config.resilience.idempotency
-    store = IdempotencyStore(
+    replies = IdempotencyStore(
         ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
     )
     limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None)
@@ -254,7 +263,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
             decisions=decisions,
             metrics=metrics,
             checks=checks,
-            idempotent=IdempotentReplies(store, wait_s=idem.wait_s),
+            idempotent=IdempotentReplies(replies, wait_s=idem.wait_s),
             tenant_limits=limits,
             learning=LearningRoutes(learning, decisions),
         ),
@@ -263,6 +272,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
             golden=golden,
             ops=OpsRoutes(resilience, on_reset=exchange.reset.remote, forget=traffic.traffic.forget),
             traffic=traffic.routes,
+            store=lambda: store_view(store),
         ),
     )
     return BuiltGateway(http.app, background)

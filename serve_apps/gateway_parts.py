@@ -27,6 +27,7 @@ from serve_apps.limits.tenants import TenantLimits
 from serve_apps.off_loop.check_pool import RequestChecks
 from serve_apps.resilience.golden_gate import GoldenGate
 from serve_apps.resilience.routes import OpsRoutes
+from serve_apps.state.fallback import StoreView
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.traffic.routes import TrafficRoutes
 
@@ -69,3 +70,4 @@ class OperatorParts:
     golden: GoldenGate | None = None  # the start-up golden checks (serve_apps/resilience/golden_gate.py)
     ops: OpsRoutes | None = None  # /v1/spillover/resilience* (serve_apps/resilience/routes.py)
     traffic: TrafficRoutes | None = None  # /v1/spillover/traffic and /v1/spillover/tickets/{id}
+    store: Callable[[], StoreView | None] | None = None  # the shared store's state in /readyz

@@ -7,7 +7,8 @@ the generated reference docs/configuration.md.
     model_spec.py  one `models[]` entry: a local model, its engine and how it is served
     numerics.py    `models[].numerics`: the numerics check of a replica's engine
     perf.py        `models[].perf`: the fitted compute model and its SLO
-    gateway.py     `gateway` and `tenants`: where the gateway listens, its replicas, who may call it
+    gateway.py     `gateway`, `tenants` and `state`: where the gateway listens, its replicas, who may call it,
+                   the shared store of its replicas
     tenants.py     the gateway's tenants built from the config: keys from the environment, policies
     cloud.py       `cloud`: the cloud APIs requests may burst to
     routes.py      `routes`: a model name served by an ordered list of targets

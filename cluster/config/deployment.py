@@ -18,13 +18,12 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from cluster.config.base import FieldProblems, StrictModel, no_duplicates
 from cluster.config.cloud import CloudSection
-from cluster.config.gateway import GatewayAutoscaling, GatewaySection, Tenant
+from cluster.config.gateway import GatewayAutoscaling, GatewaySection, StateSection, Tenant
 from cluster.config.learning import LearningSection
 from cluster.config.model_spec import ModelSpec
 from cluster.config.resilience import ResilienceSection, SpendSection
 from cluster.config.routes import RouteSpec, route_problems
 from cluster.config.session import SessionsSection
-from cluster.config.state import StateSection
 from cluster.config.traffic import TrafficSection
 from router.errors import ConfigError
 from router.routing.capabilities import cloud_id

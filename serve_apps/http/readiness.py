@@ -3,7 +3,11 @@
 Per model, the first reason found keeps it not ready: its deployment fails its health check; with a
 telemetry source, no fresh stats reading on this gateway yet (after a deploy the board may hold only an
 earlier replica's last reading, and the gateway would divert the model's traffic); its health is red or
-black here (probed while its engine loaded); it has not (yet) answered its golden prompt right."""
+black here (probed while its engine loaded); it has not (yet) answered its golden prompt right.
+
+With a shared store (`state.url`) the body also says whether it answers (`state`): a store that is down
+keeps no model from being ready, since the replica serves from its own state meanwhile
+(serve_apps/state/fallback.py), but an operator sees it here."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any, Protocol
 from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import ModelBackend
 from serve_apps.resilience.golden_gate import GoldenGate
+from serve_apps.state.fallback import StoreView
 
 
 class HealthView(Protocol):
@@ -31,6 +36,7 @@ class Readiness:
         clock: Callable[[], float],
         health: HealthView | None,
         golden: GoldenGate | None,
+        store: Callable[[], StoreView | None] | None = None,
     ) -> None:
         self._backend = backend
         self._aliases = aliases
@@ -39,6 +45,7 @@ class Readiness:
         self._clock = clock
         self._health = health
         self._golden = golden
+        self._store = store
 
     async def check(self) -> tuple[bool, dict[str, Any]]:
         """(ready, the /readyz body)."""
@@ -58,7 +65,12 @@ class Readiness:
             reasons = [reason or self._golden.blocked(a) for a, reason in zip(aliases, reasons, strict=True)]
         models = {alias: (reason or "ok") for alias, reason in zip(aliases, reasons, strict=True)}
         ready = all(reason is None for reason in reasons)
-        return ready, {"status": "ready" if ready else "not_ready", "models": models}
+        body: dict[str, Any] = {"status": "ready" if ready else "not_ready", "models": models}
+        view = self._store() if self._store is not None else None
+        if view is not None:
+            state = "ok" if view.up else f"down, serving with this replica's own state: {view.detail}"
+            body["state"] = {"store": view.kind, "status": state, "outages": view.outages}
+        return ready, body
 
 
 def faulted(snapshot: ClusterSnapshot, model: str, now: float) -> str | None:

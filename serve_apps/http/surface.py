@@ -138,6 +138,7 @@ class GatewayHTTP:
             clock=operator.clock,
             health=operator.ops,
             golden=operator.golden,
+            store=operator.store,
         )
         ops, traffic = operator.ops, operator.traffic
         self.app = Starlette(

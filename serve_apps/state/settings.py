@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from cluster.config.state import LOCAL, StateSection
+from cluster.config.gateway import LOCAL, StateSection
 from router.errors import ConfigError
 from serve_apps.state.fallback import FallbackStore, StoreView
 from serve_apps.state.memory import MemoryStore

@@ -48,6 +48,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from router.learning.decision import DecisionRecord
 from router.routing.saturation import assessed_at
 from router.routing.snapshot import ClusterSnapshot
+from serve_apps.state.fallback import StoreView
 
 PREFIX = "spillover_"
 HEALTH_LEVELS = {"green": 0, "yellow": 1, "red": 2, "black": 3}
@@ -149,6 +150,12 @@ class GatewayMetrics:
         self.session_saved = Counter(
             "spillover_session_tokens_saved", "Prompt tokens saved by compressing history", ["model"], registry=r
         )
+        self.store_up = Gauge(
+            "spillover_state_store_up", "1 while the shared store (state.url) answers, 0 while down", registry=r
+        )
+        self.store_outages = Counter(
+            "spillover_state_store_outages", "Times the shared store stopped answering", registry=r
+        )
 
     # DispatchObserver
     def waiting(self, model: str, count: int) -> None:
@@ -212,6 +219,12 @@ class GatewayMetrics:
             total = (view.get("spend_ledger") or {}).get(f"{op}_failures", 0)
             self.ledger_failures.labels(op).inc(max(0, total - self._ledger_seen[op]))
             self._ledger_seen[op] = max(total, self._ledger_seen[op])
+
+    def state_store(self, view: StoreView) -> None:
+        """The shared store went down or came back (serve_apps/state/fallback.py)."""
+        self.store_up.set(1 if view.up else 0)
+        if not view.up:
+            self.store_outages.inc()
 
     def decision_log(self, *, failed: int, dropped: int) -> None:
         """The decision log writer's running totals (serve_apps/off_loop/background_writer.py)."""
