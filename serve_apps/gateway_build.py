@@ -40,7 +40,6 @@ from cluster.config.resilience import SpendSection
 from cluster.config.tenants import authenticator_for
 from cluster.models import CATALOG, cache_dir
 from router.errors import SpilloverError
-from router.learning.decision import DecisionStore
 from router.request.idempotency import IdempotencyStore
 from router.routing.capabilities import Registry
 from router.routing.snapshot import ClusterSnapshot
@@ -55,6 +54,7 @@ from serve_apps.http.model_card import ServedModel, ServedRoute
 from serve_apps.http.surface import GatewayHTTP
 from serve_apps.learning.decision_log import JsonlFile
 from serve_apps.learning.routes import LearningRoutes
+from serve_apps.learning.shared_records import SharedDecisions
 from serve_apps.learning.state import Learning, QualityCollector
 from serve_apps.limits.spend_ledger import SpendLedger
 from serve_apps.limits.tenants import TenantLimits
@@ -215,14 +215,20 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
 
     enabled = [p for p in config.cloud.providers if p.name in providers]
     registry = Registry.from_config(config.models, enabled, routes=config.routes)
-    decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
+    decisions = SharedDecisions(  # every final record also in the shared store (serve_apps/learning/shared_records.py)
+        store,
+        ttl_s=gateway.decisions_ttl_s,
+        max_records=gateway.decisions_kept,
+        sink=sink,
+        max_bytes=gateway.decisions_max_bytes,
+    )
     learning = Learning.from_config(config, registry=registry)  # quality per bucket, feedback, typing
     # schema checks and contract derives: per-tenant admission, fair hand-over (serve_apps/off_loop/check_pool.py)
     checks = RequestChecks.from_settings(gateway.checks.workers, gateway.checks.per_tenant, auth=gateway.auth)
     if learning.quality is not None:
         metrics.registry.register(QualityCollector(learning.quality))
     board = RayBoard(get_or_create_traffic_board())
-    traffic = traffic_parts(config, backend, providers, metrics, env.replica, board, registry=registry)
+    traffic = traffic_parts(config, backend, providers, metrics, env.replica, board, registry=registry, store=store)
     shared = DispatchParts(
         registry=registry,
         decisions=decisions,
