@@ -47,6 +47,7 @@ from router.routing.snapshot import ClusterSnapshot
 from serve_apps.dispatch.admission_plans import AdmissionPlans, thread_submit
 from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.dispatch.reservations import Reservations
 from serve_apps.engine.local_backend import ServeHandleBackend
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.http.guards import client_redactions
@@ -213,6 +214,11 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     )
     background.append(sync.run())
 
+    # every gateway replica's admissions as leases on each model's limit: together they never pass it
+    reservations = Reservations(
+        store, env.replica, ttl_s=config.admission.lease_ttl_s, refresh_s=config.telemetry.poll_period_s
+    )
+    background.append(reservations.run(lambda: [spec.alias for spec in config.models]))
     enabled = [p for p in config.cloud.providers if p.name in providers]
     registry = Registry.from_config(config.models, enabled, routes=config.routes)
     decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
@@ -233,6 +239,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         quality=learning.quality,
         checks=checks.schemas,
         admission_plans=AdmissionPlans(thread_submit()),  # the engine simulations: never on the event loop
+        reservations=reservations,
     )
     dispatcher = Dispatcher(config, backend, providers, poller.latest, parts=shared)
     on_snapshot.append(dispatcher.admission.warm)  # each calibrated model's plan made before a request needs it

@@ -188,6 +188,10 @@ def launched(hosts: TestHosts, tenant_key: str) -> Iterator[Launched]:
     # docs/gpu-hosts.md's first step: the cluster's Ray token, made here; `ray up` ships it to the nodes
     made = run.local(["sh", "-c", "umask 077 && exec ray get-auth-token --generate >/dev/null"], timeout=60)
     assert made.returncode == 0 and len(run.token) >= 32, made.stderr[-2000:]
+    # and the shared store's password, which `ray up` ships to the nodes too (ray-cluster.yaml)
+    password = "umask 077 && mkdir -p ~/.spillover && python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    made = run.local(["sh", "-c", password + " > ~/.spillover/state_password"], timeout=60)
+    assert made.returncode == 0, made.stderr[-2000:]
     try:
         yield run
     finally:

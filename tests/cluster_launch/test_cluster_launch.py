@@ -229,7 +229,8 @@ def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launche
     (engine,) = model_replicas(before)
     assert len(gateway_replicas(before)) == 1
     overlay = up.hosts.state / "scale.yaml"
-    overlay.write_text("gateway:\n  replicas: 2\n")
+    # several gateway replicas share one store: the Redis ray-cluster.yaml started on the head
+    overlay.write_text(f"gateway:\n  replicas: 2\nstate:\n  url: redis://{HEAD.ip}:6380/0\n")
     started = time.monotonic()
     up.on_head(f"spillover deploy --config {up.spillover_config} --overlay {overlay}", timeout=480)
     report = cluster_report(up)
@@ -240,6 +241,9 @@ def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launche
     assert model_replicas(report) == [engine]  # the same actor on the same node: not restarted
     answer = ask(up)
     assert "paris" in answer.lower()
+    for _ in range(6):  # both gateway replicas (one per node) reach the head's Redis with the nodes' password
+        ready = httpx.get(f"{GATEWAY}/readyz", timeout=10).json()
+        assert ready.get("state", {}).get("status") == "ok", ready
 
 
 def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: Launched) -> None:
