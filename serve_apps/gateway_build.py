@@ -57,6 +57,7 @@ from serve_apps.http.surface import GatewayHTTP
 from serve_apps.learning.decision_log import JsonlFile
 from serve_apps.learning.routes import LearningRoutes
 from serve_apps.learning.state import Learning, QualityCollector
+from serve_apps.limits.shared_spend import SharedSpend
 from serve_apps.limits.spend_ledger import SpendLedger
 from serve_apps.limits.tenants import TenantLimits
 from serve_apps.off_loop.background_writer import BackgroundWriter
@@ -73,6 +74,7 @@ from serve_apps.sessions.pins import PinClient
 from serve_apps.sessions.turns import Sessions
 from serve_apps.state.fallback import FallbackStore
 from serve_apps.state.settings import shared_store, store_view
+from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.board import get_or_create_board
 from serve_apps.telemetry.board_poller import BoardPoller
 from serve_apps.telemetry.metrics import GatewayMetrics
@@ -118,12 +120,15 @@ def served_models(config: SpilloverConfig) -> list[ServedModel]:
     ]
 
 
-def spend_ledger(section: SpendSection) -> SpendLedger | None:
-    """The SQLite spend ledger (every cloud attempt's cost); None when it cannot be opened
-    (logged: spend accounting must never stop the gateway from serving)."""
+def spend_ledger(section: SpendSection, store: SharedStore) -> SpendLedger | None:
+    """The SQLite spend ledger (every cloud attempt's cost; with a shared store, its totals every node's); None
+    when it cannot be opened (logged: spend accounting must never stop the gateway from serving)."""
     path = section.ledger or str(cache_dir().parent / "spend.sqlite")
+    shared = None
+    if isinstance(store, FallbackStore):  # one replica's own memory is no home for a month's spend: SQLite is
+        shared = SharedSpend(store, clock=time.time, store_up=lambda: store.view().up)
     try:
-        return SpendLedger(path, clock=time.time, background=True)  # SQLite off the event loop
+        return SpendLedger(path, clock=time.time, background=True, shared=shared)  # SQLite off the event loop
     except SpilloverError as exc:
         log.error("spend ledger disabled: %s", exc.message)
         return None
@@ -171,7 +176,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     store = shared_store(config.state, env.environ, on_change=metrics.state_store)
     # no local model takes traffic before it answered its golden prompt right
     golden = GoldenGate({spec.alias: spec.golden for spec in config.models})
-    spend = spend_ledger(config.spend)
+    spend = spend_ledger(config.spend, store)
     resilience = Resilience(config, spend=spend, golden=golden)
     gateway = config.gateway
     # the decision log is written by its own thread: a slow disk never stalls the event loop
