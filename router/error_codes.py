@@ -56,6 +56,7 @@ class ErrorCode(StrEnum):
     TENANT_CONCURRENCY_EXCEEDED = "tenant_concurrency_exceeded"
     TENANT_BUDGET_EXCEEDED = "tenant_budget_exceeded"
     IDEMPOTENCY_KEY_IN_USE = "idempotency_key_in_use"
+    IDEMPOTENCY_IN_PROGRESS = "idempotency_in_progress"
     FEEDBACK_EXISTS = "feedback_exists"
     DRY_RUN_FAILED = "dry_run_failed"
 
