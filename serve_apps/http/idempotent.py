@@ -111,7 +111,7 @@ class IdempotentReplies:
         try:
             async for chunk in chunks:
                 text = chunk if isinstance(chunk, str) else bytes(chunk).decode("utf-8", "replace")
-                size += len(text)
+                size += len(text.encode("utf-8"))  # the bound is in bytes, as the store counts them
                 if whole and (size > self._store.max_bytes or _failed(text)):
                     whole, sent = False, []  # not stored: stop keeping it
                 elif whole:
