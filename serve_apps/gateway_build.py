@@ -251,9 +251,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))
 
     idem = config.resilience.idempotency
-    replies = IdempotencyStore(
-        ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
-    )
+    replies = IdempotencyStore(store, ttl_s=idem.ttl_s, max_bytes=idem.max_bytes)  # shared by every replica
     limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None)
     http = GatewayHTTP(
         backend,

@@ -21,8 +21,8 @@ cloud provider, or a bounded wait for local room); answers carry `x-spillover-ro
 `x-spillover-target` and `x-spillover-reason`. Clients may send `x-spillover-residency: local_only`
 (never leaves the cluster), `x-spillover-deadline-ms` and the other contract headers
 (router/request/contract_headers.py). `GET /v1/spillover/decisions/{request_id}` returns the decision record
-of a recent request. A non-streamed request with `Idempotency-Key` is answered once and replayed for
-repeats (serve_apps/http/idempotent.py).
+of a recent request. A request with `Idempotency-Key` (streamed or not) is answered once and replayed for
+repeats on any gateway replica (serve_apps/http/idempotent.py).
 
 With an authenticator (`EdgeSettings`, serve_apps/gateway_parts.py), every /v1/* route needs
 `Authorization: Bearer <tenant key>` (401 in the OpenAI shape otherwise), a tenant's generation
