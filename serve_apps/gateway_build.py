@@ -251,7 +251,9 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))
 
     idem = config.resilience.idempotency
-    replies = IdempotencyStore(store, ttl_s=idem.ttl_s, max_bytes=idem.max_bytes)  # shared by every replica
+    # shared by every replica; a marker outlives its request by at most a margin: a dead replica frees its keys
+    marker_ttl_s = gateway.request_timeout_s + idem.wait_s
+    replies = IdempotencyStore(store, ttl_s=idem.ttl_s, max_bytes=idem.max_bytes, marker_ttl_s=marker_ttl_s)
     limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None)
     http = GatewayHTTP(
         backend,

@@ -15,8 +15,9 @@ Shared by every gateway replica through the shared store (serve_apps/state/store
 and no `state.url` the replica's own MemoryStore, the same code path), as set-if-absent:
 
 * the first request with (tenant, key) puts an in-progress *marker* with `put_if_absent` — the
-  request's fingerprint and a random owner token — for `ttl_s`, so a replica that died mid-request
-  never blocks its key past that;
+  request's fingerprint and a random owner token — for `marker_ttl_s` (the gateway: its request
+  timeout and a margin, the longest a request may run), so a replica that died mid-request never
+  blocks its key past that;
 * a repeat on any replica polls the store for up to `wait_s` until the marker turns into the answer
   (Replay) or is gone (the first failed: the repeat runs, Fresh); a streamed repeat does not wait:
   `409 idempotency_in_progress`;
@@ -133,12 +134,21 @@ class IdempotencyStore:
     """Per (tenant, key) in the shared store `values`: the marker of the request in flight, or its answer."""
 
     def __init__(
-        self, values: Values, *, ttl_s: float = 600.0, max_bytes: int = 64 * 1024 * 1024, poll_s: float | None = None
+        self,
+        values: Values,
+        *,
+        ttl_s: float = 600.0,
+        max_bytes: int = 64 * 1024 * 1024,
+        poll_s: float | None = None,
+        marker_ttl_s: float | None = None,
     ) -> None:
-        if ttl_s <= 0 or max_bytes < 1:
-            raise ValueError(f"ttl_s must be > 0 and max_bytes >= 1, got {ttl_s}, {max_bytes}")
+        if ttl_s <= 0 or max_bytes < 1 or (marker_ttl_s is not None and marker_ttl_s <= 0):
+            raise ValueError(
+                f"ttl_s, marker_ttl_s must be > 0, max_bytes >= 1, got {ttl_s}, {marker_ttl_s}, {max_bytes}"
+            )
         self.values = values
         self.ttl_s = ttl_s
+        self.marker_ttl_s = marker_ttl_s or ttl_s
         self.max_bytes = max_bytes
         self._poll = POLL_S if poll_s is None else (poll_s, poll_s)
 
@@ -163,7 +173,7 @@ class IdempotencyStore:
         deadline = loop.time() + wait_s
         pause = self._poll[0]
         while True:
-            held = await self.values.put_if_absent(k, marker, self.ttl_s)
+            held = await self.values.put_if_absent(k, marker, self.marker_ttl_s)
             if held is None:
                 return Fresh(marker)
             record = json.loads(held)
