@@ -12,7 +12,8 @@ ray-cluster.yaml starts the head's one as a daemon, before Ray:
         --password-file ~/.spillover/state_password
 
 `--host auto` is the address Ray gives the node; a server already answering there with that password is left
-as it is (a second `ray up` keeps the data), and the command returns once the server answers.
+as it is (a second `ray up` keeps the data), and the command returns once the server answers. `ray down`
+leaves it running; `--stop` (the same host, port and password file) shuts it down, its data kept on disk.
 """
 
 from __future__ import annotations
@@ -163,14 +164,39 @@ def node_address() -> str:
     return address
 
 
+def shutdown(host: str, port: int, password: str) -> int:
+    """SHUTDOWN the server at host:port (it writes its append-only file first); 0 also when none answers."""
+    client = redis.Redis(host=host, port=port, password=password, socket_timeout=10.0)
+    try:
+        client.ping()
+    except redis.ConnectionError:
+        print(f"local_redis: nothing answers on {host}:{port}")
+        return 0
+    except redis.RedisError as exc:
+        print(f"local_redis: {host}:{port} refused: {exc}")
+        return 1
+    try:
+        client.shutdown()
+    except redis.RedisError as exc:
+        print(f"local_redis: {host}:{port} did not shut down: {exc}")
+        return 1
+    finally:
+        client.close()
+    print(f"local_redis: redis-server on {host}:{port} shut down")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m serve_apps.state.local_redis", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", help="address to bind; auto: the node's Ray address")
     parser.add_argument("--port", type=int, default=6380)
-    parser.add_argument("--folder", type=Path, required=True, help="its data (the append-only file) and log")
+    parser.add_argument("--folder", type=Path, help="its data (the append-only file) and log; needed to start")
     parser.add_argument("--password-file", type=Path, required=True, help="a file holding the password")
     parser.add_argument("--maxmemory-mb", type=int, default=512)
+    parser.add_argument("--stop", action="store_true", help="shut down the server answering there (data kept)")
     args = parser.parse_args(argv)
+    if not args.stop and args.folder is None:
+        parser.error("--folder is required to start a server")
     try:
         password = args.password_file.expanduser().read_text().strip()
     except OSError as exc:
@@ -180,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"local_redis: the password in {args.password_file} is shorter than 16 characters")
         return 2
     host = node_address() if args.host == "auto" else args.host
+    if args.stop:
+        return shutdown(host, args.port, password)
     server = LocalRedis(
         args.folder.expanduser(),
         host=host,

@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
 GATEWAY = f"http://{HEAD.ip}:8000"
 QUESTION = "What is the capital of France?"
+HEAD_REDIS = "--host auto --port 6380 --password-file ~/.spillover/state_password"  # as ray-cluster.yaml starts it
 
 
 def cluster_report(run: Launched, wait_nodes: int = 0, timeout_s: float = 0) -> dict:
@@ -229,8 +230,8 @@ def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launche
     (engine,) = model_replicas(before)
     assert len(gateway_replicas(before)) == 1
     overlay = up.hosts.state / "scale.yaml"
-    # several gateway replicas share one store: the Redis ray-cluster.yaml started on the head
-    overlay.write_text(f"gateway:\n  replicas: 2\nstate:\n  url: redis://{HEAD.ip}:6380/0\n")
+    # several gateway replicas share one store: the config names the head's Redis from its first deploy
+    overlay.write_text("gateway:\n  replicas: 2\n")
     started = time.monotonic()
     up.on_head(f"spillover deploy --config {up.spillover_config} --overlay {overlay}", timeout=480)
     report = cluster_report(up)
@@ -271,8 +272,11 @@ def test_serve_shutdown_ray_down_and_ray_stop_on_workers_leave_only_sshd(up: Lau
     """README's stop sequence. `serve shutdown` first: vLLM's engine processes are children of a
     replica that `ray stop` does not know, and they outlived a `ray stop` of the worker without it.
     Ray's local provider stops Ray only on the head at `ray down`; a worker's raylet exits once the
-    head is gone, but not all of Ray's processes there: hence `ray stop` on each worker."""
+    head is gone, but not all of Ray's processes there: hence `ray stop` on each worker. The head's Redis
+    (the shared store) outlives `ray down` by design: its own `--stop` goes first."""
     up.on_head("serve shutdown -y", timeout=180)
+    stopped = up.on_head(f"python -m serve_apps.state.local_redis {HEAD_REDIS} --stop", timeout=60)
+    say(stopped.strip().splitlines()[-1] if stopped.strip() else "no output from --stop")
     up.ray("down", "-y", str(up.config), timeout=180)
     up.down = True
     started = time.monotonic()

@@ -9,6 +9,7 @@ environment (under `state.password_env`), its data lives beside the model cache 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ import pytest
 from cluster.config.deployment import parse_config
 from router.errors import ClusterError
 from serve_apps.runner import local_store
+from serve_apps.state import local_redis
 from serve_apps.state.redis_store import RedisStore
+from tests.redis_server import redis_or_fail
 
 pytestmark = pytest.mark.realtime
 
@@ -77,3 +80,30 @@ def test_local_is_refused_with_a_cluster_address() -> None:
 def test_other_configs_pass_unchanged() -> None:
     config = parse_config({**RAW, "state": {"url": "redis://10.0.0.1:6380/0"}}, "t")
     assert local_store(config, print) == (config, None, {})
+
+
+def test_stop_shuts_down_the_server_answering_there_and_keeps_its_data(tmp_path: Path) -> None:
+    """The stop sequence's `--stop` (`ray down` leaves the head's Redis running): SHUTDOWN with the password
+    file; the append-only file stays, and a second `--stop` finds nothing and succeeds."""
+    server = redis_or_fail(tmp_path / "redis")
+    secret = tmp_path / "password"
+    secret.write_text(server.password + "\n")
+    args = ["--host", server.host, "--port", str(server.port), "--password-file", str(secret), "--stop"]
+    try:
+        assert local_redis.main(args) == 0
+        deadline = time.monotonic() + 10
+        while server.answers():
+            assert time.monotonic() < deadline, "still answering after --stop"
+            time.sleep(0.05)
+        assert list((tmp_path / "redis").glob("**/*.aof*")), "its append-only file is gone"
+        assert local_redis.main(args) == 0  # nothing answers: already stopped
+    finally:
+        server.stop()
+
+
+def test_start_without_a_folder_is_a_usage_error(tmp_path: Path) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("p" * 32)
+    with pytest.raises(SystemExit) as exited:
+        local_redis.main(["--password-file", str(secret)])
+    assert exited.value.code == 2
