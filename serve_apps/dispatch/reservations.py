@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from serve_apps.state.store import SharedStore
+from serve_apps.state.timing import off_path
 
 log = logging.getLogger("spillover.admission")
 
@@ -111,7 +112,7 @@ class Reservations:
         reservation.done = True
         self._active.pop(reservation.holder, None)
         self._count[reservation.model] = max(0, self._count.get(reservation.model, 0) - 1)
-        task = asyncio.get_running_loop().create_task(self._drop(reservation))
+        task = asyncio.get_running_loop().create_task(self._drop(reservation), context=off_path())
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 

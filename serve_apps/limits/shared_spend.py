@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from serve_apps.state.store import SharedStore
+from serve_apps.state.timing import off_path
 
 log = logging.getLogger("spillover.spend")
 
@@ -54,7 +55,7 @@ class SharedSpend:
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         try:
-            task = asyncio.get_running_loop().create_task(work)
+            task = asyncio.get_running_loop().create_task(work, context=off_path())
         except RuntimeError:  # no event loop (a synchronous caller): the sums go unsent from here
             work.close()
             return
