@@ -86,11 +86,18 @@ def test_ray_up_brings_the_head_and_every_worker_into_the_cluster(up: Launched) 
     assert set(alive) == {HEAD.ip, WORKER.ip}
     assert alive[HEAD.ip]["head"] and not alive[WORKER.ip]["head"]
     assert (alive[HEAD.ip]["cpus"], alive[WORKER.ip]["cpus"]) == (HEAD.cpus, WORKER.cpus)
-    status = up.on_head("ray status", timeout=120)
+    # the worker's raylet joins during its `ray start`; the launcher marks it active once that command
+    # returns, so `ray status` may still list it as `setting-up` for a few seconds
+    deadline = time.monotonic() + 120
+    while True:
+        status = up.on_head("ray status", timeout=120)
+        assert "Active:" in status
+        active = status[status.index("Active:") : status.index("Pending:")]
+        if sum(int(line.split()[0]) for line in active.splitlines()[1:] if line.strip()) == 2:
+            break
+        assert time.monotonic() < deadline, active
+        time.sleep(5)
     say("`ray status` on the head:\n" + status[status.find("Node status") :][:1500])
-    assert "Active:" in status
-    active = status[status.index("Active:") : status.index("Pending:")]
-    assert sum(int(line.split()[0]) for line in active.splitlines()[1:] if line.strip()) == 2, active
 
 
 def test_dashboard_listens_on_the_head_loopback_only_and_ray_dashboard_reaches_it(up: Launched) -> None:
