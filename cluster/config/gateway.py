@@ -204,7 +204,7 @@ class StateSection(StrictModel):
         "url 'local' spillover sets it for the replicas it starts)",
     )
     timeout_s: float = Field(
-        0.25,
+        0.5,
         gt=0,
         le=10,
         description="longest wait for one store operation; past it the replica serves from its own memory until "
