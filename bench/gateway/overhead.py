@@ -16,8 +16,9 @@ shuffled order, along three paths to the *same* model replica:
 Interleaving puts every path under the same machine noise; the report gives p50/p95 per path and
 the ratios and differences of the medians (gateway vs ray is spillover's own overhead on the local
 path, gateway-http vs vllm on the HTTP-provider path), and the store row: the part of each gateway request
-spent on its shared store, from the answer's `Server-Timing: store` entry (serve_apps/state/timing.py). `--streams` adds what users feel: TTFT,
-TPOT and output tok/s of streams at concurrency 1, 4, 16 along the same paths
+spent on its shared store, from the answer's `Server-Timing: store` entry (serve_apps/state/timing.py).
+`--streams` adds what users feel: TTFT, TPOT and output tok/s of streams at concurrency 1, 4, 16 along the
+same paths
 (`bench/gateway/overhead_streams.py`). The run must happen on a node of the cluster (it joins Ray to get
 the handles).
 """
