@@ -7,7 +7,8 @@ returns at once; a write that fails (`StoreUnavailable`, or anything else) is lo
 `failed`, a value larger than the store's `max_value_bytes` is not sent (`oversize`: the caller keeps it
 locally only), and past `max_pending` writes in flight a new one is dropped (`dropped`) rather than
 pile up behind a slow store. `after`: a write of the same key that must land first (a ticket's pending
-state before its answer), awaited before this one is sent.
+state before its answer), awaited before this one is sent. The write runs off the request's path, so its time
+is not in the request's `Server-Timing: store` entry (serve_apps/state/timing.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import logging
 
 from serve_apps.state.store import DEFAULT_MAX_VALUE_BYTES, SharedStore
+from serve_apps.state.timing import off_path
 
 log = logging.getLogger("spillover.state")
 
@@ -57,7 +59,7 @@ class BackgroundWrites:
             self.dropped += 1
             log.warning("shared store slow: a %s not written (%d writes in flight)", self._what, len(self._tasks))
             return None
-        task = loop.create_task(self._write(key, value, ttl_s, after))
+        task = loop.create_task(self._write(key, value, ttl_s, after), context=off_path())  # not the request's time
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task

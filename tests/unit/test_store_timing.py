@@ -22,6 +22,7 @@ from serve_apps.http.surface import GatewayHTTP, ServedModel
 from serve_apps.state import timing
 from serve_apps.state.fallback import FallbackStore
 from serve_apps.state.memory import MemoryStore
+from serve_apps.state.writes import BackgroundWrites
 from tests.fakes import FakeEngine
 
 
@@ -80,6 +81,20 @@ async def test_a_write_started_off_the_path_is_not_counted_and_a_fallback_is() -
     finally:
         timing.CURRENT.reset(token)
     assert spent.ops == 1 and not shared.view().up
+
+
+async def test_records_and_tickets_written_in_the_background_are_not_the_requests_time() -> None:
+    shared = store()
+    writes = BackgroundWrites(shared, what="decision record")  # serve_apps/learning/shared_records.py's
+    spent, token = timing.begin()
+    try:
+        first = writes.put("a", b"v", 10)
+        writes.put("a", b"w", 10, after=first)
+        await writes.drain()
+    finally:
+        timing.CURRENT.reset(token)
+    assert writes.written == 2 and spent.ops == 0
+    assert await shared.get("a") == b"w"
 
 
 def test_header_round_trips_and_malformed_values_are_refused() -> None:
