@@ -7,7 +7,8 @@ path (serve_apps/state/writes.py: a failed write is logged and counted, never ra
 store's `max_value_bytes` is kept by this replica only). `find(id, owner)` answers from memory first,
 then from the shared store — always the owner's own record: the key holds the owner, and the value says
 it again. So `GET /v1/spillover/decisions/{id}`, `spillover explain` and feedback find a record whichever
-replica answered the request.
+replica answered the request. A value that is not such a record (not JSON, another owner's or request's, a
+shape the route cannot render) reads as no record: the caller answers 404, never 500.
 
 `claim_feedback` makes "one verdict per request and source kind" (router/learning/feedback.py) hold across
 replicas: the first report of a kind takes its key with `put_if_absent`, a second one (on any replica)
@@ -59,11 +60,15 @@ class SharedDecisions(DecisionStore):
             return None
         try:
             data = json.loads(raw)
-            if data.get("owner") != owner:  # never another owner's, whatever the key held
+            if not isinstance(data, dict) or data.get("owner") != owner:  # never another owner's, whatever the key held
                 return None
-            return DecisionRecord.from_dict(data["record"])
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("decision record %s in the shared store unreadable: %s", request_id[:128], exc)
+            record = DecisionRecord.from_dict(data["record"])
+            if record.request_id != request_id or not isinstance(record.contract, dict):
+                return None
+            record.to_json()  # what the route renders: a value that does not render is no record
+            return record
+        except Exception as exc:  # noqa: BLE001 - whatever the store held, an unreadable record is a 404, never a 500
+            log.warning("decision record %s in the shared store unreadable (%s)", request_id[:128], type(exc).__name__)
             return None
 
     async def claim_feedback(self, request_id: str, owner: str, kind: str, value: bytes) -> bool:

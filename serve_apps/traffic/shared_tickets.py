@@ -10,6 +10,8 @@ store, and only the owner's ticket. A stored error answer is kept as its message
 status, and answered as that error again by the replica that reads it (scrubbed as every error is).
 An answer over the store's `max_value_bytes` is kept by the finishing replica only: through another
 replica the ticket reads as an answer too large to keep (as a ticket over `max_bytes` does everywhere).
+A value that is not such a ticket (not JSON, another owner's or id's, a state, status or header the route
+cannot answer with) reads as no ticket: `404 ticket_not_found`, never a 500.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, get_args
 
 from router.errors import RequestError
-from router.traffic.tickets import Ticket, TicketStore
+from router.traffic.tickets import State, Ticket, TicketStore
 from serve_apps.state.store import SharedStore
 from serve_apps.state.writes import BackgroundWrites, owned_key, read
+
+STATES: tuple[str, ...] = get_args(State)
 
 log = logging.getLogger("spillover.traffic")
 
@@ -65,19 +69,32 @@ def encode(ticket: Ticket) -> bytes:
     return json.dumps(data, separators=(",", ":"), default=str).encode()
 
 
+def _header(name: object, value: object) -> tuple[str, str]:
+    pair = (str(name), str(value))
+    if not all(part.isprintable() and part.isascii() for part in pair) or not pair[0]:
+        raise ValueError("a header that cannot be sent")
+    return pair
+
+
 def decode(raw: bytes) -> Ticket:
+    """The ticket `encode` wrote; ValueError, KeyError or TypeError for anything else."""
     data = json.loads(raw)
+    if not isinstance(data, dict):
+        raise TypeError("not a ticket")
+    state, status = data["state"], int(data["status"])
+    if state not in STATES or not 100 <= status <= 599:
+        raise ValueError(f"state {str(state)[:16]!r}, status {status}")
     body = _from_error(data["error"]) if "error" in data else data.get("body")
     return Ticket(
         id=str(data["id"]),
         owner=str(data["owner"]),
         model=str(data["model"]),
         created_at=float(data["created_at"]),
-        state=data["state"],
+        state=state,
         finished_at=data.get("finished_at"),
-        status=int(data["status"]),
+        status=status,
         body=body,
-        headers=tuple((str(k), str(v)) for k, v in data.get("headers") or ()),
+        headers=tuple(_header(k, v) for k, v in data.get("headers") or ()),
         size=int(data.get("size") or 0),
     )
 
@@ -131,8 +148,8 @@ class SharedTickets(TicketStore):
             return None
         try:
             ticket = decode(raw)
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("ticket %s in the shared store unreadable: %s", ticket_id[:128], exc)
+        except Exception as exc:  # noqa: BLE001 - whatever the store held, an unreadable ticket is a 404, never a 500
+            log.warning("ticket %s in the shared store unreadable (%s)", ticket_id[:128], type(exc).__name__)
             return None
         return ticket if ticket.owner == owner and ticket.id == ticket_id else None
 

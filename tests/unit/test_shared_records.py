@@ -8,9 +8,11 @@ across replicas. Real Redis runs at normal priority (`realtime`).
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -24,7 +26,7 @@ from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from serve_apps.http.surface import GatewayHTTP, ServedModel
 from serve_apps.learning.routes import LearningRoutes
-from serve_apps.learning.shared_records import SharedDecisions
+from serve_apps.learning.shared_records import SharedDecisions, record_key
 from serve_apps.learning.state import Learning
 from serve_apps.state.fallback import FallbackStore
 from serve_apps.state.local_redis import LocalRedis
@@ -186,3 +188,41 @@ async def test_a_store_that_does_not_answer_never_fails_a_request(fallback: bool
     assert (await a.feedback("down", "user")).status_code == 409  # the replica's own store still decides
     if not fallback:
         assert a.decisions.writes.failed == 1
+
+
+def _planted(good: dict[str, Any], request_id: str) -> list[bytes]:
+    """Values under apps' key for `request_id` that are not apps' record of it: each must read as none."""
+    record = {**good["record"], "request_id": request_id}
+    return [
+        b"not json",
+        b"\xff\xfe{",
+        b"[1, 2]",  # JSON, not an object
+        b"null",
+        b"[" * 100_000,  # nested past the parser's recursion limit
+        json.dumps({"owner": "other", "record": record}).encode(),  # another tenant's, under apps' key
+        json.dumps({"record": record}).encode(),
+        json.dumps({"owner": "apps", "record": {**record, "request_id": "another"}}).encode(),
+        json.dumps({"owner": "apps", "record": {"request_id": request_id}}).encode(),
+        json.dumps({"owner": "apps", "record": {**record, "contract": "x"}}).encode(),
+        json.dumps({"owner": "apps", "record": {**record, "candidates": [[1]]}}).encode(),
+        json.dumps({"owner": "apps", "record": {**record, "replans": 1e400}}).encode(),  # Infinity: no int
+        json.dumps({"owner": "apps", "record": {**record, "attempts": [{"cost_usd": "1"}]}}).encode(),
+    ]
+
+
+async def test_a_malformed_or_another_tenants_value_in_the_store_reads_as_404_never_500(home: Home) -> None:
+    a, b, store = replica(home()), replica(home()), home()
+    await a.chat("good")
+    raw = await store.get(record_key("apps", "good"))
+    assert raw is not None
+    good = json.loads(raw)
+    for i in range(len(_planted(good, "x"))):
+        request_id = f"planted-{i}"
+        value = _planted(good, request_id)[i]
+        await store.put(record_key("apps", request_id), value, 60)
+        found = await b.record(request_id)
+        assert found.status_code == 404, (value[:80], found.text)
+        judged = await b.feedback(request_id, "user")
+        assert judged.status_code == 404, (value[:80], judged.text)
+    await store.put(record_key("apps", "copied"), raw.replace(b'"good"', b'"copied"'), 60)
+    assert (await b.record("copied")).status_code == 200  # the checks refuse no record a replica wrote

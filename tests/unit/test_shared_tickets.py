@@ -6,6 +6,7 @@ normal priority (`realtime`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
@@ -17,7 +18,7 @@ from serve_apps.state.memory import MemoryStore
 from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from serve_apps.traffic.deferral import TieredDispatch
-from serve_apps.traffic.shared_tickets import SharedTickets, decode, encode
+from serve_apps.traffic.shared_tickets import SharedTickets, decode, encode, ticket_key
 from serve_apps.traffic.wiring import TrafficParts
 from tests.redis_server import redis_or_fail
 from tests.unit.traffic_fixture import ADMIN, APP, TrafficWorld, traffic_config
@@ -144,3 +145,42 @@ async def test_an_answer_over_the_stores_bound_reads_as_dropped_through_the_othe
 def test_a_ticket_reads_back_as_it_was_written() -> None:
     ticket = Ticket("t1", "app", "m", 1.0, "done", 2.0, 200, {"a": [1]}, (("x-h", "v"),), 9)
     assert decode(encode(ticket)) == ticket
+
+
+def _planted(ticket_id: str) -> list[bytes]:
+    """Values under app's key for `ticket_id` that are not app's ticket `ticket_id`: each must read as none."""
+    good = Ticket(ticket_id, "app", "m", 1.0, "done", 2.0, 200, {"a": 1}, (("x-h", "v"),), 9)
+    data = json.loads(encode(good))
+    return [
+        b"not json",
+        b"\xff\xfe{",
+        b"[1, 2]",
+        b"null",
+        b"[" * 100_000,  # nested past the parser's recursion limit
+        json.dumps({**data, "owner": "ops"}).encode(),  # another tenant's, under app's key
+        json.dumps({**data, "id": "another"}).encode(),
+        json.dumps({**data, "state": "weird"}).encode(),
+        json.dumps({**data, "status": 999}).encode(),
+        json.dumps({**data, "status": "x"}).encode(),
+        json.dumps({**data, "headers": [["x-h", "a\r\nset-cookie: s=1"]]}).encode(),
+        json.dumps({**data, "headers": 5}).encode(),
+        json.dumps({k: v for k, v in data.items() if k != "created_at"}).encode(),
+        json.dumps({**{k: v for k, v in data.items() if k != "body"}, "error": "boom"}).encode(),
+    ]
+
+
+async def test_a_malformed_or_another_tenants_value_in_the_store_reads_as_404_never_500(home: Home) -> None:
+    world, (a, b), _, _ = await _two(home)
+    store = home(world, 1024 * 1024)
+    async with a, b:
+        for i in range(len(_planted("x"))):
+            ticket_id = f"planted-{i}"
+            value = _planted(ticket_id)[i]
+            await store.put(ticket_key("app", ticket_id), value, 60)
+            polled = await b.get(f"/v1/spillover/tickets/{ticket_id}", headers=APP)
+            assert polled.status_code == 404, (value[:80], polled.text)
+            assert polled.json()["error"]["code"] == "ticket_not_found"
+        fine = Ticket("fine", "app", "m", 1.0, "done", 2.0, 200, {"a": 1}, (("x-h", "v"),), 9)
+        await store.put(ticket_key("app", "fine"), encode(fine), 60)  # the checks refuse no ticket encode wrote
+        polled = await b.get("/v1/spillover/tickets/fine", headers=APP)
+    assert polled.status_code == 200 and polled.json() == {"a": 1} and polled.headers["x-h"] == "v"
