@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import pytest
 
 from router.traffic.tickets import Ticket
+from serve_apps.state.fallback import FallbackStore
 from serve_apps.state.local_redis import LocalRedis
 from serve_apps.state.memory import MemoryStore
 from serve_apps.state.redis_store import RedisStore
@@ -184,3 +187,30 @@ async def test_a_malformed_or_another_tenants_value_in_the_store_reads_as_404_ne
         await store.put(ticket_key("app", "fine"), encode(fine), 60)  # the checks refuse no ticket encode wrote
         polled = await b.get("/v1/spillover/tickets/fine", headers=APP)
     assert polled.status_code == 200 and polled.json() == {"a": 1} and polled.headers["x-h"] == "v"
+
+
+@pytest.mark.parametrize("fallback", [True, False])
+async def test_a_store_that_does_not_answer_never_fails_a_deferral_nor_a_poll(fallback: bool) -> None:
+    def unreachable() -> SharedStore:
+        with socket.socket() as held:
+            held.bind(("127.0.0.1", 0))
+            port = held.getsockname()[1]  # nothing listens on it once closed
+        dead = RedisStore(f"redis://127.0.0.1:{port}", timeout_s=0.2)
+        return FallbackStore(dead, MemoryStore(clock=time.monotonic)) if fallback else dead
+
+    world = TrafficWorld(traffic_config(), auth=True)
+    http_a, parts, _ = world.gateway("r-a", unreachable())
+    tiers = world.tiers
+    assert tiers is not None
+    http_b, _, _ = world.gateway("r-b", unreachable())
+    async with world.client(http_a) as a, world.client(http_b) as b:
+        ticket = await _defer_on_a(a, parts)
+        assert (await a.get(f"/v1/spillover/tickets/{ticket}", headers=APP)).status_code == 202  # its own
+        on_b = await b.get(f"/v1/spillover/tickets/{ticket}", headers=APP)
+        assert on_b.status_code == 404 and on_b.json()["error"]["code"] == "ticket_not_found"  # not a 500
+        await a.post("/v1/spillover/traffic", json={"action": "undrain", "target": "local:m"}, headers=ADMIN)
+        world.resume.set()
+        await _settle(tiers, parts)
+        assert (await a.get(f"/v1/spillover/tickets/{ticket}", headers=APP)).status_code == 200
+    assert isinstance(parts.tickets, SharedTickets)
+    assert parts.tickets.writes.failed == (0 if fallback else 2)  # the fallback's memory took them
