@@ -175,6 +175,11 @@ class FallbackStore:
     async def lease_count(self, key: str) -> int:
         return await self._use(lambda: self.primary.lease_count(key), lambda: self.local.lease_count(key))
 
+    async def lease_holders(self, key: str, limit: int = 256) -> list[str]:
+        return await self._use(
+            lambda: self.primary.lease_holders(key, limit), lambda: self.local.lease_holders(key, limit)
+        )
+
     async def add_amounts(self, key: str, amounts: Mapping[str, float]) -> None:
         async def unsent() -> None:  # kept to add to the primary when it is back; counted here meanwhile
             if len(self._unsent) >= MAX_UNSENT:

@@ -160,6 +160,9 @@ class MemoryStore:
     async def lease_count(self, key: str) -> int:
         return len(self._held(key))
 
+    async def lease_holders(self, key: str, limit: int = 256) -> list[str]:
+        return sorted(self._held(key))[:limit]
+
     # durable sums -----------------------------------------------------------------------------------
 
     async def add_amounts(self, key: str, amounts: Mapping[str, float]) -> None:

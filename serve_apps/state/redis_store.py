@@ -101,6 +101,14 @@ return redis.call('ZCARD', KEYS[1])
 """
 )
 
+_LEASE_HOLDERS = (
+    _NOW_MS
+    + """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+"""
+)
+
 _DELETE_IF = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -150,6 +158,7 @@ class RedisStore:
         self._lease_take = self._redis.register_script(_LEASE_TAKE)
         self._lease_renew = self._redis.register_script(_LEASE_RENEW)
         self._lease_count = self._redis.register_script(_LEASE_COUNT)
+        self._lease_holders = self._redis.register_script(_LEASE_HOLDERS)
         self._delete_if = self._redis.register_script(_DELETE_IF)
 
     async def _call(self, what: str, pending: Awaitable[T]) -> T:
@@ -203,6 +212,10 @@ class RedisStore:
 
     async def lease_count(self, key: str) -> int:
         return int(await self._call("lease_count", self._lease_count(keys=[PREFIX + key], args=[])))
+
+    async def lease_holders(self, key: str, limit: int = 256) -> list[str]:
+        held = await self._call("lease_holders", self._lease_holders(keys=[PREFIX + key], args=[max(1, limit)]))
+        return [h.decode() if isinstance(h, bytes) else str(h) for h in held]
 
     async def add_amounts(self, key: str, amounts: Mapping[str, float]) -> None:
         if not amounts:

@@ -84,6 +84,10 @@ class SharedStore(Protocol):
 
     async def lease_count(self, key: str) -> int: ...
 
+    async def lease_holders(self, key: str, limit: int = 256) -> list[str]:
+        """Up to `limit` holders of unexpired leases on `key` (a directory of who is alive)."""
+        ...
+
     async def add_amounts(self, key: str, amounts: Mapping[str, float]) -> None:
         """Add each amount to its field of `key` (kept with no TTL: durable where the store is)."""
         ...

@@ -145,9 +145,13 @@ async def test_leases_not_renewed_expire_and_renewed_ones_stay(home: Home) -> No
     await store.lease_renew("m", ["alive", "never-held"], 0.3)
     await home.wait(0.2)
     assert await store.lease_count("m") == 1
+    assert await store.lease_holders("m") == ["alive"]
     assert await store.lease_take("m", "new", 2, 0.3) == 2
+    assert sorted(await store.lease_holders("m")) == ["alive", "new"]
+    assert len(await store.lease_holders("m", limit=1)) == 1
     await home.wait(0.4)
     assert await store.lease_count("m") == 0
+    assert await store.lease_holders("m") == []
 
 
 async def test_durable_sums_add_up(home: Home) -> None:
