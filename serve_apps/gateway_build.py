@@ -78,6 +78,7 @@ from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.board import get_or_create_board
 from serve_apps.telemetry.board_poller import BoardPoller
 from serve_apps.telemetry.metrics import GatewayMetrics
+from serve_apps.telemetry.replica_metrics import ReplicaMetrics
 from serve_apps.traffic.board import RayBoard, get_or_create_traffic_board
 from serve_apps.traffic.wiring import traffic_parts
 
@@ -205,8 +206,13 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         p.name: provider_for(p, on_headers=resilience.observe_rate_limits) for p in config.cloud.providers if p.enabled
     }
     background: list[Coroutine[Any, Any, None]] = [poller.run(), golden.run(backend)]
+    metrics_page = None
     if isinstance(store, FallbackStore):
         background.append(store.run())  # pings a store that stopped answering until it is back
+        # several replicas behind one address: a scrape answers with every replica's series, labelled
+        shared_metrics = ReplicaMetrics(metrics.registry, store, env.replica[:12])
+        background.append(shared_metrics.run())
+        metrics_page = shared_metrics.render
     if config.resilience.probes:
         background.append(prober(config, backend, providers, resilience, poller).run())
     exchange = get_or_create_exchange()
@@ -284,6 +290,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
             idempotent=IdempotentReplies(replies, wait_s=idem.wait_s),
             tenant_limits=limits,
             learning=LearningRoutes(learning, decisions),
+            metrics_page=metrics_page,
         ),
         operator=OperatorParts(
             snapshot=poller.latest,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from cluster.config.gateway import HttpLimits
@@ -58,6 +58,8 @@ class GatewayParts:
     idempotent: IdempotentReplies | None = None  # Idempotency-Key replays (serve_apps/http/idempotent.py)
     tenant_limits: TenantLimits | None = None  # concurrency and budget per tenant (serve_apps/limits/tenants.py)
     learning: LearningRoutes | None = None  # typing, feedback and quality (serve_apps/learning/routes.py)
+    # GET /metrics' body when it is every replica's (serve_apps/telemetry/replica_metrics.py); else `metrics` alone
+    metrics_page: Callable[[], Awaitable[bytes]] | None = None
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,7 @@ class GatewayHTTP:
         self._request_timeout_s = edge.request_timeout_s
         self._idempotent = parts.idempotent
         self._metrics = parts.metrics or GatewayMetrics()
+        self._metrics_body = parts.metrics_page
         self._policy = parts.policy or Policy()
         self._owned = OwnedDecisions(parts.decisions, edge.new_id)
         self._dispatcher = dispatcher
@@ -325,7 +326,8 @@ class GatewayHTTP:
         return JSONResponse(openapi_document())
 
     async def _metrics_page(self, request: Request) -> Response:
-        return Response(self._metrics.render(), media_type=self._metrics.content_type)
+        body = await self._metrics_body() if self._metrics_body is not None else self._metrics.render()
+        return Response(body, media_type=self._metrics.content_type)
 
     def _model_label(self, raw: bytes) -> str:
         """The model a failed request named, if it is a configured one (bounded label values)."""

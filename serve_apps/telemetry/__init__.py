@@ -5,8 +5,9 @@ board, the gateway's metrics and its structured logs.
     board.py         TelemetryBoard: the named Ray actor replicas push to and the gateway reads
     board_poller.py  the gateway side: poll the board into ClusterSnapshots
     metrics.py       the gateway's metrics at `GET /metrics`
+    replica_metrics.py  every gateway replica's series through any replica's `GET /metrics` (shared store)
     logs.py          structured logs: one JSON object per line
 """
 
 # The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
-DOORS: tuple[str, ...] = ("board", "board_poller", "logs", "metrics", "stats_pusher")
+DOORS: tuple[str, ...] = ("board", "board_poller", "logs", "metrics", "replica_metrics", "stats_pusher")

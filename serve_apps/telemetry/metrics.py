@@ -1,8 +1,9 @@
 """Gateway metrics, served at `GET /metrics` in the Prometheus text format.
 
 Each gateway owns its own `CollectorRegistry` (no process-global default registry), so several
-gateways in one process — or tests — never share counters. With N gateway replicas every
-replica exports its own series; Prometheus sums them (label `instance`).
+gateways in one process — or tests — never share counters. With N gateway replicas and a shared store,
+serve_apps/telemetry/replica_metrics.py makes any replica's `/metrics` answer with every replica's series
+(label `gateway_replica`); the dashboard sums them.
 
     spillover_requests_total{model,route,target,outcome}     answered requests (outcome: ok or error code)
     spillover_routing_decision_seconds                       contract pipeline + burst decision time
