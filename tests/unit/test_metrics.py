@@ -70,3 +70,22 @@ def test_gateways_do_not_share_counters() -> None:
     a, b = GatewayMetrics(), GatewayMetrics()
     a.answered("m", "local", "local:m", "ok")
     assert "spillover_requests_total{" not in b.render().decode()
+
+
+def test_every_dashboard_query_aggregates_across_gateway_replicas() -> None:
+    """Each gateway replica is its own series (serve_apps/telemetry/replica_metrics.py): a panel that showed
+    one series per replica would show each replica's share, so every query sums (or takes the max of) them."""
+    dashboard = json.loads((REPO / "cluster/grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    aggregated = (
+        "sum(",
+        "sum by",
+        "max by",
+        "max(",
+        "histogram_quantile(0.99, sum by",
+        "histogram_quantile(0.95, sum by",
+    )
+    assert all(e.startswith(aggregated) for e in exprs), [e for e in exprs if not e.startswith(aggregated)]
+    titles = " ".join(panel["title"].lower() for panel in dashboard["panels"])
+    for topic in ("breakers", "health transitions", "session migrations", "session", "stream continuations"):
+        assert topic in titles, topic
