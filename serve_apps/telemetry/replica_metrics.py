@@ -52,6 +52,7 @@ class ReplicaMetrics:
         self.replica = replica
         self.period_s = period_s
         self._sleep = sleep
+        self._too_big_said = False
 
     def _key(self, replica: str) -> str:
         return f"metrics:replica:{replica}"
@@ -59,7 +60,10 @@ class ReplicaMetrics:
     async def push(self) -> None:
         """This replica's exposition into the store, and its lease in the directory renewed."""
         ttl_s = 3 * self.period_s
-        await self.store.put(self._key(self.replica), generate_latest(self.registry), ttl_s)
+        text = generate_latest(self.registry)
+        if not await self.store.put(self._key(self.replica), text, ttl_s) and not self._too_big_said:
+            self._too_big_said = True  # past the store's value bound: scrapes of other replicas miss this one
+            log.warning("this replica's metrics (%d bytes) are too big for the shared store", len(text))
         await self.store.lease_take(DIRECTORY, self.replica, MAX_REPLICAS * 4, ttl_s)
 
     async def run(self) -> None:
