@@ -242,7 +242,8 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     replies = IdempotencyStore(
         ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
     )
-    limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None)
+    limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None, store=store)
+    background.append(limits.run())  # renews this replica's tenant leases (serve_apps/limits/leases.py)
     http = GatewayHTTP(
         backend,
         served_models(config),

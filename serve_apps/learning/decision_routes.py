@@ -53,7 +53,7 @@ class OwnedDecisions:
         """`scrub` cleans the record's texts (a failed attempt's reason may quote a provider) like errors."""
 
         async def decision(request: Request) -> Response:
-            tenant = edge.tenant(request)
+            tenant = await edge.tenant(request)
             wanted = request.path_params["request_id"]
             record = self._store.get(wanted, owner_of(tenant)) if self._store is not None else None
             if record is None:

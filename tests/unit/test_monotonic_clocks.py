@@ -15,10 +15,12 @@ import pytest
 from cluster.config.deployment import parse_config
 from router.errors import ConfigError, ProviderRateLimited, TargetUnavailable, TenantRateLimited
 from router.limits.rate_limit import TokenBucket
-from router.request.auth import Authenticator, TenantPolicy
+from router.request.auth import TenantPolicy
 from router.routing.capabilities import Registry
+from serve_apps.limits.tenants import TenantLimits, TenantRates
 from serve_apps.resilience.prober import Prober
 from serve_apps.resilience.state import Resilience
+from serve_apps.state.memory import MemoryStore
 from tests.fakes import FakeClock as Clock
 
 CONFIG = {
@@ -130,14 +132,19 @@ def test_requests_per_minute_below_one_is_refused_by_config_validation(rpm: floa
         TokenBucket(rpm)
 
 
-def test_tenant_rate_limit_ignores_wall_clock_steps() -> None:
+async def test_tenant_rate_limit_ignores_wall_clock_steps() -> None:
     mono = Clock(0.0)
-    auth = Authenticator([TenantPolicy("t", requests_per_minute=1)], {"t": "k"}, clock=mono)
-    auth.authenticate("Bearer k")
+    rates = TenantRates(MemoryStore(clock=mono))
+    tenant = TenantPolicy("t", requests_per_minute=1)
+    await rates.check(tenant)
     with pytest.raises(TenantRateLimited):
-        auth.authenticate("Bearer k")  # the wall clock is not read at all: only `mono` refills
+        await rates.check(tenant)  # the wall clock is not read at all: only `mono` rolls the window over
     mono.now += 60
-    assert auth.authenticate("Bearer k").name == "t"
+    await rates.check(tenant)
+
+
+def test_the_gateways_own_store_runs_on_the_monotonic_clock() -> None:
+    assert TenantLimits()._store._clock is time.monotonic  # type: ignore[attr-defined]
 
 
 def test_prober_schedules_on_the_monotonic_clock() -> None:
