@@ -171,7 +171,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     # no local model takes traffic before it answered its golden prompt right
     golden = GoldenGate({spec.alias: spec.golden for spec in config.models})
     spend = spend_ledger(config.spend)
-    resilience = Resilience(config, spend=spend, golden=golden)
+    resilience = Resilience(config, spend=spend, golden=golden, store=store)  # provider RPM / TPM in the store
     gateway = config.gateway
     # the decision log is written by its own thread: a slow disk never stalls the event loop
     sink = BackgroundWriter(JsonlFile(gateway.decisions_log), name="decision-log") if gateway.decisions_log else None

@@ -36,16 +36,16 @@ def _world() -> tuple[Resilience, Clock, Clock]:
     return Resilience(config, clock=mono, wall=wall), mono, wall
 
 
-def _observe(res: Resilience) -> tuple[object, ...]:
+async def _observe(res: Resilience) -> tuple[object, ...]:
     targets = Registry.from_config(res._config.models, res._config.cloud.providers).for_alias("m")
     local = next(t for t in targets if t.kind == "local")
     cloud = next(t for t in targets if t.kind == "cloud")
-    quota = res.quotas.try_reserve("sim", 1)
+    quota = await res.quotas.try_reserve("sim", 1)
     return (
         res.breakers.states(),
         res.breakers.target(local.id).retry_in_s(),
         res.unavailable(targets),
-        res.gate(cloud, has_alternative=False, tokens=1).refused,
+        (await res.gate(cloud, has_alternative=False, tokens=1)).refused,
         type(quota).__name__,
         res.health.states(),
         res.budget.balance(),
@@ -59,7 +59,7 @@ def test_resilience_defaults_to_the_monotonic_clock() -> None:
 
 
 @pytest.mark.parametrize("step_s", [-3600.0, 3600.0, -86400.0 * 365], ids=["back-1h", "forward-1h", "back-1y"])
-def test_wall_clock_step_back_changes_nothing(step_s: float) -> None:
+async def test_wall_clock_step_back_changes_nothing(step_s: float) -> None:
     """An open breaker, a cooling domain, a full quota window, health and the retry budget read
     the same before and after the wall clock jumps."""
     res, _mono, wall = _world()
@@ -69,14 +69,14 @@ def test_wall_clock_step_back_changes_nothing(step_s: float) -> None:
     for _ in range(2):
         res.failed(local, TargetUnavailable("down"))  # opens the local breaker, health yellow
     res.failed(cloud, ProviderRateLimited("slow down", retry_after_s=20))  # cools the sim domain
-    res.quotas.try_reserve("sim", 1)
+    await res.quotas.try_reserve("sim", 1)
     res.budget.deposit()
-    _observe(res)  # creates what it reads (lazily made breakers) and fills the quota window
-    before = _observe(res)
+    await _observe(res)  # creates what it reads (lazily made breakers) and fills the quota window
+    before = await _observe(res)
     assert before[4] == "Refusal"
     assert before[0]["target:local:m"] == "open" and before[0]["domain:sim"] == "open"
     wall.now += step_s
-    assert _observe(res) == before
+    assert await _observe(res) == before
 
 
 def test_breaker_export_speaks_wall_time_and_survives_a_step() -> None:
