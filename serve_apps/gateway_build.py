@@ -18,7 +18,8 @@ ping loop runs in the background while Redis does not answer.
 
 It returns the ASGI app and the background loops to start, in this order: the board poller, the
 golden checks, the shared store's ping loop (with `state.url`), the prober (with `resilience.probes`), the
-breaker sync and the traffic sync. Nothing runs before the caller starts them (serve_apps/gateway.py, at replica start).
+breaker sync, the traffic sync and the renewal of this replica's tenant leases (`tenants[].max_concurrent`).
+Nothing runs before the caller starts them (serve_apps/gateway.py, at replica start); they end with the replica.
 """
 
 from __future__ import annotations

@@ -78,6 +78,8 @@ class Leases:
             await self.store.lease_drop(key, holder)
         except StoreUnavailable as exc:  # a bare store (no fallback): the lease expires within ttl_s
             log.warning("lease %s of %s not dropped (%s): it expires within %gs", holder, key, exc.message, self.ttl_s)
+        except Exception:  # a drop must never fail anything: the lease expires on its own
+            log.exception("lease %s of %s not dropped: it expires within %gs", holder, key, self.ttl_s)
 
     async def flush(self) -> None:
         """Wait until every drop asked for so far has reached the store."""
@@ -93,7 +95,12 @@ class Leases:
                 log.warning("leases of %s not renewed: %s", key, exc.message)
 
     async def run(self) -> None:
-        """Renew every `renew_s` while the replica runs (a background loop of the gateway)."""
+        """Renew every `renew_s` while the replica runs (a background loop of the gateway, started with its
+        other loops and ended with the replica: cancelled, it stops; a round that fails does not stop it —
+        a loop that died would let every lease of this replica expire under requests still running)."""
         while True:
             await self._sleep(self.renew_s)
-            await self.renew()
+            try:
+                await self.renew()
+            except Exception:  # StoreUnavailable is handled per key: anything here is a bug, logged, not fatal
+                log.exception("tenant leases not renewed this round")

@@ -17,6 +17,7 @@ from router.errors import TenantConcurrencyExceeded, TenantRateLimited
 from router.limits.quota import Refusal, Reservation
 from router.request.auth import TenantPolicy
 from router.routing.capabilities import Registry
+from serve_apps.limits.leases import Leases
 from serve_apps.limits.tenants import TenantLimits, TenantRates
 from serve_apps.resilience.state import Resilience
 from serve_apps.state.local_redis import LocalRedis
@@ -117,12 +118,15 @@ class Counting:
     def __init__(self, inner: MemoryStore) -> None:
         self.inner = inner
         self.renewals: list[tuple[str, list[str]]] = []
+        self.broken = False  # the first renewal raises what no store should
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
     async def lease_renew(self, key: str, holders: Sequence[str], ttl_s: float) -> None:
         self.renewals.append((key, list(holders)))
+        if len(self.renewals) == 1 and self.broken:
+            raise RuntimeError("a bug in the store")
         await self.inner.lease_renew(key, holders, ttl_s)
 
 
@@ -231,3 +235,26 @@ async def test_a_request_on_one_gateway_holds_the_slot_on_the_other(home: Home) 
     assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
     assert refused.json()["error"]["code"] == "tenant_concurrency_exceeded"
     assert again.status_code == 200
+
+
+async def test_the_renewal_loop_survives_a_failed_round_and_stops_when_cancelled() -> None:
+    store = Counting(MemoryStore(clock=FakeClock()))
+    store.broken = True
+    rounds = 0
+
+    async def tick(seconds: float) -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds > 3:
+            await asyncio.Event().wait()  # the replica idles until it is cancelled
+        await asyncio.sleep(0)
+
+    limits = TenantLimits(store=store, leases=Leases(store, sleep=tick))  # type: ignore[arg-type]
+    await limits.admit(TENANT)
+    loop = asyncio.get_running_loop().create_task(limits.run())
+    while rounds <= 3 and not loop.done():
+        await asyncio.sleep(0)
+    assert not loop.done() and len(store.renewals) == 3  # the first raised; the loop went on
+    loop.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await loop
