@@ -32,7 +32,7 @@ class ErrorCode(StrEnum):
     INVALID_TRAFFIC_COMMAND = "invalid_traffic_command"
     INVALID_IDEMPOTENCY_KEY = "invalid_idempotency_key"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
-    IDEMPOTENCY_NOT_SUPPORTED = "idempotency_not_supported"
+    IDEMPOTENCY_NOT_SUPPORTED = "idempotency_not_supported"  # no longer raised: streams are replayed too
     UNKNOWN_SCENARIO = "unknown_scenario"
     SCENARIO_REQUIRED = "scenario_required"
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
@@ -56,6 +56,7 @@ class ErrorCode(StrEnum):
     TENANT_CONCURRENCY_EXCEEDED = "tenant_concurrency_exceeded"
     TENANT_BUDGET_EXCEEDED = "tenant_budget_exceeded"
     IDEMPOTENCY_KEY_IN_USE = "idempotency_key_in_use"
+    IDEMPOTENCY_IN_PROGRESS = "idempotency_in_progress"  # a streamed repeat while the first still runs
     FEEDBACK_EXISTS = "feedback_exists"
     DRY_RUN_FAILED = "dry_run_failed"
 

@@ -34,8 +34,7 @@ calls the library; nothing else in the code base raises bare library errors upwa
         │   └── CarriedContextRestricted 422  ... because the context its session carries may not
         │                                go to the targets that could serve the turn (code
         │                                carried_context_restricted; router/sessions/carried.py)
-        ├── LocalCapacityExhausted 429 no local room before the deadline and the request may not
-        │                              (or cannot) burst; carries `retry_after_s`
+        ├── LocalCapacityExhausted 429 no local room before the deadline, no burst (`retry_after_s`)
         ├── ProviderRejected     400   a cloud provider refused the request (its 400/404/422 kept)
         ├── InternalError        500   a bug in the gateway (logged with its traceback; the client gets none)
         └── UpstreamError        502   a local engine or cloud provider failed while serving the request
@@ -47,8 +46,7 @@ calls the library; nothing else in the code base raises bare library errors upwa
             └── ContractViolation 502  an L1 answer broke its output contract on every candidate
                                        tried; the body lists the validation errors under "errors"
 
-`RequestError.to_openai()` renders the body `{"error": {"message", "type", "param",
-"code"}}` that OpenAI clients understand. Codes are members of `router.error_codes.ErrorCode`.
+`RequestError.to_openai()` renders the OpenAI error body; codes are members of `router.error_codes.ErrorCode`.
 """
 
 from __future__ import annotations
@@ -88,8 +86,8 @@ class ClusterError(SpilloverError):
     """Ray or Ray Serve could not be started, reached or deployed to."""
 
 
-class StoreUnavailable(ClusterError):
-    """The shared store did not answer (serve_apps/state/fallback.py serves per replica meanwhile)."""
+class StoreUnavailable(ClusterError):  # serve_apps/state/fallback.py serves per replica meanwhile
+    """The shared store did not answer."""
 
 
 class RequestError(SpilloverError):
@@ -109,16 +107,14 @@ class RequestError(SpilloverError):
 
     @classmethod
     def quoting(cls, message: str, code: str) -> Self:
-        """The error with a code another system sent, kept verbatim (an upstream's error event after the
-        first byte of a stream, serve_apps/streams/account.py): the one way a code that is not an
-        `ErrorCode` enters an error."""
+        """The error with a code another system sent, kept verbatim (an upstream's error event mid-stream,
+        serve_apps/streams/account.py): the one way a code that is not an `ErrorCode` enters an error."""
         error = cls(message)
         error.code = code
         return error
 
     def with_message(self, message: str) -> Self:
-        """A copy of this error with another message (e.g. scrubbed of a secret); class, code, param
-        and every other field kept."""
+        """A copy of this error with another message (e.g. scrubbed of a secret), every other field kept."""
         copy = type(self).__new__(type(self), message)
         copy.__dict__.update(self.__dict__)
         copy.message = message

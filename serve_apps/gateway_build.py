@@ -18,7 +18,8 @@ ping loop runs in the background while Redis does not answer.
 
 It returns the ASGI app and the background loops to start, in this order: the board poller, the
 golden checks, the shared store's ping loop (with `state.url`), the prober (with `resilience.probes`), the
-breaker sync, the traffic sync and the renewal of this replica's tenant leases (`tenants[].max_concurrent`).
+breaker sync, the renewal of this replica's admission leases (serve_apps/dispatch/reservations.py), the traffic
+sync and the renewal of its tenant leases (`tenants[].max_concurrent`, serve_apps/limits/leases.py).
 Nothing runs before the caller starts them (serve_apps/gateway.py, at replica start); they end with the replica.
 """
 
@@ -41,13 +42,13 @@ from cluster.config.resilience import SpendSection
 from cluster.config.tenants import authenticator_for
 from cluster.models import CATALOG, cache_dir
 from router.errors import SpilloverError
-from router.learning.decision import DecisionStore
 from router.request.idempotency import IdempotencyStore
 from router.routing.capabilities import Registry
 from router.routing.snapshot import ClusterSnapshot
 from serve_apps.dispatch.admission_plans import AdmissionPlans, thread_submit
 from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.dispatch.parts import DispatchParts
+from serve_apps.dispatch.reservations import Reservations
 from serve_apps.engine.local_backend import ServeHandleBackend
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts, OperatorParts
 from serve_apps.http.guards import client_redactions
@@ -56,7 +57,9 @@ from serve_apps.http.model_card import ServedModel, ServedRoute
 from serve_apps.http.surface import GatewayHTTP
 from serve_apps.learning.decision_log import JsonlFile
 from serve_apps.learning.routes import LearningRoutes
+from serve_apps.learning.shared_records import SharedDecisions
 from serve_apps.learning.state import Learning, QualityCollector
+from serve_apps.limits.shared_spend import SharedSpend
 from serve_apps.limits.spend_ledger import SpendLedger
 from serve_apps.limits.tenants import TenantLimits
 from serve_apps.off_loop.background_writer import BackgroundWriter
@@ -73,6 +76,7 @@ from serve_apps.sessions.pins import PinClient
 from serve_apps.sessions.turns import Sessions
 from serve_apps.state.fallback import FallbackStore
 from serve_apps.state.settings import shared_store, store_view
+from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.board import get_or_create_board
 from serve_apps.telemetry.board_poller import BoardPoller
 from serve_apps.telemetry.metrics import GatewayMetrics
@@ -118,12 +122,15 @@ def served_models(config: SpilloverConfig) -> list[ServedModel]:
     ]
 
 
-def spend_ledger(section: SpendSection) -> SpendLedger | None:
-    """The SQLite spend ledger (every cloud attempt's cost); None when it cannot be opened
-    (logged: spend accounting must never stop the gateway from serving)."""
+def spend_ledger(section: SpendSection, store: SharedStore) -> SpendLedger | None:
+    """The SQLite spend ledger (every cloud attempt's cost; with a shared store, its totals every node's); None
+    when it cannot be opened (logged: spend accounting must never stop the gateway from serving)."""
     path = section.ledger or str(cache_dir().parent / "spend.sqlite")
+    shared = None
+    if isinstance(store, FallbackStore):  # one replica's own memory is no home for a month's spend: SQLite is
+        shared = SharedSpend(store, clock=time.time, store_up=lambda: store.view().up)
     try:
-        return SpendLedger(path, clock=time.time, background=True)  # SQLite off the event loop
+        return SpendLedger(path, clock=time.time, background=True, shared=shared)  # SQLite off the event loop
     except SpilloverError as exc:
         log.error("spend ledger disabled: %s", exc.message)
         return None
@@ -171,7 +178,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     store = shared_store(config.state, env.environ, on_change=metrics.state_store)
     # no local model takes traffic before it answered its golden prompt right
     golden = GoldenGate({spec.alias: spec.golden for spec in config.models})
-    spend = spend_ledger(config.spend)
+    spend = spend_ledger(config.spend, store)
     resilience = Resilience(config, spend=spend, golden=golden, store=store)  # provider RPM / TPM in the store
     gateway = config.gateway
     # the decision log is written by its own thread: a slow disk never stalls the event loop
@@ -214,16 +221,27 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     )
     background.append(sync.run())
 
+    # every gateway replica's admissions as leases on each model's limit: together they never pass it
+    reservations = Reservations(
+        store, env.replica, ttl_s=config.admission.lease_ttl_s, refresh_s=config.telemetry.poll_period_s
+    )
+    background.append(reservations.run(lambda: [spec.alias for spec in config.models]))
     enabled = [p for p in config.cloud.providers if p.name in providers]
     registry = Registry.from_config(config.models, enabled, routes=config.routes)
-    decisions = DecisionStore(max_records=gateway.decisions_kept, sink=sink, max_bytes=gateway.decisions_max_bytes)
+    decisions = SharedDecisions(  # every final record also in the shared store (serve_apps/learning/shared_records.py)
+        store,
+        ttl_s=gateway.decisions_ttl_s,
+        max_records=gateway.decisions_kept,
+        sink=sink,
+        max_bytes=gateway.decisions_max_bytes,
+    )
     learning = Learning.from_config(config, registry=registry)  # quality per bucket, feedback, typing
     # schema checks and contract derives: per-tenant admission, fair hand-over (serve_apps/off_loop/check_pool.py)
     checks = RequestChecks.from_settings(gateway.checks.workers, gateway.checks.per_tenant, auth=gateway.auth)
     if learning.quality is not None:
         metrics.registry.register(QualityCollector(learning.quality))
     board = RayBoard(get_or_create_traffic_board())
-    traffic = traffic_parts(config, backend, providers, metrics, env.replica, board, registry=registry)
+    traffic = traffic_parts(config, backend, providers, metrics, env.replica, board, registry=registry, store=store)
     shared = DispatchParts(
         registry=registry,
         decisions=decisions,
@@ -234,15 +252,16 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         quality=learning.quality,
         checks=checks.schemas,
         admission_plans=AdmissionPlans(thread_submit()),  # the engine simulations: never on the event loop
+        reservations=reservations,
     )
     dispatcher = Dispatcher(config, backend, providers, poller.latest, parts=shared)
     on_snapshot.append(dispatcher.admission.warm)  # each calibrated model's plan made before a request needs it
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))
 
     idem = config.resilience.idempotency
-    replies = IdempotencyStore(
-        ttl_s=idem.ttl_s, max_entries=idem.max_entries, max_bytes=idem.max_bytes, clock=time.monotonic
-    )
+    # shared by every replica; a marker outlives its request by at most a margin: a dead replica frees its keys
+    marker_ttl_s = gateway.request_timeout_s + idem.wait_s
+    replies = IdempotencyStore(store, ttl_s=idem.ttl_s, max_bytes=idem.max_bytes, marker_ttl_s=marker_ttl_s)
     limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None, store=store)
     background.append(limits.run())  # renews this replica's tenant leases (serve_apps/limits/leases.py)
     http = GatewayHTTP(

@@ -1,6 +1,11 @@
 """Start Ray (when needed), deploy the application, wait until it answers, shut down.
 
 Used by `spillover serve` and by the integration tests (one deployment per test session).
+
+With `state.url: local` it also starts the gateway replicas' shared store: a loopback redis-server of its own
+(serve_apps/state/local_redis.py) whose data (the append-only file) lives beside the model cache, so the spend
+it keeps survives a restart; its address replaces `local` in the deployed config and its password reaches the
+replicas in the variable `state.password_env` names, through the job's environment (never in the config).
 """
 
 from __future__ import annotations
@@ -18,15 +23,17 @@ from ray.serve.context import _get_global_client as serve_client
 from ray.serve.schema import ServeDeploySchema
 
 from cluster.config.deployment import SpilloverConfig
+from cluster.config.gateway import LOCAL
 from cluster.hardware.nvml import FAKE_NVML_ENV
 from cluster.hardware.nvml_sim import prepare_simulated_gpus
-from cluster.models import CATALOG, prepare
+from cluster.models import CATALOG, cache_dir, prepare
 from cluster.render import APP_NAME, application, http_options
 from router.errors import ClusterError
 from serve_apps.app import build_app, check_deployable
 from serve_apps.http.limits import proxy_env
 from serve_apps.resilience.breaker_exchange import kill_exchange
 from serve_apps.sessions.actor import kill_pins
+from serve_apps.state.local_redis import LocalRedis
 from serve_apps.telemetry.board import kill_board
 from serve_apps.traffic.board import kill_traffic_board
 
@@ -42,6 +49,7 @@ TASK_EVENTS_IN_GCS = 2000
 class Running:
     base_url: str
     started_ray: bool
+    store: LocalRedis | None = None  # the loopback shared store started for `state.url: local`
 
     def stop(self) -> None:
         try:
@@ -53,6 +61,26 @@ class Running:
         finally:
             if self.started_ray:
                 ray.shutdown()
+            if self.store is not None:
+                self.store.stop()
+
+
+def local_store(config: SpilloverConfig, say: Say) -> tuple[SpilloverConfig, LocalRedis | None, dict[str, str]]:
+    """For `state.url: local`: start the loopback Redis; the config with its address, it, and the job's
+    variables that carry its password. Any other config comes back as it is."""
+    state = config.state
+    if state.url != LOCAL:
+        return config, None, {}
+    if config.cluster.address:
+        raise ClusterError(
+            "state.url 'local' starts a loopback Redis that only this machine reaches: with cluster.address "
+            "(a cluster of several machines) set state.url to the head's Redis (redis://HEAD:6380/0)"
+        )
+    folder = cache_dir().parent / "state-redis"
+    store = LocalRedis(folder).start()
+    say(f"shared store: redis-server on {store.host}:{store.port} (data in {folder})")
+    config = config.model_copy(update={"state": state.model_copy(update={"url": store.url})})
+    return config, store, {state.password_env: store.password}
 
 
 def prepare_models(config: SpilloverConfig, say: Say) -> None:
@@ -62,7 +90,7 @@ def prepare_models(config: SpilloverConfig, say: Say) -> None:
             prepare(spec.prepared_name, progress=lambda step, total, text: say(f"  model [{step}/{total}] {text}"))
 
 
-def connect_ray(config: SpilloverConfig, say: Say) -> bool:
+def connect_ray(config: SpilloverConfig, say: Say, extra_env: dict[str, str] | None = None) -> bool:
     """Connect to the configured/running Ray, else start a local one. True if started here.
 
     The job's environment carries `gateway.http_limits` to the Serve proxies it starts (they inherit
@@ -73,7 +101,7 @@ def connect_ray(config: SpilloverConfig, say: Say) -> bool:
     if ray.is_initialized():
         return False
     address = config.cluster.address
-    env = {"env_vars": {"RAY_DEDUP_LOGS": "1", **proxy_env(config.gateway.http_limits)}}
+    env = {"env_vars": {"RAY_DEDUP_LOGS": "1", **proxy_env(config.gateway.http_limits), **(extra_env or {})}}
     if address:
         say(f"connecting to Ray at {address}")
         _probe(address)
@@ -116,7 +144,13 @@ def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float
     """Deploy and block until `/readyz` answers 200; raise ClusterError on failure/timeout."""
     check_deployable(config, config_path)  # config errors surface before Ray starts
     prepare_models(config, say)
-    started = connect_ray(config, say)
+    config, store, store_env = local_store(config, say)
+    try:
+        started = connect_ray(config, say, store_env)
+    except BaseException:
+        if store is not None:
+            store.stop()
+        raise
     build_app(config, config_path)  # config errors surface here; after ray.init: building may auto-init a Ray
     host, port = config.gateway.host, config.gateway.port
     serve.start(proxy_location="EveryNode", http_options=http_options(config))
@@ -132,7 +166,7 @@ def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float
     except ray.exceptions.RayError as exc:
         raise ClusterError(f"deployment failed: {exc}") from None
     url_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-    running = Running(base_url=f"http://{url_host}:{port}", started_ray=started)
+    running = Running(base_url=f"http://{url_host}:{port}", started_ray=started, store=store)
     try:
         _wait_ready(running.base_url, config.gateway.readiness_timeout_s, say, poll_s)
     except BaseException:

@@ -15,8 +15,10 @@ shuffled order, along three paths to the *same* model replica:
 
 Interleaving puts every path under the same machine noise; the report gives p50/p95 per path and
 the ratios and differences of the medians (gateway vs ray is spillover's own overhead on the local
-path, gateway-http vs vllm on the HTTP-provider path). `--streams` adds what users feel: TTFT,
-TPOT and output tok/s of streams at concurrency 1, 4, 16 along the same paths
+path, gateway-http vs vllm on the HTTP-provider path), and the store row: the part of each gateway request
+spent on its shared store, from the answer's `Server-Timing: store` entry (serve_apps/state/timing.py).
+`--streams` adds what users feel: TTFT, TPOT and output tok/s of streams at concurrency 1, 4, 16 along the
+same paths
 (`bench/gateway/overhead_streams.py`). The run must happen on a node of the cluster (it joins Ray to get
 the handles).
 """
@@ -47,6 +49,9 @@ from bench.gateway.throughput import LevelResult, ThroughputOptions, measure_thr
 from bench.load.stats import percentile
 from bench.load.target import BenchError
 from router import headers as hdr
+from serve_apps.state import timing as store_timing
+
+StoreTiming = tuple[float, int]  # (ms, operations) the shared store added to one gateway request
 
 PATHS = ("direct", "ray", "gateway")
 
@@ -72,16 +77,22 @@ class PathStats:
     path: str
     latencies_s: list[float] = field(default_factory=list)
     errors: int = 0
+    store_ms: list[float] = field(default_factory=list)  # the gateway's Server-Timing `store` entry, per request
+    store_ops: list[int] = field(default_factory=list)
 
     def p(self, q: float) -> float | None:
         return percentile(self.latencies_s, q)
 
+    def store(self, q: float) -> float | None:
+        return percentile(self.store_ms, q)
+
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "n": len(self.latencies_s), "errors": self.errors, "p50_s": self.p(50),
-                "p95_s": self.p(95), "latencies_s": self.latencies_s}  # fmt: skip
+                "p95_s": self.p(95), "latencies_s": self.latencies_s, "store_ms": self.store_ms,
+                "store_ops": self.store_ops}  # fmt: skip
 
 
-Call = Callable[[str], Awaitable[None]]
+Call = Callable[[str], Awaitable[StoreTiming | None]]
 
 
 def tiny_body(model: str) -> dict[str, Any]:
@@ -89,11 +100,12 @@ def tiny_body(model: str) -> dict[str, Any]:
 
 
 def http_call(client: httpx.AsyncClient, url: str, model: str, headers: dict[str, str] | None = None) -> Call:
-    async def call(request_id: str) -> None:
+    async def call(request_id: str) -> StoreTiming | None:
         sent = {hdr.REQUEST_ID: request_id, **(headers or {})}
         response = await client.post(url, json=tiny_body(model), headers=sent)
         if response.status_code != 200 or not response.json().get("choices"):
             raise BenchError(f"{url}: HTTP {response.status_code}: {response.text[:200]}")
+        return store_timing.parse(response.headers.get(store_timing.HEADER))
 
     return call
 
@@ -108,12 +120,15 @@ async def measure(calls: dict[str, Call], opts: OverheadOptions, progress: Calla
         for name in order:
             began = time.perf_counter()
             try:
-                await calls[name](f"overhead-{name}-{round_no}-{rng.getrandbits(32):08x}")
+                spent = await calls[name](f"overhead-{name}-{round_no}-{rng.getrandbits(32):08x}")
             except Exception:  # noqa: BLE001 -- counted, the run goes on
                 stats[name].errors += round_no >= opts.warmup
                 continue
             if round_no >= opts.warmup:
                 stats[name].latencies_s.append(time.perf_counter() - began)
+                if spent is not None:
+                    stats[name].store_ms.append(spent[0])
+                    stats[name].store_ops.append(spent[1])
         if round_no >= opts.warmup and (round_no - opts.warmup + 1) % 10 == 0:
             progress(f"  round {round_no - opts.warmup + 1}/{opts.rounds}")
     return [stats[name] for name in calls]
@@ -185,6 +200,7 @@ def render_markdown(run: OverheadRun) -> str:
         "vllm = a plain vLLM OpenAI server of the same model and dtype; gateway-http = spillover's gateway to "
         "that same server through its HTTP-provider path; litellm = a LiteLLM proxy in front of it.",
         "",
+        *store_markdown(run.stats),
         *(stream_markdown(run.streams) if run.streams else []),
         *(throughput_markdown(run.throughput, o.throughput) if run.throughput is not None and o.throughput else []),
         *environment_and_plots(run.environment, []),
@@ -229,10 +245,11 @@ def run_overhead(
             prefix = deploy_ray_ingress(config, config_path=config_path)
             backend = ServeHandleBackend(model_handles(config))
 
-        async def direct(request_id: str) -> None:
+        async def direct(request_id: str) -> StoreTiming | None:
             reply = await backend.call(opts.model, "chat", tiny_body(opts.model), request_id)
             if reply.body is None:
                 raise BenchError("the handle streamed an answer to a non-streamed request")
+            return None
 
         async def main() -> list[PathStats]:
             base = opts.base_url.rstrip("/")
@@ -295,8 +312,38 @@ def http_paths(opts: OverheadOptions) -> dict[str, str]:
     return paths
 
 
+def store_markdown(stats: list[PathStats]) -> list[str]:
+    """The `store` row: what the shared store added to each gateway request (its Server-Timing entry)."""
+    rows = [s for s in stats if s.store_ms]
+    if not rows:
+        return []
+    lines = [
+        "| store in | requests | ops per request (p50) | store ms p50 | store ms p99 | share of the path's p50 |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in rows:
+        ops = sorted(s.store_ops)[len(s.store_ops) // 2]
+        p50, p99, path = s.store(50) or 0.0, s.store(99) or 0.0, (s.p(50) or 0.0) * 1000
+        share = f"{p50 / path:.1%}" if path else "–"
+        lines.append(f"| {s.path} | {len(s.store_ms)} | {ops} | {p50:.2f} | {p99:.2f} | {share} |")
+    return [
+        *lines,
+        "",
+        "store = the time the gateway spent waiting on its shared store (`state.url`: Redis; the in-process store "
+        "without it) on each request's path, from the answer's `Server-Timing: store` entry "
+        "(serve_apps/state/timing.py): admission's lease, the tenant's window and lease, an Idempotency-Key's "
+        "marker. Writes off the path (records, lease drops, spend sums) are not in it.",
+        "",
+    ]
+
+
 def summary_lines(run: OverheadRun) -> list[str]:
     lines = [f"{s.path:8s} p50 {_ms(s.p(50))} ms  p95 {_ms(s.p(95))} ms  errors {s.errors}" for s in run.stats]
+    lines += [
+        f"store in {s.path}: p50 {s.store(50) or 0:.2f} ms  p99 {s.store(99) or 0:.2f} ms per request"
+        for s in run.stats
+        if s.store_ms
+    ]
     lines += [
         f"{c['path']} vs {c['baseline']}: x{c['ratio_p50']:.2f} ({c['extra_ms_p50']:+.1f} ms at p50)"
         for c in comparisons(run.stats)

@@ -73,6 +73,13 @@ class AdmissionSection(StrictModel):
     )
     queue_max: int = Field(64, ge=0, description="requests per model that may wait for local room")
     queue_timeout_s: float = Field(30, gt=0, description="longest wait for local room without x-spillover-deadline-ms")
+    lease_ttl_s: float = Field(
+        10,
+        ge=1,
+        le=300,
+        description="an admitted request's lease on its model's limit, in the shared store, renewed by its gateway "
+        "replica every third of this: a replica that dies gives its admissions back within it",
+    )
 
 
 class SpilloverConfig(StrictModel):

@@ -104,6 +104,13 @@ class GatewaySection(StrictModel):
     decisions_max_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="decision records kept in memory, at most this many bytes of JSON"
     )
+    decisions_ttl_s: float = Field(
+        86400.0,
+        gt=0,
+        le=30 * 86400,
+        description="each finished decision record (and its feedback) is also kept this long in the shared store "
+        "(state.url), where every gateway replica finds it; a record over the store's value bound stays local",
+    )
     auth: bool = Field(False, description="require `Authorization: Bearer <tenant key>` on /v1/*")
     autoscaling: GatewayAutoscaling | None = Field(
         None, description="Serve autoscaling of the gateway instead of a fixed gateway.replicas; null: fixed"
@@ -198,7 +205,7 @@ class StateSection(StrictModel):
         "url 'local' spillover sets it for the replicas it starts)",
     )
     timeout_s: float = Field(
-        0.25,
+        0.5,
         gt=0,
         le=10,
         description="longest wait for one store operation; past it the replica serves from its own memory until "

@@ -100,10 +100,18 @@ class HealthSection(HealthSettings):
 
 
 class IdempotencySection(StrictModel):
-    ttl_s: float = Field(600.0, gt=0, description="how long a completed answer is replayed for its key")
-    max_entries: int = Field(10_000, ge=1, description="per gateway replica")
-    max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="stored answers' JSON bytes, per gateway replica")
-    wait_s: float = Field(300.0, gt=0, description="a repeat of an in-flight key waits this long for it")
+    ttl_s: float = Field(
+        600.0, gt=0, description="how long a completed answer is replayed for its key (and an in-progress marker kept)"
+    )
+    max_entries: int = Field(
+        10_000, ge=1, description="unused: the answers live in the shared store, bounded by its bytes (state)"
+    )
+    max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        description="one stored answer's bytes (a stream: its events); larger ones are not kept",
+    )
+    wait_s: float = Field(300.0, gt=0, description="a non-streamed repeat of an in-flight key waits this long for it")
 
 
 class ResilienceSection(StrictModel):
@@ -119,7 +127,7 @@ class ResilienceSection(StrictModel):
         HealthSection(), description="the health state machine per local model and cloud provider, and its probes"
     )
     idempotency: IdempotencySection = Field(
-        IdempotencySection(), description="stored answers for idempotency-key, per gateway replica"
+        IdempotencySection(), description="stored answers for idempotency-key, in the shared store (state)"
     )
     probes: bool = Field(True, description="run the health probes (live outcomes feed health either way)")
     share_period_s: float = Field(

@@ -9,7 +9,9 @@ and `finished` return new ones. Timestamps come from the clock the caller inject
 `max_bytes` of them measured as their JSON lines (a record quotes the client's schema, so a few
 large requests must not pin gigabytes: the oldest go first, the newest is always kept), and writes
 each stored record as one JSON line to an optional sink (a callable the caller wires to a file),
-preceded the first time by a line for each schema or snapshot blob it quotes (router/learning/decision_inputs.py).
+preceded the first time by a line for each schema or snapshot blob it quotes (router/learning/decision_inputs.py),
+and hands each final record with its owner to an optional `on_final` hook (the gateway's copy in its
+shared store, serve_apps/learning/shared_records.py; a hook that raises is counted like the sink).
 A sink that raises is logged and counted (`sink_failures`): the record stays stored and the
 request it describes is never failed by its log. A request that has not ended when it is first
 stored (a stream: the dispatcher returns at its first byte) is `put(final=False)` — stored, not
@@ -232,13 +234,19 @@ class DecisionStore:
     when the owner is the same (see the module docstring for owners and claims)."""
 
     def __init__(
-        self, max_records: int = 1000, sink: Callable[[str], None] | None = None, *, max_bytes: int | None = None
+        self,
+        max_records: int = 1000,
+        sink: Callable[[str], None] | None = None,
+        *,
+        max_bytes: int | None = None,
+        on_final: Callable[[str, DecisionRecord, str], None] | None = None,
     ) -> None:
         if max_records < 1 or (max_bytes is not None and max_bytes < 1):
             raise ValueError("max_records and max_bytes must be >= 1")
         self._max = max_records
         self._max_bytes = max_bytes
         self._sink = sink
+        self._on_final = on_final  # (owner, record, its JSON line) of each final record: a copy kept elsewhere
         self._records: OrderedDict[str, tuple[str, DecisionRecord]] = OrderedDict()
         self._sizes: dict[str, int] = {}  # request id -> bytes of its JSON line
         self.bytes_kept = 0
@@ -309,6 +317,15 @@ class DecisionStore:
             self.bytes_kept -= self._sizes.pop(evicted, 0)
         if final:
             self._write(record, line)
+            self._hand_on(owner, record, line)
+
+    def _hand_on(self, owner: str, record: DecisionRecord, line: str) -> None:
+        if self._on_final is not None:
+            try:
+                self._on_final(owner, record, line)
+            except Exception as exc:  # noqa: BLE001 - a copy that fails must not fail the request
+                self.sink_failures += 1
+                log.warning("decision record hand-on failed (%s): %s", type(exc).__name__, exc)
 
     def _write(self, record: DecisionRecord, line: str) -> None:
         if self._sink is not None:

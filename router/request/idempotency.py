@@ -11,27 +11,36 @@ the same key with other contract headers (`x-business-scenario`, `x-spillover-le
 made under a looser contract (an L3 cloud answer) is never replayed to a stricter repeat (L1,
 `local_only`).
 
-Per gateway replica and in memory: replays are best effort across replicas and restarts. Memory
-is bounded by count (`max_entries`) and by bytes (`max_bytes`, the stored answers' JSON): past
-either, the oldest completed answers are evicted, and an answer larger than `max_bytes` on its own
-is not stored at all (its key behaves as abandoned). A request waiting for its in-flight twin holds
-nothing but a wait on an event: no admission slot, no engine or provider capacity.
-The TTL runs on the injected clock; waiting for an in-flight twin runs on the event loop.
+Shared by every gateway replica through the shared store (serve_apps/state/store.py; with one replica
+and no `state.url` the replica's own MemoryStore, the same code path), as set-if-absent:
+
+* the first request with (tenant, key) puts an in-progress *marker* with `put_if_absent` — the
+  request's fingerprint and a random owner token — for `marker_ttl_s` (the gateway: its request
+  timeout and a margin, the longest a request may run), so a replica that died mid-request never
+  blocks its key past that;
+* a repeat on any replica polls the store for up to `wait_s` until the marker turns into the answer
+  (Replay) or is gone (the first failed: the repeat runs, Fresh); a streamed repeat does not wait:
+  `409 idempotency_in_progress`;
+* `complete` replaces the marker, while it is still ours, with the answer for `ttl_s`; an answer over
+  `max_bytes`, or over the store's own bound per value, is not stored; nor is a failure (status >=
+  400): both `abandon`, which deletes the marker only while it is still ours (`delete(if_value=)`).
+
+A request waiting for its in-flight twin holds nothing but a poll of the store: no admission slot,
+no engine or provider capacity. TTLs run on the store's clock; waiting runs on the event loop.
 
     store.begin(...)  -> Fresh   the caller runs the request, then complete(...) or abandon(...)
-                      -> Replay  the caller returns `stored` as is
+                      -> Replay  the caller returns `stored` as is (a stream: its `chunks`)
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import hashlib
 import json
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from router import headers as hdr
 from router.error_codes import ErrorCode
@@ -41,16 +50,37 @@ from router.request.contract_headers import CONTRACT_HEADERS
 MAX_KEY_LENGTH = 255
 
 
+POLL_S = (0.02, 0.5)  # a waiter's first and longest pause between two looks at the store
+
+
+class Values(Protocol):
+    """The part of the shared store (serve_apps/state/store.py `SharedStore`) idempotency uses."""
+
+    async def get(self, key: str) -> bytes | None: ...
+
+    async def put(self, key: str, value: bytes, ttl_s: float) -> bool: ...
+
+    async def put_if_absent(self, key: str, value: bytes, ttl_s: float) -> bytes | None: ...
+
+    async def delete(self, key: str, *, if_value: bytes | None = None) -> bool: ...
+
+
 @dataclass(frozen=True)
 class StoredResponse:
+    """A completed answer: a JSON `body`, or for a stream the SSE `chunks` the client got (body empty)."""
+
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    chunks: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
 class Fresh:
-    """Nobody ran this request yet: run it, then `complete` or `abandon` the key."""
+    """Nobody ran this request yet: run it, then `complete` or `abandon` the key with `marker` (the
+    in-progress value this request put: only it replaces or deletes it)."""
+
+    marker: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -85,132 +115,114 @@ def validate_key(key: str) -> None:
         )
 
 
-@dataclass
-class _Entry:
-    fingerprint: str
-    expires_at: float
-    done: asyncio.Event = field(default_factory=asyncio.Event)  # set when completed or abandoned
-    stored: StoredResponse | None = None
-    size: int = 0  # JSON bytes of `stored`, counted in the store's bytes_kept
+def _encode(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _size(stored: StoredResponse) -> int:
-    return len(json.dumps(stored.body, separators=(",", ":"))) + sum(len(k) + len(v) for k, v in stored.headers.items())
-
-
-_Key = tuple[str, str]
+def _stored(record: Mapping[str, Any]) -> StoredResponse:
+    answer = record["answer"]
+    chunks = answer.get("chunks")
+    return StoredResponse(
+        int(answer["status"]),
+        dict(answer.get("body") or {}),
+        {str(k): str(v) for k, v in answer.get("headers", {}).items()},
+        None if chunks is None else tuple(str(c) for c in chunks),
+    )
 
 
 class IdempotencyStore:
-    """Remembers, per (tenant, key), the request in flight or its completed answer.
-
-    In-flight entries also expire after `ttl_s` (a caller that never completed nor abandoned
-    them must not block the key forever). Over `max_entries`, the oldest completed answers are
-    evicted; in-flight entries never are (their count is bounded by concurrency).
-    """
+    """Per (tenant, key) in the shared store `values`: the marker of the request in flight, or its answer."""
 
     def __init__(
         self,
+        values: Values,
         *,
         ttl_s: float = 600.0,
-        max_entries: int = 10_000,
         max_bytes: int = 64 * 1024 * 1024,
-        clock: Callable[[], float],
+        poll_s: float | None = None,
+        marker_ttl_s: float | None = None,
     ) -> None:
-        if ttl_s <= 0 or max_entries < 1 or max_bytes < 1:
+        if ttl_s <= 0 or max_bytes < 1 or (marker_ttl_s is not None and marker_ttl_s <= 0):
             raise ValueError(
-                f"ttl_s must be > 0, max_entries and max_bytes >= 1, got {ttl_s}, {max_entries}, {max_bytes}"
+                f"ttl_s, marker_ttl_s must be > 0, max_bytes >= 1, got {ttl_s}, {marker_ttl_s}, {max_bytes}"
             )
+        self.values = values
         self.ttl_s = ttl_s
-        self.max_entries = max_entries
+        self.marker_ttl_s = marker_ttl_s or ttl_s
         self.max_bytes = max_bytes
-        self.bytes_kept = 0  # JSON bytes of the completed answers held
-        self._clock = clock
-        # Both in insertion order, and with one TTL also in expiry order: sweeping the front
-        # drops every expired entry.
-        self._inflight: OrderedDict[_Key, _Entry] = OrderedDict()
-        self._completed: OrderedDict[_Key, _Entry] = OrderedDict()
+        self._poll = POLL_S if poll_s is None else (poll_s, poll_s)
 
-    def __len__(self) -> int:
-        return len(self._inflight) + len(self._completed)
+    @staticmethod
+    def _key(tenant: str, key: str) -> str:
+        return f"idem:{len(tenant)}:{tenant}:{key}"  # the length keeps tenant "a:b" + key "c" apart from "a" + "b:c"
 
-    def _sweep(self, now: float) -> None:
-        for entries in (self._inflight, self._completed):
-            while entries:
-                key, entry = next(iter(entries.items()))
-                if entry.expires_at > now:
-                    break
-                del entries[key]
-                self.bytes_kept -= entry.size
-                entry.done.set()  # an expired in-flight twin counts as abandoned: wake its waiters
-
-    def _evict(self) -> None:
-        while (len(self) > self.max_entries or self.bytes_kept > self.max_bytes) and self._completed:
-            _, entry = self._completed.popitem(last=False)
-            self.bytes_kept -= entry.size
-
-    async def begin(self, tenant: str, key: str, fingerprint: str, *, wait_s: float = 30.0) -> Begin:
+    async def begin(
+        self, tenant: str, key: str, fingerprint: str, *, wait_s: float = 30.0, stream: bool = False
+    ) -> Begin:
         """Fresh, or Replay of a completed answer; waits up to `wait_s` for an in-flight twin.
 
         Raises InvalidRequest: an invalid key (`invalid_idempotency_key`), the key used with
-        another body (`idempotency_key_reused`), or the twin still running after `wait_s`
-        (`idempotency_key_in_use`; the client may retry later).
+        another body (`idempotency_key_reused`); IdempotencyConflict (409): the twin still running
+        after `wait_s` (`idempotency_key_in_use`; the client may retry later), or at once for a
+        `stream` (`idempotency_in_progress`: a stream does not wait for another one).
         """
         validate_key(key)
-        k = (tenant, key)
+        k = self._key(tenant, key)
+        marker = _encode({"fp": fingerprint, "owner": secrets.token_hex(16)})
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
+        pause = self._poll[0]
         while True:
-            self._sweep(self._clock())
-            entry = self._completed.get(k) or self._inflight.get(k)
-            if entry is None:
-                self._inflight[k] = _Entry(fingerprint, self._clock() + self.ttl_s)
-                self._evict()
-                return Fresh()
-            if entry.fingerprint != fingerprint:
+            held = await self.values.put_if_absent(k, marker, self.marker_ttl_s)
+            if held is None:
+                return Fresh(marker)
+            record = json.loads(held)
+            if record.get("fp") != fingerprint:
                 raise InvalidRequest(
                     "this Idempotency-Key was already used with a different request body or other contract "
                     "headers (x-business-scenario, x-spillover-*); send a new key for a new request",
                     code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
                 )
-            if entry.stored is not None:
-                return Replay(copy.deepcopy(entry.stored))
+            if "answer" in record:
+                return Replay(_stored(record))
+            if stream:
+                raise IdempotencyConflict(
+                    "a request with this Idempotency-Key is still running; retry once it has finished",
+                    code=ErrorCode.IDEMPOTENCY_IN_PROGRESS,
+                )
             remaining = deadline - loop.time()
-            try:
-                async with asyncio.timeout(max(0.0, remaining)):
-                    await entry.done.wait()
-            except TimeoutError:
+            if remaining <= 0:
                 raise IdempotencyConflict(
                     f"a request with this Idempotency-Key is still running after {wait_s:g}s; retry later"
-                ) from None
-            # Completed → Replay, abandoned → Fresh (or another waiter won and we wait again).
+                )
+            await asyncio.sleep(min(pause, remaining))  # then: completed → Replay, abandoned or expired → Fresh
+            pause = min(pause * 2, self._poll[1])
 
-    def complete(self, tenant: str, key: str, stored: StoredResponse, *, size_bytes: int | None = None) -> None:
-        """Store the answer of the in-flight request and wake its waiters.
+    async def complete(self, tenant: str, key: str, stored: StoredResponse, marker: bytes) -> bool:
+        """Store the answer in place of our marker; True when stored.
 
-        A failure (status >= 400) is not stored: it behaves as `abandon`, so the client may
-        retry with the same key; so does an answer larger than `max_bytes` (`size_bytes`: its
-        JSON's length, measured here when not given). Without an in-flight entry (it expired)
-        the answer is dropped.
+        A failure (status >= 400) is not stored: it behaves as `abandon`, so the client may retry
+        with the same key; so does an answer larger than `max_bytes` or than the store's bound per
+        value. When the marker is no longer ours (it expired, another request took the key) the
+        answer is dropped.
         """
-        size = size_bytes if size_bytes is not None else _size(stored)
-        if stored.status >= 400 or size > self.max_bytes:
-            self.abandon(tenant, key)
-            return
-        k = (tenant, key)
-        entry = self._inflight.pop(k, None)
-        if entry is None:
-            return
-        entry.stored = copy.deepcopy(stored)
-        entry.size = size
-        self.bytes_kept += size
-        entry.expires_at = self._clock() + self.ttl_s
-        self._completed[k] = entry
-        entry.done.set()
-        self._evict()
+        answer: dict[str, Any] = {"status": stored.status, "headers": stored.headers}
+        if stored.chunks is not None:
+            answer["chunks"] = list(stored.chunks)
+        else:
+            answer["body"] = stored.body
+        value = _encode({"fp": json.loads(marker)["fp"], "answer": answer})
+        k = self._key(tenant, key)
+        if stored.status >= 400 or len(value) > self.max_bytes:
+            await self.abandon(tenant, key, marker)
+            return False
+        if await self.values.get(k) != marker:
+            return False
+        if await self.values.put(k, value, self.ttl_s):
+            return True
+        await self.abandon(tenant, key, marker)  # over the store's bound per value
+        return False
 
-    def abandon(self, tenant: str, key: str) -> None:
-        """Forget the in-flight request (it failed): the next request with the key runs fresh."""
-        entry = self._inflight.pop((tenant, key), None)
-        if entry is not None:
-            entry.done.set()
+    async def abandon(self, tenant: str, key: str, marker: bytes) -> None:
+        """Forget the in-flight request (it failed) while the marker is still ours: the next one runs fresh."""
+        await self.values.delete(self._key(tenant, key), if_value=marker)

@@ -11,7 +11,8 @@ admission limit with the live workload mix it reads.
     admission.py     the admission limit, in-flight counts and the waiting room
     admission_plans.py  the calibrated models' admission plans, made off the request path
     workload_mix.py  the live workload mix the admission limit reads
+    reservations.py  Reservations: admitted requests as leases on each model's limit in the shared store
 """
 
 # The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
-DOORS: tuple[str, ...] = ("admission_plans", "dispatcher", "interfaces", "parts")
+DOORS: tuple[str, ...] = ("admission_plans", "dispatcher", "interfaces", "parts", "reservations")

@@ -11,7 +11,8 @@ The gateway's own counters, per model, on the gateway's event loop:
               Uncalibrated: the configured `admission_limit` per replica, else
               `admission.fraction` of the KV-predicted maximum concurrent sequences (cluster/capacity/memory.py).
               Either way summed over the replicas with fresh stats
-    inflight  local calls started and not finished (a stream counts until it is consumed)
+    inflight  requests admitted to the model by every gateway replica and not done (a stream counts until it is
+              consumed): leases in the shared store (reservations.py), taken by `admit` with the plan's limit
     waiting   requests in the bounded waiting room (`admission.queue_max`) for a local-only or
               no-cloud request while the model is saturated; each re-plans every `poll_s` until
               it may run, the deadline passes, or the room is full (429 local_capacity_exhausted)
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from cluster.capacity.memory import admission_limit, max_concurrent_sequences
@@ -33,7 +34,9 @@ from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
 from serve_apps.dispatch.admission_plans import AdmissionPlans, PlanKey, replica_gpu_gib
 from serve_apps.dispatch.interfaces import DispatchObserver
+from serve_apps.dispatch.reservations import Reservations
 from serve_apps.dispatch.workload_mix import WorkloadMix
+from serve_apps.state.memory import MemoryStore
 
 
 @dataclass(frozen=True)
@@ -63,26 +66,33 @@ class Admission:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         poll_s: float = 0.05,
         plans: AdmissionPlans | None = None,
+        reservations: Reservations | None = None,
     ) -> None:
         self._config = config
         self._observer = observer
         self._clock = clock
         self._sleep = sleep
         self._poll_s = poll_s
-        self._inflight: dict[str, int] = defaultdict(int)
+        self.reservations = reservations or Reservations(MemoryStore(clock=clock), "replica", sleep=sleep)
         self._waiting: dict[str, int] = defaultdict(int)
+        self._last_limit: dict[str, int | None] = {}
         self.mix = WorkloadMix()
         self._plans = plans or AdmissionPlans()  # made off the request path in the gateway
 
     def inflight(self, model: str) -> int:
-        return self._inflight[model]
+        return self.reservations.inflight(model)
 
     def limit(self, model: str, snapshot: ClusterSnapshot, now: float) -> int | None:
         return self.limit_with_reason(model, snapshot, now).value
 
     def limit_with_reason(self, model: str, snapshot: ClusterSnapshot, now: float) -> Limit:
         """Per model, summed over the replicas with fresh stats (None: no fresh replica, or no KV
-        budget): see the module docstring."""
+        budget): see the module docstring. The last one is the limit `admit` takes leases within."""
+        limit = self._limit_with_reason(model, snapshot, now)
+        self._last_limit[model] = limit.value
+        return limit
+
+    def _limit_with_reason(self, model: str, snapshot: ClusterSnapshot, now: float) -> Limit:
         spec = self._config.model(model)
         fresh = [r for r in snapshot.for_model(model) if snapshot.unusable(r, now) is None]
         if spec is None or not fresh:
@@ -186,29 +196,49 @@ class Admission:
             self._waiting[model] -= 1
             self._observer.waiting(model, self._waiting[model])
 
+    async def admit(
+        self, model: str, plan: Plan, replan: Callable[[], Plan], deadline: float, request_id: str
+    ) -> Waited:
+        """The plan the request runs: waited for while it says "wait"; one that goes local holds a lease within the
+        model's limit (`finish(request_id)` gives it back). A lease refused (other gateways filled the model) reads
+        the model as full: the request is planned again, so it bursts or waits."""
+        waited = Waited(plan, 0.0, 0)
+        while True:
+            if waited.plan.route == "wait":
+                more = await self.wait_for_room(model, waited.plan, replan, deadline)
+                waited = Waited(more.plan, waited.waited_s + more.waited_s, waited.replans + more.replans)
+            if waited.plan.route != "local" or waited.plan.local is None:
+                return waited
+            snapshot_limit = self._last_limit.get(model)
+            if await self.reservations.reserve(model, request_id, snapshot_limit):
+                return waited
+            waited = Waited(replan(), waited.waited_s, waited.replans + 1)
+
+    def finish(self, request_id: str) -> None:
+        """The dispatch of `request_id` is over: its lease goes once its local streams are consumed too."""
+        self.reservations.finish(request_id)
+
     def observe(self, model: str, prompt_tokens: int, output_tokens: int) -> None:
         """Count one request of `model` in its live workload mix."""
         self.mix.observe(model, prompt_tokens, output_tokens)
 
-    async def counted(self, model: str, call: Awaitable[BackendReply]) -> BackendReply:
+    async def counted(self, model: str, call: Awaitable[BackendReply], request_id: str) -> BackendReply:
         """Run a local call counted in flight until its answer (or its stream) is done."""
-        self._inflight[model] += 1
+        try:
+            reservation = await self.reservations.counted(model, request_id)
+        except BaseException:
+            if asyncio.iscoroutine(call):
+                call.close()  # never started
+            raise
         try:
             reply = await call
         except BaseException:
-            self._inflight[model] -= 1
+            self.reservations.release(reservation)
             raise
         if reply.chunks is None:
-            self._inflight[model] -= 1
+            self.reservations.release(reservation)
             return reply
-        return BackendReply(chunks=self._count_until_done(model, reply.chunks))
-
-    async def _count_until_done(self, model: str, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
-        try:
-            async for chunk in chunks:
-                yield chunk
-        finally:
-            self._inflight[model] -= 1
+        return BackendReply(chunks=self.reservations.until_done(reservation, reply.chunks))
 
 
 def _hit_rate(replicas: list[ReplicaStats]) -> float:

@@ -55,7 +55,8 @@ class Calls:
     ) -> BackendReply:
         """The local call; with `watch`, abandoned (TargetUnavailable) if every replica of the
         model goes stale before the first byte arrives."""
-        call = asyncio.ensure_future(self._admission.counted(model, self._local.call(model, kind, body, request_id)))
+        reply = self._local.call(model, kind, body, request_id)
+        call = asyncio.ensure_future(self._admission.counted(model, reply, request_id))
         if not watch:
             return await call
         try:

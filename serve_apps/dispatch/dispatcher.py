@@ -1,8 +1,8 @@
 """Dispatch one request: plan it, wait for local room if it must, run the attempts, record why.
 
-The decisions are pure (`router.routing.plan.plan_request`: contract pipeline, then burst decision);
-this module owns the gateway's mutable state for them — per-model in-flight and waiting counts,
-hysteresis latches, the decision store — and the awaiting.
+The decisions are pure (`router.routing.plan.plan_request`: contract pipeline, then burst decision); this module
+owns the gateway's mutable state for them — admission (serve_apps/dispatch/admission.py: leases on each model's
+limit in the shared store, the waiting room), hysteresis latches, the decision store — and the awaiting.
 
 Attempts (`serve_apps.resilience.state` holds the state, `router.resilience.failure` the table) walk the
 candidates with one `Walk` per request (serve_apps/dispatch/walk.py: the trail, notes, streams and events
@@ -16,23 +16,20 @@ it leaves), through named doors: arrange the candidates (`_arranged`: the traffi
   (honouring Retry-After), fail over to the next candidate, or return the error to the client; a
   429 whose short Retry-After fits the deadline is waited out on the same target when the
   scenario's strategy says so (router/resilience/retry.py `retry_after_choice`);
-* a provider's 400 context_length_exceeded fails over and is remembered for that request size
-  (serve_apps/resilience/learned_windows.py);
+* a provider's 400 context_length_exceeded fails over and is remembered (serve_apps/resilience/learned_windows.py);
 * a local call still waiting for its first byte when every replica of the model goes stale (Serve
   holds a dead replica's requests until a new one starts) or reports a fault (numerics failed, engine
   stalled) is abandoned and fails over; a complete greedy answer stuck in a loop is flagged and counts
   as an output failure of its target (serve_apps/streams/output_loops.py);
 * an L1 answer that breaks its output contract moves on to the next capable target, or ends as
   502 contract_violation;
-* a candidate whose cost estimate is above what the request's cost ceiling leaves after the earlier
-  attempts is skipped with the reason (router/limits/budget.py), which the final error also names;
+* a candidate whose cost estimate passes what the cost ceiling leaves is skipped (router/limits/budget.py);
 * at most `resilience.retry.max_attempts` attempts start, none after the request's deadline, and
   retries against the domain that just failed draw on the gateway-wide retry budget.
 After the first byte of a stream nothing is re-sent: a failure ends the stream with an error event,
 unless the scenario continues streams and the next candidate that accepts a prefill continues the
 text answer in the same response (serve_apps/streams/continuation.py). A stream is booked when it ends
-(serve_apps/streams/record.py): its tokens, cost and real outcome reach the record, the spend ledger
-and the metrics then.
+(serve_apps/streams/record.py): its tokens, cost and outcome reach the record, ledger and metrics then.
 """
 
 from __future__ import annotations
@@ -109,7 +106,13 @@ class Dispatcher:
         self.decisions = parts.decisions if parts.decisions is not None else DecisionStore()  # an empty one is falsy
         self._resilience = parts.resilience or Resilience(config, clock=clocks.clock, wall=clocks.wall)
         self._admission = Admission(
-            config, self._observer, clock=clocks.clock, sleep=clocks.sleep, poll_s=poll_s, plans=parts.admission_plans
+            config,
+            self._observer,
+            clock=clocks.clock,
+            sleep=clocks.sleep,
+            poll_s=poll_s,
+            plans=parts.admission_plans,
+            reservations=parts.reservations,
         )
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
         self._calls = Calls(local, self._providers, self._admission, snapshot, self._wall, poll_s)
@@ -206,9 +209,8 @@ class Dispatcher:
         done: Dispatched | None = None
         ended = ""
         try:
-            if walk.plan.route == "wait":
-                waited = await self._admission.wait_for_room(local_model, walk.plan, planned, walk.deadline)
-                walk.plan, walk.reason = waited.plan, waited.plan.reason
+            waited = await self._admission.admit(local_model, walk.plan, planned, walk.deadline, request_id)
+            walk.plan, walk.reason = waited.plan, waited.plan.reason if waited.plan is not walk.plan else walk.reason
             done = await self._attempts(walk)
             await turn.close(walk.trail, done)
             return replace(done, waited_s=waited.waited_s)
@@ -216,6 +218,7 @@ class Dispatcher:
             ended = exc.message if isinstance(exc, RequestError) else cut_reason(exc)
             raise
         finally:
+            self._admission.finish(request_id)  # a local stream keeps its lease until consumed
             notes = "".join(walk.notes)
             outcome = Outcome(started_at, waited, walk.trail, done, ended, notes, walk.events, turn.view())
             self._record(request_id, contract, walk.plan, outcome, kind, walk.streams)

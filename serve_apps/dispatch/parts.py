@@ -18,6 +18,7 @@ from router.learning.quality import QualityBook
 from router.routing.capabilities import Registry
 from serve_apps.dispatch.admission_plans import AdmissionPlans
 from serve_apps.dispatch.interfaces import DispatchObserver
+from serve_apps.dispatch.reservations import Reservations
 from serve_apps.off_loop.check_pool import CheckPool
 from serve_apps.resilience.state import Resilience
 from serve_apps.sessions.turns import Sessions
@@ -35,3 +36,4 @@ class DispatchParts:
     quality: QualityBook | None = None  # learned per-bucket quality for the quality scorer (router/learning/quality.py)
     checks: CheckPool | None = None  # output checks off the event loop (serve_apps/off_loop/check_pool.py)
     admission_plans: AdmissionPlans | None = None  # calibrated plans, made off the request path (admission_plans.py)
+    reservations: Reservations | None = None  # admissions as leases in the shared store (reservations.py)

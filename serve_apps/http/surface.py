@@ -21,8 +21,8 @@ cloud provider, or a bounded wait for local room); answers carry `x-spillover-ro
 `x-spillover-target` and `x-spillover-reason`. Clients may send `x-spillover-residency: local_only`
 (never leaves the cluster), `x-spillover-deadline-ms` and the other contract headers
 (router/request/contract_headers.py). `GET /v1/spillover/decisions/{request_id}` returns the decision record
-of a recent request. A non-streamed request with `Idempotency-Key` is answered once and replayed for
-repeats (serve_apps/http/idempotent.py).
+of a recent request. A request with `Idempotency-Key` (streamed or not) is answered once and replayed for
+repeats on any gateway replica (serve_apps/http/idempotent.py).
 
 With an authenticator (`EdgeSettings`, serve_apps/gateway_parts.py), every /v1/* route needs
 `Authorization: Bearer <tenant key>` (401 in the OpenAI shape otherwise), a tenant's generation
@@ -73,6 +73,7 @@ from serve_apps.learning.decision_routes import OwnedDecisions, owner_of
 from serve_apps.learning.state import plain_derive
 from serve_apps.limits.tenants import TenantLimits
 from serve_apps.off_loop.check_pool import RequestChecks
+from serve_apps.state import timing as store_time
 from serve_apps.telemetry.metrics import GatewayMetrics
 
 log = logging.getLogger("spillover.gateway")
@@ -181,6 +182,15 @@ class GatewayHTTP:
         return await self._generate(request, "completions")
 
     async def _generate(self, request: Request, kind: Kind) -> Response:
+        spent, token = store_time.begin()  # what the shared store adds to this request (Server-Timing)
+        try:
+            response = await self._generate_in(request, kind)
+        finally:
+            store_time.CURRENT.reset(token)
+        response.headers[store_time.HEADER] = spent.header()
+        return response
+
+    async def _generate_in(self, request: Request, kind: Kind) -> Response:
         request_id = self._request_id(request)
         slot = None
         try:

@@ -5,7 +5,8 @@ typing), its routes, decision records over HTTP and the decision log's file.
     routes.py           `POST /v1/spillover/feedback`, `GET /v1/spillover/quality`
     decision_routes.py  decision records over HTTP, and whose they are
     decision_log.py     the decision log's file sink (`gateway.decisions_log`)
+    shared_records.py   decision records and feedback through the shared store: every replica answers
 """
 
 # The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
-DOORS: tuple[str, ...] = ("decision_log", "decision_routes", "routes", "state")
+DOORS: tuple[str, ...] = ("decision_log", "decision_routes", "routes", "shared_records", "state")

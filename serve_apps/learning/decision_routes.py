@@ -6,7 +6,8 @@ A record belongs to the tenant whose request made it ("" without auth). Before a
 dispatched its id is claimed for its tenant in the `DecisionStore` (router/learning/decision.py); a
 client-chosen `x-request-id` that another tenant holds (a stored record, or a request in flight)
 is replaced by a new id, so it can never overwrite that tenant's record, and a tenant asking for
-another tenant's id gets the same 404 as for an unknown one.
+another tenant's id gets the same 404 as for an unknown one. A record this replica does not hold is
+looked up in the shared store, under the asking tenant's name (serve_apps/learning/shared_records.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from router.errors import NotFound
 from router.learning.decision import DecisionStore
 from router.request.auth import TenantPolicy
 from serve_apps.http.edge import HttpEdge
+from serve_apps.learning.shared_records import find_record
 
 log = logging.getLogger("spillover.gateway")
 
@@ -55,12 +57,10 @@ class OwnedDecisions:
         async def decision(request: Request) -> Response:
             tenant = await edge.tenant(request)
             wanted = request.path_params["request_id"]
-            record = self._store.get(wanted, owner_of(tenant)) if self._store is not None else None
+            record = await find_record(self._store, wanted, owner_of(tenant))
             if record is None:
                 shown = wanted[:128].encode("ascii", "replace").decode()
-                raise NotFound(
-                    f"no decision record for request {shown!r} (kept: your recent ones, on this gateway replica)"
-                )
+                raise NotFound(f"no decision record for request {shown!r} (kept: your recent ones)")
             return JSONResponse(scrub(record.to_dict()), headers=edge.headers_for(request))
 
         return Route("/v1/spillover/decisions/{request_id}", edge.endpoint(decision), methods=["GET"])

@@ -11,12 +11,14 @@
                                  gateway auth only an `admin` tenant (403 otherwise)
 
 Feedback finds the request's decision record on this gateway replica (the last
-`gateway.decisions_kept`): behind several replicas, send it where the request was answered, or it
-is a 404 like any record this replica does not hold.
+`gateway.decisions_kept`), else in the shared store (for `gateway.decisions_ttl_s`), so it can be sent
+to any replica; one report per request and source kind holds across replicas
+(serve_apps/learning/shared_records.py).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from starlette.requests import Request
@@ -24,11 +26,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from router.error_codes import ErrorCode
-from router.errors import NotFound
+from router.errors import FeedbackExists, NotFound
 from router.learning.decision import DecisionStore
-from router.learning.feedback import parse_feedback
+from router.learning.feedback import SOURCE_KINDS, parse_feedback, source_kind
 from serve_apps.http.edge import HttpEdge
 from serve_apps.learning.decision_routes import owner_of
+from serve_apps.learning.shared_records import SharedDecisions, find_record
 from serve_apps.learning.state import Learning
 
 
@@ -44,10 +47,18 @@ class LearningRoutes:
             owner = owner_of(tenant)
             self.learning.admit_feedback(owner)  # every post costs a token, a refused one too
             given = parse_feedback(await request.body())  # bounded by BodyLimit, then by parse_feedback
-            record = self._decisions.get(given.request_id, owner)
+            record = await find_record(self._decisions, given.request_id, owner)
             if record is None:
                 shown = given.request_id[:128]
-                raise NotFound(f"no decision record for request {shown!r} (kept: your recent ones, on this replica)")
+                raise NotFound(f"no decision record for request {shown!r} (kept: your recent ones)")
+            if isinstance(self._decisions, SharedDecisions):
+                kind = source_kind(given.source)
+                said = json.dumps({"outcome": given.outcome, "source": given.source}).encode()
+                if not await self._decisions.claim_feedback(given.request_id, owner, kind, said):
+                    raise FeedbackExists(
+                        f"feedback of source kind {kind!r} on request {given.request_id[:128]!r} is already "
+                        f"recorded (one verdict per request and kind: {', '.join((*SOURCE_KINDS, 'other'))})"
+                    )
             shared = tenant is None or tenant.shares_feedback  # without auth every request is one tenant's
             applied = self.learning.report(given, record, owner, shared=shared)
             answer: dict[str, Any] = {"request_id": given.request_id, "outcome": given.outcome, "source": given.source}

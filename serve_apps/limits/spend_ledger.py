@@ -3,7 +3,9 @@
 The monthly budget is only meaningful if the month's spend is remembered across gateway
 restarts and shared by the gateway's replicas, hence SQLite (stdlib, one file, WAL so several
 processes can read while one writes). The file is per node (`spend.ledger`, on the node's disk): the gateway
-replicas of one node share it, those of other nodes keep their own. Every attempt gets a row, failed ones included: a
+replicas of one node share it, those of other nodes keep their own; with a shared store (`state.url`) the
+budgets read every node's totals from it instead (`shared`, serve_apps/limits/shared_spend.py), and the file
+stays the node's row-by-row record. Every attempt gets a row, failed ones included: a
 provider may bill a request that timed out on our side, and an operator reconciling the bill
 wants to see them.
 
@@ -38,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from router.errors import ConfigError
+from serve_apps.limits.shared_spend import SharedSpend
 from serve_apps.off_loop.background_writer import BackgroundWriter
 
 log = logging.getLogger("spillover.spend")
@@ -89,6 +92,7 @@ class SpendLedger:
         clock: Callable[[], float],
         background: bool = False,
         month_refresh_s: float = 10.0,
+        shared: SharedSpend | None = None,
     ) -> None:
         self.path = str(path)
         self._clock = clock
@@ -97,6 +101,7 @@ class SpendLedger:
         self.read_failures = 0
         self._closed = False
         self._month_refresh_s = month_refresh_s
+        self._shared = shared  # every node's totals, with a shared store (serve_apps/limits/shared_spend.py)
         self._month: tuple[float, float] | None = None  # (read at, total) as last read by the writer
         self._tenants: dict[str, float] = {}  # tenant -> this month's spend, read with _month
         self._month_asked = False
@@ -136,6 +141,8 @@ class SpendLedger:
     ) -> None:
         """Record one attempt. Never raises: a failed write is logged and counted."""
         row = (self._clock(), request_id, target_id, provider, outcome, cost_usd, tenant)
+        if self._shared is not None:
+            self._shared.booked(cost_usd, tenant, row[0])
         if self._writer is not None:
             self._writer.submit(row)
         else:
@@ -144,7 +151,9 @@ class SpendLedger:
     def recent_month_total(self) -> float:
         """The month's spend without waiting on SQLite in background mode: the writer thread's
         last good reading (0.0 before the first), refreshed when older than `month_refresh_s`; a failed
-        read keeps the last good one of the same month."""
+        read keeps the last good one of the same month. With a shared store: every node's (shared_spend.py)."""
+        if self._shared is not None:
+            return self._shared.totals()[0]
         if self._writer is None:
             return self.month_total()
         now = self._clock()
@@ -155,7 +164,9 @@ class SpendLedger:
 
     def recent_tenant_totals(self) -> dict[str, float]:
         """Each tenant's spend this month, read like `recent_month_total` (never waits on SQLite in
-        background mode; tenants without spend are absent)."""
+        background mode; tenants without spend are absent). With a shared store: every node's."""
+        if self._shared is not None:
+            return self._shared.totals()[1]
         if self._writer is None:
             return self.month_tenant_totals()
         self.recent_month_total()  # asks the writer for a fresh reading of both when stale

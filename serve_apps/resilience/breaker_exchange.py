@@ -19,9 +19,9 @@ does not close more on the others than on the replica that was asked. The exchan
 Everything else stays per replica, with these bounds: health machines (each replica probes every
 target itself, so they agree within a probe period), the retry budget (ratio per replica, so the
 gateway-wide share of retries is the same), provider RPM/TPM windows (set `rpm`/`tpm` to the
-provider's limit divided by `gateway.replicas`), stored idempotent answers (a repeat reaching another
-replica runs again) and decision records (`GET /v1/spillover/decisions/{id}` on the replica that
-answered). Spend goes to one SQLite file per node.
+provider's limit divided by `gateway.replicas`) and decision records (`GET /v1/spillover/decisions/{id}`
+on the replica that answered). Spend goes to one SQLite file per node; stored idempotent answers live in
+the shared store (router/request/idempotency.py).
 """
 
 from __future__ import annotations

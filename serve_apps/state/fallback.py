@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -24,6 +25,7 @@ from typing import TypeVar
 from router.errors import StoreUnavailable
 from serve_apps.state.memory import MemoryStore
 from serve_apps.state.store import SharedStore, WindowCount
+from serve_apps.state.timing import counted
 
 log = logging.getLogger("spillover.state")
 
@@ -48,12 +50,14 @@ class FallbackStore:
         retry_s: float = 1.0,
         on_change: Callable[[StoreView], None] | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.primary = primary
         self.local = local
         self.retry_s = retry_s
         self._on_change = on_change
         self._sleep = sleep
+        self._clock = clock
         self._up = True
         self._detail = ""
         self._outages = 0
@@ -79,12 +83,16 @@ class FallbackStore:
             self._changed()
 
     async def _use(self, primary: Callable[[], Awaitable[T]], local: Callable[[], Awaitable[T]]) -> T:
-        if self._up:
-            try:
-                return await primary()
-            except StoreUnavailable as exc:
-                self._down(exc)
-        return await local()
+        began = self._clock()
+        try:
+            if self._up:
+                try:
+                    return await primary()
+                except StoreUnavailable as exc:
+                    self._down(exc)
+            return await local()
+        finally:  # the request's Server-Timing (serve_apps/state/timing.py)
+            counted(self._clock() - began)
 
     async def check(self) -> bool:
         """Ping the primary now; True when it answered (and the store is up again)."""

@@ -11,8 +11,10 @@ clocks differ count the same windows and expire the same leases. Every key is un
 * durable sums: a hash (`HINCRBYFLOAT` in a MULTI), no TTL: kept as long as the server keeps its data
   (ray-cluster.yaml and `spillover serve` start it with the append-only file on).
 
-The client never retries on its own and gives up after `timeout_s`: a Redis that is down or hung costs a
-request at most that, once (serve_apps/state/fallback.py stops asking it until it answers a ping again).
+The client never retries on its own and gives up after `timeout_s` (a connect after at least 1 s): a Redis that
+is down or hung costs a request at most that, once (serve_apps/state/fallback.py stops asking it until it
+answers a ping again). At most `max_connections` connections per replica: a burst of requests queues for one
+(within `timeout_s`) instead of opening a connection each.
 Any failure to get an answer is `StoreUnavailable`, with the URL's password never in its text.
 """
 
@@ -125,19 +127,24 @@ class RedisStore:
         url: str,
         *,
         password: str | None = None,
-        timeout_s: float = 0.25,
+        timeout_s: float = 0.5,
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        max_connections: int = 16,
     ) -> None:
         self.url = redacted(url)
         self.max_value_bytes = max_value_bytes
-        self._redis: aioredis.Redis = aioredis.Redis.from_url(
+        pool = aioredis.BlockingConnectionPool.from_url(
             url,
+            max_connections=max_connections,
+            timeout=timeout_s,  # waiting for a free connection counts as the operation's wait
             password=password,
             socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s,
+            # a TCP connect is slower than an answer on a loaded machine; a refused one is instant anyway
+            socket_connect_timeout=max(1.0, 4 * timeout_s),
             retry=Retry(NoBackoff(), 0),
             decode_responses=False,
         )
+        self._redis: aioredis.Redis = aioredis.Redis(connection_pool=pool)
         self._window_add = self._redis.register_script(_WINDOW_ADD)
         self._window_adjust = self._redis.register_script(_WINDOW_ADJUST)
         self._lease_take = self._redis.register_script(_LEASE_TAKE)
@@ -215,6 +222,7 @@ class RedisStore:
     async def close(self) -> None:
         try:
             await self._redis.aclose()
+            await self._redis.connection_pool.disconnect()
         except (RedisError, OSError):
             pass
 

@@ -11,7 +11,8 @@ and deferred requests' tickets.
     weight_routing.py  the live routing weight applied to a request's candidates
     dry_run.py         the standby's dry-run before a switch
     deferral.py        degradation tiers: non-core requests deferred (tickets) or shed
+    shared_tickets.py  tickets through the shared store: pollable through every replica
 """
 
 # The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
-DOORS: tuple[str, ...] = ("board", "controls", "routes", "wiring")
+DOORS: tuple[str, ...] = ("board", "controls", "routes", "shared_tickets", "wiring")

@@ -16,7 +16,8 @@ timeout), the same happens. Then:
 * shed otherwise: `503 non_core_shed` with Retry-After.
 
 Core requests fail exactly as without tiers (e.g. `503 target_unavailable` when every target is
-down). Tickets live in the gateway replica that gave them out.
+down). A ticket's retries run on the gateway replica that gave it out; its state and answer are also kept in
+the shared store, so any replica answers a poll (serve_apps/traffic/shared_tickets.py).
 """
 
 from __future__ import annotations

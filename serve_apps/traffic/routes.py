@@ -8,7 +8,8 @@
                                          dry-run, serve_apps/traffic/dry_run.py; 409 dry_run_failed refuses it),
                                          rollback, clear; admin; 400 invalid_traffic_command otherwise
     GET  /v1/spillover/tickets/{id}      a deferred request's answer (serve_apps/traffic/deferral.py): 202 while
-                                         pending, then the answer (200) or its error; only its tenant
+                                         pending, then the answer (200) or its error; only its tenant;
+                                         through any replica (serve_apps/traffic/shared_tickets.py)
 
 The command is written to the shared board, so every gateway replica follows it within
 `traffic.sync_period_s`; the replica that took it follows at once.
@@ -33,6 +34,7 @@ from serve_apps.traffic.controls import Traffic
 from serve_apps.traffic.deferral import TICKETS_PATH
 from serve_apps.traffic.dry_run import DryRun
 from serve_apps.traffic.metrics import TrafficMetrics
+from serve_apps.traffic.shared_tickets import find_ticket
 
 log = logging.getLogger("spillover.traffic")
 
@@ -70,7 +72,7 @@ class TrafficRoutes:
         async def ticket(request: Request) -> Response:
             tenant = await edge.tenant(request)
             wanted, owner = str(request.path_params["ticket"])[:128], tenant.name if tenant is not None else ""
-            found = None if self._tickets is None else self._tickets.get(wanted, owner)
+            found = await find_ticket(self._tickets, wanted, owner)  # this replica's, else the shared store's
             if found is None:
                 raise TicketNotFound("no such ticket (unknown, expired, or another tenant's)")
             request_id = edge.request_id(request)

@@ -16,6 +16,8 @@ from serve_apps.backend import CloudBackend, ModelBackend
 from serve_apps.clocks import Clocks
 from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.limits.tenants import TenantLimits
+from serve_apps.state.memory import MemoryStore
+from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.traffic.controls import BoardClient, Traffic
 from serve_apps.traffic.deferral import Kept, TieredDispatch, response_cache
@@ -23,6 +25,7 @@ from serve_apps.traffic.dry_run import DryRun
 from serve_apps.traffic.live_scores import LiveScores
 from serve_apps.traffic.metrics import TrafficMetrics
 from serve_apps.traffic.routes import TrafficRoutes
+from serve_apps.traffic.shared_tickets import SharedTickets
 
 
 @dataclass
@@ -50,13 +53,16 @@ class TrafficParts:
         )
 
 
-def ticket_store(config: SpilloverConfig, clock: Callable[[], float]) -> TicketStore:
-    """The bounded store of `traffic.tickets` (router/traffic/tickets.py)."""
+def ticket_store(config: SpilloverConfig, clock: Callable[[], float], store: SharedStore | None = None) -> TicketStore:
+    """The bounded store of `traffic.tickets` (router/traffic/tickets.py), each ticket also in `store` (the
+    gateway's shared store; none: a MemoryStore of its own) for every replica (serve_apps/traffic/shared_tickets.py)."""
     tickets = config.traffic.tickets
-    return TicketStore(
+    return SharedTickets(
+        store if store is not None else MemoryStore(clock=clock),
         max_entries=tickets.max_entries,
         max_bytes=tickets.max_bytes,
         ttl_s=tickets.ttl_s,
+        max_wait_s=tickets.max_wait_s,
         clock=clock,
         # without auth every request is one tenant's: the whole store is its share
         tenant_share=tickets.tenant_share if config.gateway.auth else 1.0,
@@ -85,6 +91,7 @@ def traffic_parts(
     registry: Registry | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    store: SharedStore | None = None,
 ) -> TrafficParts:
     """The traffic controls of one gateway replica; `registry`: the gateway's one registry of targets
     (its routes included), else one of `config` and `providers`."""
@@ -104,7 +111,7 @@ def traffic_parts(
         models=[m.alias for m in config.models],
         targets=[f"local:{m.alias}" for m in config.models] + [f"cloud:{p.name}" for p in enabled],
         scenarios=list(config.policy.scenarios),
-        tickets=(tickets := ticket_store(config, clock)),
+        tickets=(tickets := ticket_store(config, clock, store)),
         metrics=tm,
     )
     return TrafficParts(traffic, routes, tickets, config, tm, clock, sleep)

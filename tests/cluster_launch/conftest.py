@@ -31,6 +31,7 @@ from tests.cluster_launch.testhosts import SUBNET, Host, TestHosts, ensure_tools
 
 REPO = Path(__file__).resolve().parents[2]
 HEAD = Host("spl-head", f"{SUBNET}.10", cpus=1)
+STATE_URL = f"redis://{HEAD.ip}:6380/0"  # the Redis ray-cluster.yaml starts on the head
 WORKER = Host("spl-worker1", f"{SUBNET}.11", cpus=4)
 MODEL_CPUS = 2  # more than the head has: the replica can only run on the worker
 KEY_ENV = "SPILLOVER_LAUNCH_KEY"
@@ -183,11 +184,17 @@ def launched(hosts: TestHosts, tenant_key: str) -> Iterator[Launched]:
     config.write_text(yaml.safe_dump(variant, sort_keys=False))
     local = yaml.safe_load((REPO / "configs" / "local.yaml").read_text())
     spillover_config = hosts.state / "spillover-launch.yaml"
-    spillover_config.write_text(yaml.safe_dump(spillover_variant(local, key_env=KEY_ENV, model_cpus=MODEL_CPUS)))
+    spillover_config.write_text(
+        yaml.safe_dump(spillover_variant(local, key_env=KEY_ENV, model_cpus=MODEL_CPUS, state_url=STATE_URL))
+    )
     run = Launched(hosts, config, spillover_config, tenant_key)
     # docs/gpu-hosts.md's first step: the cluster's Ray token, made here; `ray up` ships it to the nodes
     made = run.local(["sh", "-c", "umask 077 && exec ray get-auth-token --generate >/dev/null"], timeout=60)
     assert made.returncode == 0 and len(run.token) >= 32, made.stderr[-2000:]
+    # and the shared store's password, which `ray up` ships to the nodes too (ray-cluster.yaml)
+    password = "umask 077 && mkdir -p ~/.spillover && python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    made = run.local(["sh", "-c", password + " > ~/.spillover/state_password"], timeout=60)
+    assert made.returncode == 0, made.stderr[-2000:]
     try:
         yield run
     finally:

@@ -38,7 +38,7 @@ def cluster_variant(
     return variant
 
 
-def spillover_variant(local: dict[str, Any], *, key_env: str, model_cpus: int) -> dict[str, Any]:
+def spillover_variant(local: dict[str, Any], *, key_env: str, model_cpus: int, state_url: str) -> dict[str, Any]:
     config = copy.deepcopy(local)
     config["cluster"] = {"num_cpus": None, "address": "auto"}
     config["gateway"] = {
@@ -48,6 +48,9 @@ def spillover_variant(local: dict[str, Any], *, key_env: str, model_cpus: int) -
         "readiness_timeout_s": 300,
     }
     config["tenants"] = [{"name": "launch-test", "api_key_env": key_env}]
+    # the head's Redis (ray-cluster.yaml starts it) from the first deploy, as configs/gpu.yaml does: the scale
+    # step then changes gateway.replicas alone, which Serve applies without restarting the model's replica
+    config["state"] = {"url": state_url}
     (model,) = config["models"]
     model["num_cpus"] = model_cpus
     # float32 eager, where local.yaml's `precision: auto` ends on every CPU (docs/dtype.md), set outright: this

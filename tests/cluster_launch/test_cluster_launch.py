@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
 GATEWAY = f"http://{HEAD.ip}:8000"
 QUESTION = "What is the capital of France?"
+HEAD_REDIS = "--host auto --port 6380 --password-file ~/.spillover/state_password"  # as ray-cluster.yaml starts it
 
 
 def cluster_report(run: Launched, wait_nodes: int = 0, timeout_s: float = 0) -> dict:
@@ -85,11 +86,18 @@ def test_ray_up_brings_the_head_and_every_worker_into_the_cluster(up: Launched) 
     assert set(alive) == {HEAD.ip, WORKER.ip}
     assert alive[HEAD.ip]["head"] and not alive[WORKER.ip]["head"]
     assert (alive[HEAD.ip]["cpus"], alive[WORKER.ip]["cpus"]) == (HEAD.cpus, WORKER.cpus)
-    status = up.on_head("ray status", timeout=120)
+    # the worker's raylet joins during its `ray start`; the launcher marks it active once that command
+    # returns, so `ray status` may still list it as `setting-up` for a few seconds
+    deadline = time.monotonic() + 120
+    while True:
+        status = up.on_head("ray status", timeout=120)
+        assert "Active:" in status
+        active = status[status.index("Active:") : status.index("Pending:")]
+        if sum(int(line.split()[0]) for line in active.splitlines()[1:] if line.strip()) == 2:
+            break
+        assert time.monotonic() < deadline, active
+        time.sleep(5)
     say("`ray status` on the head:\n" + status[status.find("Node status") :][:1500])
-    assert "Active:" in status
-    active = status[status.index("Active:") : status.index("Pending:")]
-    assert sum(int(line.split()[0]) for line in active.splitlines()[1:] if line.strip()) == 2, active
 
 
 def test_dashboard_listens_on_the_head_loopback_only_and_ray_dashboard_reaches_it(up: Launched) -> None:
@@ -229,6 +237,7 @@ def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launche
     (engine,) = model_replicas(before)
     assert len(gateway_replicas(before)) == 1
     overlay = up.hosts.state / "scale.yaml"
+    # several gateway replicas share one store: the config names the head's Redis from its first deploy
     overlay.write_text("gateway:\n  replicas: 2\n")
     started = time.monotonic()
     up.on_head(f"spillover deploy --config {up.spillover_config} --overlay {overlay}", timeout=480)
@@ -240,6 +249,9 @@ def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launche
     assert model_replicas(report) == [engine]  # the same actor on the same node: not restarted
     answer = ask(up)
     assert "paris" in answer.lower()
+    for _ in range(6):  # both gateway replicas (one per node) reach the head's Redis with the nodes' password
+        ready = httpx.get(f"{GATEWAY}/readyz", timeout=10).json()
+        assert ready.get("state", {}).get("status") == "ok", ready
 
 
 def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: Launched) -> None:
@@ -267,8 +279,11 @@ def test_serve_shutdown_ray_down_and_ray_stop_on_workers_leave_only_sshd(up: Lau
     """README's stop sequence. `serve shutdown` first: vLLM's engine processes are children of a
     replica that `ray stop` does not know, and they outlived a `ray stop` of the worker without it.
     Ray's local provider stops Ray only on the head at `ray down`; a worker's raylet exits once the
-    head is gone, but not all of Ray's processes there: hence `ray stop` on each worker."""
+    head is gone, but not all of Ray's processes there: hence `ray stop` on each worker. The head's Redis
+    (the shared store) outlives `ray down` by design: its own `--stop` goes first."""
     up.on_head("serve shutdown -y", timeout=180)
+    stopped = up.on_head(f"python -m serve_apps.state.local_redis {HEAD_REDIS} --stop", timeout=60)
+    say(stopped.strip().splitlines()[-1] if stopped.strip() else "no output from --stop")
     up.ray("down", "-y", str(up.config), timeout=180)
     up.down = True
     started = time.monotonic()

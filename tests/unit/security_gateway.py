@@ -34,6 +34,7 @@ from serve_apps.providers import OpenAICompatProvider
 from serve_apps.resilience.routes import OpsRoutes
 from serve_apps.resilience.state import Resilience
 from serve_apps.sessions.turns import Sessions
+from serve_apps.state.memory import MemoryStore
 from tests.fakes import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,7 +152,7 @@ def build(
             policy=cfg.policy,
             decisions=dispatcher.decisions,
             checks=checks,
-            idempotent=IdempotentReplies(IdempotencyStore(clock=lambda: 0.0), wait_s=1.0)
+            idempotent=IdempotentReplies(IdempotencyStore(MemoryStore(clock=lambda: 0.0)), wait_s=1.0)
             if idempotent is True
             else (idempotent or None),
         ),

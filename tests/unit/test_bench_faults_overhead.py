@@ -93,3 +93,31 @@ def test_affinity_workload_is_seeded_and_reuses_its_prefixes() -> None:
     result.replicas = {"r1": {"queries": 200, "hits": 150}}
     assert result.hit_rate == 0.75
     assert "| qwen-affinity | 2 | 0 | 75.0% |" in markdown_table([result])
+
+
+async def test_the_store_row_reads_each_gateway_answers_server_timing() -> None:
+    """`bench overhead`'s store row: the gateway's `Server-Timing: store` entry per measured request (warm-up
+    left out); a path that sends none (Ray's ingress, plain vLLM) has no row, and a malformed one is skipped."""
+    import httpx
+
+    from bench.gateway.overhead import http_call, store_markdown
+
+    served = iter(
+        ['store;dur=1.5;desc="2 ops"', 'store;dur=0.5;desc="2 ops"', "store;dur=junk", 'store;dur=2.5;desc="3 ops"']
+    )
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"server-timing": next(served)} if request.url.path.startswith("/v1") else {}
+        return httpx.Response(200, json={"choices": [{"message": {"content": "x"}}]}, headers=headers)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as client:
+        calls = {
+            "ray": http_call(client, "http://gw/ray/v1/chat/completions", "m"),
+            "gateway": http_call(client, "http://gw/v1/chat/completions", "m"),
+        }
+        stats = await measure(calls, OverheadOptions(base_url="http://gw", model="m", rounds=3, warmup=1), print)
+    ray, gateway = stats
+    assert ray.store_ms == [] and gateway.store_ms == [0.5, 2.5] and gateway.store_ops == [2, 3]
+    table = "\n".join(store_markdown(stats))
+    assert "| gateway | 2 |" in table and "| ray |" not in table
+    assert store_markdown([ray]) == []

@@ -35,6 +35,7 @@ PINNED = {
     "request_too_large", "scenario_required", "stream_cut", "target_unavailable", "tenant_budget_exceeded",
     "tenant_concurrency_exceeded", "tenant_rate_limited", "ticket_answer_dropped", "ticket_not_found",
     "unknown_scenario", "upstream_error",
+    "idempotency_in_progress",  # added with streamed idempotency replays
 }  # fmt: skip
 
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from cluster.config.deployment import parse_config
-from router.errors import TargetUnavailable
+from router.errors import TargetUnavailable, UpstreamError
 from router.request.auth import Authenticator, TenantPolicy
 from router.request.idempotency import IdempotencyStore
 from serve_apps.dispatch.interfaces import LocalDispatch
@@ -18,6 +18,7 @@ from serve_apps.http.idempotent import IdempotentReplies
 from serve_apps.http.surface import GatewayHTTP
 from serve_apps.resilience.routes import OpsRoutes
 from serve_apps.resilience.state import Resilience
+from serve_apps.state.memory import MemoryStore
 from serve_apps.telemetry.metrics import GatewayMetrics
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.test_gateway_http import CHAT, MODELS
@@ -35,7 +36,7 @@ def resilience(clock: FakeClock) -> Resilience:
 
 
 def gateway(backend: FakeEngine, clock: FakeClock, res: Resilience, auth: Authenticator | None = None) -> GatewayHTTP:
-    store = IdempotencyStore(ttl_s=60, clock=clock)
+    store = IdempotencyStore(MemoryStore(clock=clock), ttl_s=60)
     return GatewayHTTP(
         backend,
         MODELS,
@@ -89,10 +90,27 @@ async def test_failures_are_not_stored_so_the_key_can_be_retried(setup: Any) -> 
     assert ok.status_code == 200 and "x-spillover-idempotent-replay" not in ok.headers
 
 
-async def test_streams_and_bad_keys_are_refused_with_a_reason(setup: Any) -> None:
+async def test_a_streamed_answer_is_replayed_as_a_stream_and_a_failed_one_is_not_kept(setup: Any) -> None:
     client, backend, _, _ = setup
-    stream = await client.post("/v1/chat/completions", json={**CHAT, "stream": True}, headers={"idempotency-key": "k"})
-    assert stream.status_code == 400 and stream.json()["error"]["code"] == "idempotency_not_supported"
+    streamed = {**CHAT, "stream": True}
+    first = await client.post("/v1/chat/completions", json=streamed, headers={"idempotency-key": "s"})
+    again = await client.post("/v1/chat/completions", json=streamed, headers={"idempotency-key": "s"})
+    assert first.status_code == again.status_code == 200 and "data: [DONE]" in first.text
+    assert again.text == first.text and again.headers["content-type"].startswith("text/event-stream")
+    assert again.headers["x-spillover-idempotent-replay"] == "true"
+    assert again.headers["x-spillover-route"] == first.headers["x-spillover-route"]
+    assert len(backend.calls) == 1
+    backend.fail_mid_stream = UpstreamError("engine died")
+    broken = await client.post("/v1/chat/completions", json=streamed, headers={"idempotency-key": "f"})
+    assert broken.status_code == 200 and '"error"' in broken.text  # the error event after the first byte
+    backend.fail_mid_stream = None
+    retried = await client.post("/v1/chat/completions", json=streamed, headers={"idempotency-key": "f"})
+    assert "x-spillover-idempotent-replay" not in retried.headers and '"error"' not in retried.text
+    assert len(backend.calls) == 3
+
+
+async def test_bad_keys_are_refused_with_a_reason(setup: Any) -> None:
+    client, backend, _, _ = setup
     long_key = await client.post("/v1/chat/completions", json=CHAT, headers={"idempotency-key": "x" * 300})
     assert long_key.status_code == 400 and long_key.json()["error"]["code"] == "invalid_idempotency_key"
     assert backend.calls == []

@@ -1,5 +1,6 @@
-"""Idempotency-Key store: replay, TTL, in-flight twins, abandon, reuse (body and contract headers),
-eviction, key rules."""
+"""Idempotency-Key store on the replica's own MemoryStore (the shared store with one replica, its clock a
+manual one): replay, TTL, in-flight twins, abandon, reuse (body and contract headers), the byte bounds,
+key rules. tests/unit/test_idempotency_shared.py runs the same code over a real Redis and two replicas."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from router.errors import IdempotencyConflict, InvalidRequest
 from router.request.idempotency import Fresh, IdempotencyStore, Replay, StoredResponse, fingerprint, validate_key
 from serve_apps.http.idempotent import IdempotentReplies
+from serve_apps.state.memory import MemoryStore
 from tests.fakes import FakeClock as Clock
 from tests.unit.security_gateway import APPS, BOUND_S, CHAT, build
 
@@ -20,15 +22,20 @@ FP = fingerprint(BODY)
 OK = StoredResponse(200, {"id": "chatcmpl-1", "choices": []}, {"x-spillover-target": "local:m"})
 
 
-def store(clock: Clock, *, ttl_s: float = 600.0, max_entries: int = 10_000) -> IdempotencyStore:
-    return IdempotencyStore(ttl_s=ttl_s, max_entries=max_entries, clock=clock)
+def store(clock: Clock, *, ttl_s: float = 600.0, max_bytes: int = 64 * 1024 * 1024) -> IdempotencyStore:
+    return IdempotencyStore(MemoryStore(clock=clock), ttl_s=ttl_s, max_bytes=max_bytes, poll_s=0.005)
+
+
+async def fresh(s: IdempotencyStore, key: str, fp: str = FP, tenant: str = "t1") -> bytes:
+    begun = await s.begin(tenant, key, fp)
+    assert isinstance(begun, Fresh)
+    return begun.marker
 
 
 async def test_fresh_then_replay_within_ttl() -> None:
     clock = Clock()
     s = store(clock, ttl_s=600)
-    assert isinstance(await s.begin("t1", "k", FP), Fresh)
-    s.complete("t1", "k", OK)
+    assert await s.complete("t1", "k", OK, await fresh(s, "k"))
     clock.now += 599
     again = await s.begin("t1", "k", FP)
     assert again == Replay(OK)
@@ -36,8 +43,7 @@ async def test_fresh_then_replay_within_ttl() -> None:
 
 async def test_replay_is_a_copy() -> None:
     s = store(Clock())
-    await s.begin("t1", "k", FP)
-    s.complete("t1", "k", OK)
+    await s.complete("t1", "k", OK, await fresh(s, "k"))
     first = await s.begin("t1", "k", FP)
     assert isinstance(first, Replay)
     first.stored.body["choices"].append("mutated")
@@ -48,87 +54,109 @@ async def test_replay_is_a_copy() -> None:
 async def test_expired_entry_runs_fresh() -> None:
     clock = Clock()
     s = store(clock, ttl_s=600)
-    await s.begin("t1", "k", FP)
-    s.complete("t1", "k", OK)
+    await s.complete("t1", "k", OK, await fresh(s, "k"))
     clock.now += 600
     assert isinstance(await s.begin("t1", "k", FP), Fresh)
 
 
 async def test_keys_are_scoped_by_tenant() -> None:
     s = store(Clock())
-    await s.begin("t1", "k", FP)
-    s.complete("t1", "k", OK)
+    await s.complete("t1", "k", OK, await fresh(s, "k"))
     assert isinstance(await s.begin("t2", "k", FP), Fresh)
     # Another tenant may even use the same key for another body.
     assert isinstance(await s.begin("t3", "k", fingerprint({"other": 1})), Fresh)
+    # A tenant and key that join to the same text are still two keys.
+    assert isinstance(await s.begin("t1:k", "x", FP), Fresh) and isinstance(await s.begin("t1", "k:x", FP), Fresh)
 
 
 async def test_concurrent_twin_waits_then_replays() -> None:
     s = store(Clock())
-    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+    marker = await fresh(s, "k")
     twin = asyncio.create_task(s.begin("t1", "k", FP, wait_s=5))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.02)
     assert not twin.done()  # it is waiting for the first one, not running its own
-    s.complete("t1", "k", OK)
+    await s.complete("t1", "k", OK, marker)
     assert await twin == Replay(OK)
 
 
 async def test_abandon_lets_one_waiter_run_fresh_and_the_other_wait_again() -> None:
     s = store(Clock())
-    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+    marker = await fresh(s, "k")
     w1 = asyncio.create_task(s.begin("t1", "k", FP, wait_s=5))
     w2 = asyncio.create_task(s.begin("t1", "k", FP, wait_s=5))
-    await asyncio.sleep(0)
-    s.abandon("t1", "k")  # the first one failed
+    await asyncio.sleep(0.01)
+    await s.abandon("t1", "k", marker)  # the first one failed
     done, pending = await asyncio.wait({w1, w2}, return_when=asyncio.FIRST_COMPLETED)
-    assert len(done) == 1 and isinstance(done.pop().result(), Fresh)
+    won = done.pop().result()
+    assert not done and isinstance(won, Fresh)
     (other,) = pending
-    await asyncio.sleep(0)
+    await asyncio.sleep(0.02)
     assert not other.done()  # the new run is in flight: the other twin waits for it
-    s.complete("t1", "k", OK)
+    await s.complete("t1", "k", OK, won.marker)
     assert await other == Replay(OK)
 
 
 async def test_abandon_lets_the_next_request_run_fresh() -> None:
     s = store(Clock())
-    await s.begin("t1", "k", FP)
-    s.abandon("t1", "k")
+    await s.abandon("t1", "k", await fresh(s, "k"))
     assert isinstance(await s.begin("t1", "k", FP), Fresh)
+
+
+async def test_abandon_and_complete_touch_only_their_own_marker() -> None:
+    """A request whose marker expired and was taken by a repeat neither deletes nor overwrites the repeat's."""
+    clock = Clock()
+    s = store(clock, ttl_s=60)
+    stale = await fresh(s, "k")
+    clock.now += 60  # the first request's replica died, say: its marker expired
+    current = await fresh(s, "k")
+    await s.abandon("t1", "k", stale)
+    assert not await s.complete("t1", "k", OK, stale)
+    with pytest.raises(IdempotencyConflict):  # the repeat's marker is still there
+        await s.begin("t1", "k", FP, stream=True)
+    assert await s.complete("t1", "k", OK, current)
+    assert await s.begin("t1", "k", FP) == Replay(OK)
 
 
 async def test_failure_results_are_not_stored() -> None:
     s = store(Clock())
-    await s.begin("t1", "k", FP)
-    s.complete("t1", "k", StoredResponse(503, {"error": {"message": "down"}}, {}))
+    stored = await s.complete("t1", "k", StoredResponse(503, {"error": {"message": "down"}}, {}), await fresh(s, "k"))
+    assert not stored
     assert isinstance(await s.begin("t1", "k", FP), Fresh)
-    assert len(s) == 1  # only the new in-flight entry
 
 
 async def test_twin_still_running_after_wait_s_is_refused() -> None:
     s = store(Clock())
-    await s.begin("t1", "k", FP)
+    await fresh(s, "k")
     with pytest.raises(IdempotencyConflict) as e:
         await s.begin("t1", "k", FP, wait_s=0.01)
     assert e.value.code == "idempotency_key_in_use" and e.value.status_code == 409
 
 
+async def test_a_streamed_twin_of_a_running_request_is_refused_at_once() -> None:
+    s = store(Clock())
+    await fresh(s, "k")
+    with pytest.raises(IdempotencyConflict) as e:
+        await s.begin("t1", "k", FP, wait_s=60, stream=True)
+    assert e.value.code == "idempotency_in_progress" and e.value.status_code == 409
+
+
 async def test_inflight_entry_expires_so_a_forgotten_key_is_not_blocked_forever() -> None:
     clock = Clock()
     s = store(clock, ttl_s=60)
-    await s.begin("t1", "k", FP)  # never completed nor abandoned
+    await fresh(s, "k")  # never completed nor abandoned
     clock.now += 60
     assert isinstance(await s.begin("t1", "k", FP), Fresh)
 
 
 async def test_fingerprint_mismatch_is_refused() -> None:
     s = store(Clock())
-    await s.begin("t1", "k", FP)
+    marker = await fresh(s, "k")
     with pytest.raises(InvalidRequest) as e:
         await s.begin("t1", "k", fingerprint({**BODY, "temperature": 0.5}))
     assert e.value.code == "idempotency_key_reused"
     assert e.value.status_code == 400
     assert "different request body" in e.value.message
-    s.complete("t1", "k", OK)
+    await s.complete("t1", "k", OK, marker)
     with pytest.raises(InvalidRequest):  # also once completed
         await s.begin("t1", "k", fingerprint({}))
 
@@ -140,28 +168,25 @@ def test_fingerprint_ignores_key_order_and_spacing() -> None:
     assert fingerprint({"a": 1}) != fingerprint({"a": 2})
 
 
-async def test_oldest_completed_entries_are_evicted_over_max_entries() -> None:
-    clock = Clock()
-    s = store(clock, max_entries=2)
-    for key in ("k1", "k2", "k3"):
-        await s.begin("t1", key, FP)
-        s.complete("t1", key, OK)
-        clock.now += 1
-    assert len(s) == 2
-    assert isinstance(await s.begin("t1", "k1", FP), Fresh)  # evicted: runs again
-    # k1's new in-flight entry pushed out the oldest completed one, k2; k3 remains.
-    assert isinstance(await s.begin("t1", "k3", FP), Replay)
-    assert isinstance(await s.begin("t1", "k2", FP), Fresh)
+async def test_an_answer_over_max_bytes_is_not_stored() -> None:
+    s = store(Clock(), max_bytes=1024)
+    big = StoredResponse(200, {"choices": [{"message": {"content": "x" * 2000}}]})
+    assert not await s.complete("t1", "k", big, await fresh(s, "k"))
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)  # its key behaves as abandoned
 
 
-async def test_inflight_entries_are_never_evicted() -> None:
-    s = store(Clock(), max_entries=1)
-    await s.begin("t1", "a", FP)
-    await s.begin("t1", "b", FP)  # over the limit, but nothing completed to evict
-    assert len(s) == 2
-    s.complete("t1", "a", OK)  # now a is completed and the oldest: evicted
-    assert len(s) == 1
-    assert isinstance(await s.begin("t1", "a", FP), Fresh)
+async def test_an_answer_over_the_stores_bound_per_value_is_not_stored() -> None:
+    s = IdempotencyStore(MemoryStore(clock=Clock(), max_value_bytes=1024), poll_s=0.005)
+    big = StoredResponse(200, {"choices": [{"message": {"content": "x" * 2000}}]})
+    assert not await s.complete("t1", "k", big, await fresh(s, "k"))
+    assert isinstance(await s.begin("t1", "k", FP), Fresh)
+
+
+async def test_a_stored_stream_replays_its_chunks() -> None:
+    s = store(Clock())
+    streamed = StoredResponse(200, {}, {"x-spillover-route": "local"}, ("data: {}\n\n", "data: [DONE]\n\n"))
+    assert await s.complete("t1", "k", streamed, await fresh(s, "k"))
+    assert await s.begin("t1", "k", FP, stream=True) == Replay(streamed)
 
 
 @pytest.mark.parametrize("key", ["a", "x" * 255, "order-123_ABC", "with space", "~!@#$%^&*()"])
@@ -180,7 +205,7 @@ async def test_idempotency_fingerprint_includes_contract_headers() -> None:
     """Through the gateway's real HTTP layer (tests/unit/security_gateway.py): an answer a cloud provider
     made for an L3 request is never replayed to a repeat with the same key that asks for L1 or
     local_only; the repeat is the 400 a different body gets, and nothing runs again."""
-    store = IdempotencyStore(ttl_s=600, max_entries=100, clock=Clock())
+    store = IdempotencyStore(MemoryStore(clock=Clock()), ttl_s=600)
     gateway = build(saturated=True, idempotent=IdempotentReplies(store, wait_s=1))  # local full: it bursts
     key = {"idempotency-key": "order-1"}
     started = time.monotonic()

@@ -18,7 +18,8 @@ from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import GatewayParts
 from serve_apps.http.idempotent import IdempotentReplies
 from serve_apps.http.surface import GatewayHTTP, ServedModel
-from tests.fakes import FakeEngine
+from serve_apps.state.memory import MemoryStore
+from tests.fakes import FakeClock, FakeEngine
 from tests.unit.test_dispatch import World
 
 
@@ -53,18 +54,26 @@ def _answer(chars: int) -> StoredResponse:
 
 
 async def test_idempotent_replies_bounded_by_bytes() -> None:
-    store = IdempotencyStore(max_entries=10_000, max_bytes=50_000, clock=lambda: 0.0)
+    """The answers live in the shared store, bounded by its bytes: past them the answers closest to
+    expiry (the oldest) go first; one larger than `max_bytes` on its own is not stored at all."""
+    clock = FakeClock()
+    memory = MemoryStore(clock=clock, max_bytes=50_000)
+    store = IdempotencyStore(memory, max_bytes=20_000)
     for i in range(20):
-        assert isinstance(await store.begin("t", f"k{i}", "fp"), Fresh)
-        store.complete("t", f"k{i}", _answer(10_000))
-    assert store.bytes_kept <= 50_000 and len(store) < 10
+        begun = await store.begin("t", f"k{i}", "fp")
+        assert isinstance(begun, Fresh)
+        await store.complete("t", f"k{i}", _answer(10_000), begun.marker)
+        clock.now += 1
+    assert memory.bytes_kept <= 50_000
     assert isinstance(await store.begin("t", "k19", "fp"), Replay)  # the newest answers stay
-    assert isinstance(await store.begin("t", "k0", "fp"), Fresh)  # the oldest were evicted
-    store.abandon("t", "k0")
+    begun = await store.begin("t", "k0", "fp")  # the oldest were evicted
+    assert isinstance(begun, Fresh)
+    await store.abandon("t", "k0", begun.marker)
+    begun = await store.begin("t", "big", "fp")
+    assert isinstance(begun, Fresh)
+    assert not await store.complete("t", "big", _answer(30_000), begun.marker)  # over max_bytes: not stored
     assert isinstance(await store.begin("t", "big", "fp"), Fresh)
-    store.complete("t", "big", _answer(60_000))  # larger than the bound on its own: not stored
-    assert isinstance(await store.begin("t", "big", "fp"), Fresh)
-    assert store.bytes_kept <= 50_000
+    assert memory.bytes_kept <= 50_000
 
 
 class Blocking(FakeEngine):
@@ -103,7 +112,7 @@ async def test_idempotency_waiters_hold_no_admission_slot() -> None:
     )
     world, backend = World(), Blocking()
     dispatcher = Dispatcher(config, backend, {}, world.snapshot, clocks=Clocks.of(world.clock, sleep=world.sleep))
-    store = IdempotencyStore(ttl_s=600, clock=world.clock)
+    store = IdempotencyStore(MemoryStore(clock=world.clock), ttl_s=600)
     gateway = GatewayHTTP(
         backend,
         [ServedModel("m", "llama", "cpu", 4096)],

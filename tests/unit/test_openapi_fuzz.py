@@ -33,6 +33,7 @@ from serve_apps.http.surface import GatewayHTTP, ServedModel
 from serve_apps.learning.routes import LearningRoutes
 from serve_apps.learning.state import Learning
 from serve_apps.providers import OpenAICompatProvider
+from serve_apps.state.memory import MemoryStore
 from tests.fakes import FakeEngine
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +67,7 @@ def build_gateway(auth: bool = False) -> Any:
         parts=GatewayParts(
             policy=config.policy,
             decisions=dispatcher.decisions,
-            idempotent=IdempotentReplies(IdempotencyStore(ttl_s=60, max_entries=100, clock=lambda: 0.0), wait_s=1),
+            idempotent=IdempotentReplies(IdempotencyStore(MemoryStore(clock=lambda: 0.0), ttl_s=60), wait_s=1),
             learning=LearningRoutes(Learning.from_config(config), dispatcher.decisions),
         ),
         operator=OperatorParts(snapshot=lambda: snapshot),

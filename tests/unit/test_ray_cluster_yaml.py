@@ -14,6 +14,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "~/.ray/auth_token"
+STATE_PASSWORD = "~/.spillover/state_password"
 
 
 def _validate(config: dict) -> dict:
@@ -82,7 +83,7 @@ def test_launch_test_variant_differs_only_in_hosts_user_key_and_paths() -> None:
     )
     assert variant["provider"] == {"type": "local", "head_ip": "10.0.0.1", "worker_ips": ["10.0.0.2"]}
     assert variant["auth"] == {"ssh_user": "root", "ssh_private_key": "/k"}
-    assert variant["file_mounts"] == {str(checkout): ".", TOKEN: TOKEN}
+    assert variant["file_mounts"] == {str(checkout): ".", TOKEN: TOKEN, STATE_PASSWORD: STATE_PASSWORD}
     back = json.loads(json.dumps(variant).replace(str(checkout), CHECKOUT))
     for key in ("provider", "auth"):
         back[key] = real[key]
@@ -98,3 +99,20 @@ def test_the_head_bounds_the_task_events_its_gcs_keeps() -> None:
     config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
     (start,) = [c for c in config["head_start_ray_commands"] if "ray start --head" in c]
     assert f"RAY_task_events_max_num_task_in_gcs={TASK_EVENTS_IN_GCS}" in start.split()
+
+
+def test_the_head_starts_the_shared_store_that_configs_gpu_yaml_names_before_ray() -> None:
+    from cluster.config.deployment import load_config
+
+    config = yaml.safe_load((REPO / "ray-cluster.yaml").read_text())
+    starts = config["head_start_ray_commands"]
+    (store,) = [i for i, c in enumerate(starts) if "serve_apps.state.local_redis" in c]
+    (head,) = [i for i, c in enumerate(starts) if "ray start --head" in c]
+    assert store < head  # the store answers before any gateway replica can start
+    line = starts[store]
+    assert "--host auto" in line and "--port 6380" in line and f"--password-file {STATE_PASSWORD}" in line
+    assert config["file_mounts"][STATE_PASSWORD] == STATE_PASSWORD
+    assert any("SPILLOVER_STATE_PASSWORD" in c and STATE_PASSWORD in c for c in config["setup_commands"])
+    gpu = load_config(str(REPO / "configs" / "gpu.yaml"))
+    assert gpu.state.url == f"redis://{config['provider']['head_ip']}:6380/0"
+    assert gpu.state.password_env == "SPILLOVER_STATE_PASSWORD"

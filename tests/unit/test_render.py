@@ -20,7 +20,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def local(**gateway: object) -> dict:
-    raw = {"models": [{"alias": "m", "source": "prepared:x", "family": "llama"}], "gateway": gateway}
+    raw = {
+        "models": [{"alias": "m", "source": "prepared:x", "family": "llama"}],
+        "gateway": gateway,
+        "state": {"url": "redis://10.0.0.1:6380/0"},  # several gateway replicas need a shared store
+    }
     return application(parse_config(raw, "test"), "configs/x.yaml", code="c0")
 
 

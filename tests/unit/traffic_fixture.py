@@ -20,6 +20,7 @@ from serve_apps.http.model_card import ServedModel
 from serve_apps.http.surface import GatewayHTTP
 from serve_apps.limits.tenants import TenantLimits
 from serve_apps.resilience.state import Resilience
+from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.traffic.board import LocalBoard, TrafficBoard
 from serve_apps.traffic.deferral import TieredDispatch
@@ -93,12 +94,23 @@ class TrafficWorld:
         await self.resume.wait()
         self.clock.advance(seconds)
 
-    def gateway(self, replica: str = "r-a") -> tuple[GatewayHTTP, TrafficParts, Resilience]:
+    def gateway(
+        self, replica: str = "r-a", store: SharedStore | None = None
+    ) -> tuple[GatewayHTTP, TrafficParts, Resilience]:
+        """`store`: the shared store its tickets also go to (serve_apps/traffic/shared_tickets.py); none: its own."""
         providers = {"sim": self.sim, "spare": self.spare}
         metrics = GatewayMetrics()
         board = LocalBoard(self.board)
         parts = traffic_parts(
-            self.config, self.local, providers, metrics, replica, board, clock=self.clock, sleep=self.ticket_sleep
+            self.config,
+            self.local,
+            providers,
+            metrics,
+            replica,
+            board,
+            clock=self.clock,
+            sleep=self.ticket_sleep,
+            store=store,
         )
         res = Resilience(self.config, clock=self.clock)
         dispatcher = Dispatcher(
