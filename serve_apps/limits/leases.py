@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from router.errors import StoreUnavailable
 from serve_apps.state.store import SharedStore
+from serve_apps.state.timing import off_path
 
 log = logging.getLogger("spillover.limits")
 
@@ -69,7 +70,8 @@ class Leases:
         holders.discard(holder)
         if not holders:
             del self._held[key]
-        task = asyncio.get_running_loop().create_task(self._drop(key, holder))
+        # off the request's path: not in its Server-Timing (serve_apps/state/timing.py)
+        task = asyncio.get_running_loop().create_task(self._drop(key, holder), context=off_path())
         self._drops.add(task)
         task.add_done_callback(self._drops.discard)
 

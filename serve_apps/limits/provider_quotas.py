@@ -36,6 +36,7 @@ from router.errors import StoreUnavailable
 from router.limits.quota import ProviderQuota, Quotas, Refusal, Reservation
 from router.limits.rate_headers import RateLimitReading
 from serve_apps.state.store import SharedStore
+from serve_apps.state.timing import off_path
 
 log = logging.getLogger("spillover.limits")
 
@@ -117,7 +118,7 @@ class SharedQuotas:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # no event loop (a synchronous caller): the window keeps the estimate
             return
-        task = loop.create_task(self._adjust(key, window, delta))
+        task = loop.create_task(self._adjust(key, window, delta), context=off_path())  # not the request's time
         self._adjusts.add(task)
         task.add_done_callback(self._adjusts.discard)
 
