@@ -7,10 +7,12 @@ one background loop (`run`, started with the gateway's other loops) renews every
 every `renew_s`, one `lease_renew` per key with all its holders — never one task per request. A replica
 that dies stops renewing: its leases expire within `ttl_s` and the slots are free again.
 
-`take` is the one store operation on the request's path. `drop` is synchronous for its callers (a slot is
-released from `finally` blocks and response wrappers): the holder stops being renewed at once and the
-`lease_drop` runs as a task of its own right away — the slot is free as soon as the store hears it, not
-when the TTL runs out. `flush()` waits for those drops (tests, shutdown).
+`take` is the one store operation on the request's path (after this replica's own drops still in flight, as
+serve_apps/dispatch/reservations.py does: a slot it gave back is free for it at once). `drop` is synchronous
+for its callers (a slot is released from `finally` blocks and response wrappers): the holder stops being
+renewed at once and the `lease_drop` runs as a task of its own right away, off the request's path — the slot
+is free as soon as the store hears it, not when the TTL runs out. `flush()` waits for those drops (tests,
+shutdown).
 """
 
 from __future__ import annotations
@@ -57,6 +59,8 @@ class Leases:
 
     async def take(self, key: str, limit: int) -> str | None:
         """A new lease of `key` unless `limit` are held by all replicas together: its holder id, or None."""
+        if self._drops:  # this replica's own drops first: a slot it gave back is free for it at once
+            await asyncio.gather(*list(self._drops), return_exceptions=True)
         holder = self._new_id()
         if await self.store.lease_take(key, holder, limit, self.ttl_s) is None:
             return None

@@ -81,6 +81,14 @@ async def test_a_released_slot_frees_at_once_on_every_replica(home: Home) -> Non
     assert a.inflight("apps") == 2 and b.inflight("apps") == 1
 
 
+async def test_a_slot_this_replica_gave_back_is_free_for_it_at_once(home: Home) -> None:
+    a, _ = replicas(home.store)
+    slots = [await a.admit(TENANT) for _ in range(3)]
+    slots[0].release()  # no flush: the next admit waits for this replica's own drop
+    await a.admit(TENANT)
+    assert await a.shared_inflight("apps") == 3
+
+
 async def test_a_lease_whose_holder_stops_renewing_expires(home: Home) -> None:
     a, b = replicas(home.store, ttl_s=0.4, renew_s=0.1)
     for _ in range(3):
