@@ -18,7 +18,9 @@ ping loop runs in the background while Redis does not answer.
 
 It returns the ASGI app and the background loops to start, in this order: the board poller, the
 golden checks, the shared store's ping loop (with `state.url`), the prober (with `resilience.probes`), the
-breaker sync and the traffic sync. Nothing runs before the caller starts them (serve_apps/gateway.py, at replica start).
+breaker sync, the renewal of this replica's admission leases (serve_apps/dispatch/reservations.py), the traffic
+sync and the renewal of its tenant leases (`tenants[].max_concurrent`, serve_apps/limits/leases.py).
+Nothing runs before the caller starts them (serve_apps/gateway.py, at replica start); they end with the replica.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     # no local model takes traffic before it answered its golden prompt right
     golden = GoldenGate({spec.alias: spec.golden for spec in config.models})
     spend = spend_ledger(config.spend, store)
-    resilience = Resilience(config, spend=spend, golden=golden)
+    resilience = Resilience(config, spend=spend, golden=golden, store=store)  # provider RPM / TPM in the store
     gateway = config.gateway
     # the decision log is written by its own thread: a slow disk never stalls the event loop
     sink = BackgroundWriter(JsonlFile(gateway.decisions_log), name="decision-log") if gateway.decisions_log else None
@@ -266,7 +268,8 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     # shared by every replica; a marker outlives its request by at most a margin: a dead replica frees its keys
     marker_ttl_s = gateway.request_timeout_s + idem.wait_s
     replies = IdempotencyStore(store, ttl_s=idem.ttl_s, max_bytes=idem.max_bytes, marker_ttl_s=marker_ttl_s)
-    limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None)
+    limits = TenantLimits(spend.recent_tenant_totals if spend is not None else None, store=store)
+    background.append(limits.run())  # renews this replica's tenant leases (serve_apps/limits/leases.py)
     http = GatewayHTTP(
         backend,
         served_models(config),

@@ -49,14 +49,14 @@ class CloudProvider(StrictModel):
     rpm: int | None = Field(
         None,
         ge=1,
-        description="requests per minute this gateway replica may send (the provider's limit / gateway.replicas); "
-        "null: unlimited",
+        description="requests per minute all gateway replicas together may send (the provider's limit, counted in "
+        "the state store whatever the number of replicas); null: unlimited",
     )
     tpm: int | None = Field(
         None,
         ge=1,
-        description="tokens per minute this gateway replica may send (estimated prompt + max_tokens, settled with "
-        "the real usage); null: unlimited",
+        description="tokens per minute all gateway replicas together may send (counted in the state store: "
+        "estimated prompt + max_tokens, settled with the real usage); null: unlimited",
     )
     models: dict[str, ProviderModelEntry] = Field(
         default_factory=dict,

@@ -156,8 +156,8 @@ class Tenant(StrictModel):
     requests_per_minute: float | None = Field(
         None,
         ge=1,
-        description="per gateway replica, at least 1; over it: 429 tenant_rate_limited with Retry-After; "
-        "null: unlimited",
+        description="requests per minute on every authenticated route, all gateway replicas together (a one-minute "
+        "window in the state store), at least 1; over it: 429 tenant_rate_limited with Retry-After; null: unlimited",
     )
     admin: bool = Field(
         False,
@@ -167,8 +167,9 @@ class Tenant(StrictModel):
         None,
         ge=1,
         strict=True,
-        description="generation requests of this tenant in flight at once per gateway replica (a stream counts "
-        "until it ends); over it: 429 tenant_concurrency_exceeded with Retry-After; null: unlimited",
+        description="generation requests of this tenant in flight at once on all gateway replicas together (a "
+        "stream counts until it ends; a lease in the state store, freed within seconds of a replica dying); over "
+        "it: 429 tenant_concurrency_exceeded with Retry-After; null: unlimited",
     )
     monthly_budget_usd: float | None = Field(
         None,

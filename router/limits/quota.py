@@ -16,7 +16,9 @@ they refill) and, until that reset, refuses what the provider would refuse, coun
 sent meanwhile. A later reading replaces an earlier one.
 
 Pure: no I/O, no awaits, the clock is injected. Not thread-safe: one event loop owns a
-`Quotas`. Limits are per gateway replica, as for tenant rate limits.
+`Quotas`. Its windows are this replica's own: the gateway enforces the configured `rpm` / `tpm` in the
+store its replicas share (serve_apps/limits/provider_quotas.py) and keeps a `Quotas` without limits for
+the providers' headers (`observe`, per replica) and for what this replica sent (`usage`).
 """
 
 from __future__ import annotations
@@ -191,6 +193,21 @@ class ProviderQuota:
         self._tokens += tokens
         return Reservation(entry.id, self.name, tokens, now)
 
+    def cancel(self, reservation: Reservation) -> None:
+        """Take back a reservation that was not sent after all (a later check refused it): out of the window,
+        and what it took of the provider's reported counts given back."""
+        entry = self._by_id.pop(reservation.id, None)
+        if entry is None:
+            return
+        self._entries.remove(entry)
+        self._tokens -= entry.tokens
+        now = self._clock()
+        told_requests, told_tokens = self._reported_left("requests", now), self._reported_left("tokens", now)
+        if told_requests is not None:
+            told_requests.left += 1
+        if told_tokens is not None:
+            told_tokens.left += entry.tokens
+
     def _leaves_in(self, entry: _Entry, now: float) -> float:
         return max(0.0, entry.at + self.window_s - now)
 
@@ -265,6 +282,9 @@ class Quotas:
 
     def settle(self, reservation: Reservation, actual_tokens: int) -> None:
         self[reservation.provider].settle(reservation, actual_tokens)
+
+    def cancel(self, reservation: Reservation) -> None:
+        self[reservation.provider].cancel(reservation)
 
     def usage(self) -> dict[str, tuple[int, int]]:
         """(requests, tokens) in the current window per provider, for metrics."""

@@ -1,7 +1,9 @@
-"""Per-tenant request rate limits: a token bucket per tenant, with an injected clock.
+"""A token bucket with an injected clock: a per-replica request rate (the feedback routes' limit,
+serve_apps/learning/state.py).
 
-`requests_per_minute` tokens refill continuously; the bucket holds at most `burst` (default:
-one minute's worth). Limits are per gateway replica: with N replicas a tenant gets up to N×.
+`per_minute` tokens refill continuously; the bucket holds at most `burst` (default: one minute's worth).
+Tenants' `requests_per_minute` is not counted here but in the store the gateway replicas share
+(serve_apps/limits/tenants.py), so that N replicas do not allow N×.
 
 The clock is monotonic (`time.monotonic`): a wall-clock step neither refills nor drains a bucket.
 A rate below one request per minute is refused (config validation says so first): such a bucket

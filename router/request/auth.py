@@ -1,7 +1,8 @@
 """Gateway authentication: tenants, their API keys, and what a tenant's policy narrows.
 
-Each tenant may carry a `requests_per_minute` limit (router/limits/rate_limit.py; 429 tenant_rate_limited
-with Retry-After). Keys are read from the environment variables the config names (never from the config file)
+Each tenant may carry a `requests_per_minute` limit: the gateway counts it in the store its replicas share,
+right after authentication (serve_apps/limits/tenants.py `TenantRates`; 429 tenant_rate_limited with
+Retry-After). Keys are read from the environment variables the config names (never from the config file)
 and compared in constant time: every configured key is checked, with `hmac.compare_digest`
 over SHA-256 digests, whatever matches. A tenant carries its residency and allowed providers;
 they narrow the request's contract exactly as the `x-spillover-*` headers do (never widen it).
@@ -11,12 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from router.errors import TenantRateLimited, Unauthorized
-from router.limits.rate_limit import TokenBucket
+from router.errors import Unauthorized
 from router.request.contract import RequestContract
 from router.request.contract_headers import Residency, narrow_residency
 
@@ -26,7 +25,7 @@ class TenantPolicy:
     name: str
     residency: Residency = "any"
     allowed_providers: frozenset[str] | None = None
-    requests_per_minute: float | None = None
+    requests_per_minute: float | None = None  # counted across replicas (serve_apps/limits/tenants.py)
     admin: bool = False  # may call the operator endpoints (POST /v1/spillover/resilience/reset)
     max_concurrent: int | None = None  # generation requests in flight at once (serve_apps/limits/tenants.py)
     monthly_budget_usd: float | None = None  # cloud spend per UTC month (serve_apps/limits/tenants.py)
@@ -46,14 +45,9 @@ def _digest(text: str) -> bytes:
 class Authenticator:
     """Maps `Authorization: Bearer <key>` to a tenant. `keys` holds tenant name -> key."""
 
-    def __init__(
-        self, tenants: Sequence[TenantPolicy], keys: Mapping[str, str], clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, tenants: Sequence[TenantPolicy], keys: Mapping[str, str]) -> None:
         by_name = {t.name: t for t in tenants}
         self._entries = [(_digest(key), by_name[name]) for name, key in keys.items() if key and name in by_name]
-        self._buckets = {
-            t.name: TokenBucket(t.requests_per_minute, clock=clock) for t in tenants if t.requests_per_minute
-        }
 
     def authenticate(self, authorization: str | None) -> TenantPolicy:
         scheme, _, given = (authorization or "").partition(" ")
@@ -66,13 +60,6 @@ class Authenticator:
                 found = tenant
         if found is None:
             raise Unauthorized("invalid API key")
-        bucket = self._buckets.get(found.name)
-        wait = bucket.take() if bucket is not None else None
-        if wait is not None:
-            raise TenantRateLimited(
-                f"tenant {found.name!r} is over its {found.requests_per_minute:g} requests per minute",
-                retry_after_s=wait,
-            )
         return found
 
 

@@ -285,7 +285,7 @@ class Dispatcher:
         has_next = cursor.index + 1 < len(candidates)
         if cursor.delay_s > 0:  # before the gate: a Retry-After waited out has cooled the target's domain till now
             await self._sleep(cursor.delay_s)
-        gate = self._gate(walk, target, has_next)
+        gate = await self._gate(walk, target, has_next)
         if gate.refused is not None:
             walk.skipped(target, gate.refused)
             return moved(cursor)
@@ -312,12 +312,12 @@ class Dispatcher:
             walk.notes.append(note)
         return arranged
 
-    def _gate(self, walk: Walk, target: Target, has_next: bool) -> Gate:
+    async def _gate(self, walk: Walk, target: Target, has_next: bool) -> Gate:
         """The door `refuse a target`: each refusal (serve_apps/dispatch/walk.py), then the resilience gate."""
         for refusal in self._refusals:
             if (why := refusal(walk, target)) is not None:
                 return Gate(why)
-        return self._resilience.gate(target, has_alternative=has_next, tokens=walk.tokens)
+        return await self._resilience.gate(target, has_alternative=has_next, tokens=walk.tokens)
 
     def _too_small(self, walk: Walk, target: Target) -> str | None:
         return self._resilience.windows.too_small(target, walk.contract.min_context)

@@ -32,6 +32,7 @@ from router.error_codes import ErrorCode
 from router.errors import Forbidden, InternalError, RequestError, RouteNotFound
 from router.request.auth import Authenticator, TenantPolicy
 from serve_apps.http.guards import ClientText, request_id_of
+from serve_apps.limits.tenants import TenantRates
 
 log = logging.getLogger("spillover.gateway")
 
@@ -53,9 +54,12 @@ class HttpEdge:
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         set_request_id: bool = True,
         counted: Counted | None = None,
+        rates: TenantRates | None = None,
     ) -> None:
-        """`set_request_id`: False behind Serve's proxy, which sets `x-request-id` itself."""
+        """`set_request_id`: False behind Serve's proxy, which sets `x-request-id` itself; `rates` counts
+        `tenants[].requests_per_minute` (None: in a store of this edge's own)."""
         self._auth = authenticator
+        self._rates = rates if rates is not None else TenantRates()
         self.client_text = client_text or ClientText(())
         self._new_id = new_id
         self._set_request_id = set_request_id
@@ -80,13 +84,17 @@ class HttpEdge:
         body: dict[str, Any] = self.client_text.body(exc.to_openai())
         return body
 
-    def tenant(self, request: Request) -> TenantPolicy | None:
+    async def tenant(self, request: Request) -> TenantPolicy | None:
         """The caller's tenant when auth is on (raises Unauthorized / TenantRateLimited), else None."""
-        return None if self._auth is None else self._auth.authenticate(request.headers.get("authorization"))
+        if self._auth is None:
+            return None
+        tenant = self._auth.authenticate(request.headers.get("authorization"))
+        await self._rates.check(tenant)  # one store operation (serve_apps/limits/tenants.py)
+        return tenant
 
-    def admin(self, request: Request, what: str | None = None) -> TenantPolicy | None:
+    async def admin(self, request: Request, what: str | None = None) -> TenantPolicy | None:
         """`tenant`, and Forbidden unless it is an admin (`what` the caller wanted to do, for the message)."""
-        tenant = self.tenant(request)
+        tenant = await self.tenant(request)
         if tenant is not None and not tenant.admin:
             wanted = f" and may not {what}" if what else ": operator route"
             raise Forbidden(f"tenant {tenant.name!r} is not an admin (tenants[].admin){wanted}")

@@ -104,19 +104,20 @@ class GatewayHTTP:
         operator: OperatorParts | None = None,
     ) -> None:
         edge, parts, operator = edge or EdgeSettings(), parts or GatewayParts(), operator or OperatorParts()
+        self._tenant_limits = parts.tenant_limits or TenantLimits()
         self._edge = HttpEdge(  # the one error renderer and operator guard (serve_apps/http/edge.py)
             edge.authenticator,
             ClientText(edge.redact),
             new_id=edge.new_id,
             set_request_id=edge.set_request_id,
             counted=self._counted,
+            rates=self._tenant_limits.rates,  # requests_per_minute, in the tenant limits' store
         )
         self._checks = parts.checks or RequestChecks()
         self._golden = operator.golden
         learning = parts.learning
         self._derive = learning.derive if learning is not None else plain_derive  # typing: serve_apps/learning/state.py
         self._client_text = self._edge.client_text
-        self._tenant_limits = parts.tenant_limits or TenantLimits()
         self._request_timeout_s = edge.request_timeout_s
         self._idempotent = parts.idempotent
         self._metrics = parts.metrics or GatewayMetrics()
@@ -194,8 +195,8 @@ class GatewayHTTP:
         request_id = self._request_id(request)
         slot = None
         try:
-            tenant = self._edge.tenant(request)  # before a single body byte is read
-            slot = self._tenant_limits.admit(tenant)  # budget, concurrency (serve_apps/limits/tenants.py)
+            tenant = await self._edge.tenant(request)  # before a single body byte is read
+            slot = await self._tenant_limits.admit(tenant)  # budget, concurrency (serve_apps/limits/tenants.py)
             raw = await request.body()  # bounded by BodyLimit
         except RequestError as exc:
             if slot is not None:
@@ -295,7 +296,7 @@ class GatewayHTTP:
             yield f"data: {_json(error)}\n\ndata: [DONE]\n\n"
 
     async def _list_models(self, request: Request) -> Response:
-        self._edge.tenant(request)
+        await self._edge.tenant(request)
         cards = [m.card(self._created) for m in self._models.values()]
         cards += [r.card(self._created) for r in self._routes.values()]
         return JSONResponse({"object": "list", "data": cards}, headers=self._headers(self._request_id(request)))
@@ -307,13 +308,13 @@ class GatewayHTTP:
         ready, body = await self._readiness.check()  # serve_apps/http/readiness.py
         if self._edge.auth_on:
             try:
-                self._edge.admin(request)
+                await self._edge.admin(request)
             except RequestError:  # with auth on, the per-model reasons are an admin's to read
                 body = {"status": body["status"]}
         return JSONResponse(body, status_code=200 if ready else 503, headers=self._headers(self._request_id(request)))
 
     async def _cluster(self, request: Request) -> Response:
-        self._edge.admin(request)
+        await self._edge.admin(request)
         headers = self._headers(self._request_id(request))
         if self._snapshot is None:
             raise NotFound("this gateway has no telemetry source", code=ErrorCode.NO_TELEMETRY)

@@ -55,7 +55,7 @@ class OwnedDecisions:
         """`scrub` cleans the record's texts (a failed attempt's reason may quote a provider) like errors."""
 
         async def decision(request: Request) -> Response:
-            tenant = edge.tenant(request)
+            tenant = await edge.tenant(request)
             wanted = request.path_params["request_id"]
             record = await find_record(self._store, wanted, owner_of(tenant))
             if record is None:

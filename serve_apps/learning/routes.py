@@ -43,7 +43,7 @@ class LearningRoutes:
 
     def routes(self, edge: HttpEdge) -> list[Route]:
         async def feedback(request: Request) -> Response:
-            tenant = edge.tenant(request)  # before the body is read
+            tenant = await edge.tenant(request)  # before the body is read
             owner = owner_of(tenant)
             self.learning.admit_feedback(owner)  # every post costs a token, a refused one too
             given = parse_feedback(await request.body())  # bounded by BodyLimit, then by parse_feedback
@@ -66,7 +66,7 @@ class LearningRoutes:
             return JSONResponse(answer, headers=edge.headers_for(request))
 
         async def quality(request: Request) -> Response:
-            edge.admin(request)
+            await edge.admin(request)
             book = self.learning.quality
             if book is None:
                 raise NotFound("learning.quality.enabled is false", code=ErrorCode.QUALITY_DISABLED)

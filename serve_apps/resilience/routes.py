@@ -54,11 +54,11 @@ class OpsRoutes:
 
     def routes(self, edge: HttpEdge) -> list[Route]:
         async def view(request: Request) -> Response:
-            edge.admin(request, "read the resilience state")
+            await edge.admin(request, "read the resilience state")
             return JSONResponse(self._resilience.view(), headers=edge.headers_for(request))
 
         async def reset(request: Request) -> Response:
-            edge.admin(request, "reset")
+            await edge.admin(request, "reset")
             target = _target(await request.body())  # after the key check; bounded by BodyLimit
             reset = self._resilience.reset(target) + (self._forget(target) if self._forget is not None else [])
             if self._on_reset is not None:

@@ -3,7 +3,8 @@
 A gateway replica holds one `Resilience`: circuit breakers per target and failure domain
 (`router.resilience.breaker`), a health machine per local model and cloud provider (`router.resilience.health`), the
 gateway-wide retry budget and the backoff (`router.resilience.retry`), per-provider RPM/TPM windows
-(`router.limits.quota`, fed also by the providers' rate-limit headers) and the spend ledger
+(serve_apps/limits/provider_quotas.py: in the store the replicas share, the providers' rate-limit
+headers per replica) and the spend ledger
 (`serve_apps.limits.spend_ledger`). The dispatcher asks it three things:
 
 * `unavailable(targets)` at plan time: a local model that has not passed its start-up golden
@@ -12,7 +13,7 @@ gateway-wide retry budget and the backoff (`router.resilience.retry`), per-provi
   (the decision record says why); health reddens on sustained staleness only (`watch_local`);
 * `gate(target, ...)` just before an attempt: a half-open breaker's trial slot, the health share
   (yellow keeps ~70%, half-open red ~10% as trials, a ramp 20/50/100%) when there is another
-  candidate, the provider's quota;
+  candidate, the provider's quota (awaited: one store operation per limit);
 * `failed(target, error)` / `succeeded(target)` after it: `router.resilience.failure`'s table decides what
   the error means for the breakers, the domain's cool-down and the health.
 
@@ -39,7 +40,7 @@ from cluster.config.deployment import SpilloverConfig
 from router.errors import ProviderOverloaded, ProviderRateLimited, RequestError
 from router.learning.decision import Attempt
 from router.limits.budget import cost_weight
-from router.limits.quota import Quotas, Refusal, Reservation
+from router.limits.quota import Refusal, Reservation
 from router.limits.rate_headers import read_rate_limits
 from router.resilience.breaker import Breakers
 from router.resilience.failure import Rule, rule_for
@@ -48,9 +49,12 @@ from router.resilience.retry import Backoff, RetryBudget
 from router.routing.capabilities import Target, local_id
 from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot
+from serve_apps.limits.provider_quotas import SharedQuotas
 from serve_apps.limits.spend_ledger import SpendLedger
 from serve_apps.resilience.golden_gate import GoldenGate
 from serve_apps.resilience.learned_windows import LearnedWindows
+from serve_apps.state.memory import MemoryStore
+from serve_apps.state.store import SharedStore
 
 DEFAULT_COOL_S = 1.0  # a 429 without Retry-After cools its domain this long
 POLICY_REFRESH_S = 10.0  # how often the month's spend is read back for the soft budget
@@ -74,7 +78,9 @@ class Resilience:
         rng: random.Random | None = None,
         spend: SpendLedger | None = None,
         golden: GoldenGate | None = None,
+        store: SharedStore | None = None,
     ) -> None:
+        """`store` holds the providers' RPM / TPM windows (None: a MemoryStore of this replica's own)."""
         r = config.resilience
         self.golden = golden
         self._config = config
@@ -92,7 +98,8 @@ class Resilience:
         )
         self.backoff = Backoff(base_s=retry.backoff_base_s, cap_s=retry.backoff_cap_s, rng=self._rng)
         self.max_attempts = retry.max_attempts
-        self.quotas = Quotas({p.name: (p.rpm, p.tpm) for p in providers}, clock=clock)
+        limits = {p.name: (p.rpm, p.tpm) for p in providers}
+        self.quotas = SharedQuotas(limits, store if store is not None else MemoryStore(clock=clock), clock=clock)
         self.spend = spend
         self._policy_cache: tuple[float, Policy] | None = None
         self._stale_red_s = r.health.stale_red_s
@@ -185,7 +192,7 @@ class Resilience:
         return policy
 
     # -- attempt time ------------------------------------------------------------------------------
-    def gate(self, target: Target, *, has_alternative: bool, tokens: int) -> Gate:
+    async def gate(self, target: Target, *, has_alternative: bool, tokens: int) -> Gate:
         machine = self.health.get(target.endpoint)
         if _shut(machine):
             return Gate(f"{target.endpoint} is {machine.state.value}: {machine.reason}")
@@ -198,7 +205,7 @@ class Resilience:
             return Gate(why)
         if target.kind == "local":
             return Gate(None)
-        quota = self.quotas.try_reserve(target.provider or "", tokens)
+        quota = await self.quotas.try_reserve(target.provider or "", tokens)
         if isinstance(quota, Refusal):
             return Gate(quota.reason)
         return Gate(None, quota)

@@ -142,7 +142,7 @@ class Splicer:
         """One continuation attempt: its rewritten events, then `_FINISHED` when it finished; nothing
         more (the reason appended to `tried`) when it failed."""
         tokens = job.contract.est_prompt_tokens + job.contract.max_output_tokens
-        gate = self._res.gate(target, has_alternative=True, tokens=tokens)
+        gate = await self._res.gate(target, has_alternative=True, tokens=tokens)
         if gate.refused is not None:
             tried.append(f"{target.id}: {gate.refused}"[:200])
             return

@@ -150,7 +150,7 @@ class TieredDispatch:
             )
         # held until the ticket finishes: the gateway's claim on the id (still held now) ends with the 202
         self._inner.decisions.claim(request_id, owner)
-        slot = self._limits.keep(owner) if self._limits is not None else Slot()
+        slot = await self._limits.keep(owner) if self._limits is not None else Slot()
         task = asyncio.get_running_loop().create_task(self._complete(ticket.id, kind, body, request_id, contract, slot))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

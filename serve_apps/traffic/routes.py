@@ -59,18 +59,18 @@ class TrafficRoutes:
 
     def routes(self, edge: HttpEdge) -> list[Route]:
         async def view(request: Request) -> Response:
-            edge.admin(request, "read the traffic controls")
+            await edge.admin(request, "read the traffic controls")
             return JSONResponse(self._traffic.view(), headers=edge.headers_for(request))
 
         async def command(request: Request) -> Response:
-            edge.admin(request, "change the traffic controls")
+            await edge.admin(request, "change the traffic controls")
             raw = await request.body()  # after the key check; bounded by BodyLimit
             parsed = doc_ops.parse_command(raw, models=self._models, targets=self._targets, scenarios=self._scenarios)
             said = await self._apply(parsed)
             return JSONResponse({"result": said, "traffic": self._traffic.view()}, headers=edge.headers_for(request))
 
         async def ticket(request: Request) -> Response:
-            tenant = edge.tenant(request)
+            tenant = await edge.tenant(request)
             wanted, owner = str(request.path_params["ticket"])[:128], tenant.name if tenant is not None else ""
             found = await find_ticket(self._tickets, wanted, owner)  # this replica's, else the shared store's
             if found is None:

@@ -19,6 +19,8 @@ from serve_apps.clocks import Clocks
 from serve_apps.dispatch.interfaces import Dispatched
 from serve_apps.gateway_parts import EdgeSettings, GatewayParts
 from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.limits.tenants import TenantLimits
+from serve_apps.state.memory import MemoryStore
 from tests.fakes import FakeEngine
 
 TENANTS = [TenantPolicy("acme"), TenantPolicy("bank", residency="local_only")]
@@ -214,15 +216,16 @@ def test_token_bucket_refills_at_its_rate() -> None:
 
 
 async def test_tenant_over_its_rate_gets_429_with_retry_after() -> None:
-    now = [0.0]
+    now = [30.0]  # half-way through the store's one-minute window
     tenants = [TenantPolicy("acme", requests_per_minute=2)]
-    auth = Authenticator(tenants, {"acme": "sk-acme"}, clock=lambda: now[0])
+    auth = Authenticator(tenants, {"acme": "sk-acme"})
     gateway = GatewayHTTP(
         FakeEngine(),
         [ServedModel("m", "llama", "cpu", 4096)],
         Recorder(),
         created=1,
         edge=EdgeSettings(authenticator=auth),
+        parts=GatewayParts(tenant_limits=TenantLimits(store=MemoryStore(clock=lambda: now[0]))),
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     key = {"authorization": "Bearer sk-acme"}
@@ -232,5 +235,5 @@ async def test_tenant_over_its_rate_gets_429_with_retry_after() -> None:
         models = await c.get("/v1/models", headers=key)
     assert codes == [200, 200]
     assert limited.status_code == 429 and limited.json()["error"]["code"] == "tenant_rate_limited"
-    assert int(limited.headers["retry-after"]) == 30
+    assert int(limited.headers["retry-after"]) == 30  # until the window rolls over
     assert models.status_code == 429

@@ -56,11 +56,11 @@ AUTHENTICATED = [
 
 def rate_limited_gateway() -> Starlette:
     """TrafficWorld's gateway (the real dispatcher, tiered dispatch and traffic routes) with the operator and
-    learning routes too, and an admin tenant `busy` allowed one request a minute on a clock that never moves
-    (its bucket never refills)."""
+    learning routes too, and an admin tenant `busy` allowed one request a minute (its window does not roll
+    over within the test)."""
     world = TrafficWorld(traffic_config())
     policies = [TenantPolicy("busy", admin=True, requests_per_minute=1)]
-    auth = Authenticator(policies, {"busy": "sk-busy"}, clock=lambda: 0.0)
+    auth = Authenticator(policies, {"busy": "sk-busy"})
     metrics = GatewayMetrics()
     parts = traffic_parts(world.config, world.local, {"sim": world.sim}, metrics, "r-a", LocalBoard(world.board),
                           clock=world.clock, sleep=world.ticket_sleep)  # fmt: skip
@@ -133,7 +133,7 @@ async def test_the_admin_guard_says_what_was_refused() -> None:
     edge = HttpEdge(auth)
 
     async def view(request: Request) -> Response:
-        edge.admin(request, "read the traffic controls")
+        await edge.admin(request, "read the traffic controls")
         return Response("ok")
 
     app = Starlette(routes=[Route("/op", edge.endpoint(view))])

@@ -15,10 +15,12 @@ import pytest
 from cluster.config.deployment import parse_config
 from router.errors import ConfigError, ProviderRateLimited, TargetUnavailable, TenantRateLimited
 from router.limits.rate_limit import TokenBucket
-from router.request.auth import Authenticator, TenantPolicy
+from router.request.auth import TenantPolicy
 from router.routing.capabilities import Registry
+from serve_apps.limits.tenants import TenantLimits, TenantRates
 from serve_apps.resilience.prober import Prober
 from serve_apps.resilience.state import Resilience
+from serve_apps.state.memory import MemoryStore
 from tests.fakes import FakeClock as Clock
 
 CONFIG = {
@@ -34,16 +36,16 @@ def _world() -> tuple[Resilience, Clock, Clock]:
     return Resilience(config, clock=mono, wall=wall), mono, wall
 
 
-def _observe(res: Resilience) -> tuple[object, ...]:
+async def _observe(res: Resilience) -> tuple[object, ...]:
     targets = Registry.from_config(res._config.models, res._config.cloud.providers).for_alias("m")
     local = next(t for t in targets if t.kind == "local")
     cloud = next(t for t in targets if t.kind == "cloud")
-    quota = res.quotas.try_reserve("sim", 1)
+    quota = await res.quotas.try_reserve("sim", 1)
     return (
         res.breakers.states(),
         res.breakers.target(local.id).retry_in_s(),
         res.unavailable(targets),
-        res.gate(cloud, has_alternative=False, tokens=1).refused,
+        (await res.gate(cloud, has_alternative=False, tokens=1)).refused,
         type(quota).__name__,
         res.health.states(),
         res.budget.balance(),
@@ -57,7 +59,7 @@ def test_resilience_defaults_to_the_monotonic_clock() -> None:
 
 
 @pytest.mark.parametrize("step_s", [-3600.0, 3600.0, -86400.0 * 365], ids=["back-1h", "forward-1h", "back-1y"])
-def test_wall_clock_step_back_changes_nothing(step_s: float) -> None:
+async def test_wall_clock_step_back_changes_nothing(step_s: float) -> None:
     """An open breaker, a cooling domain, a full quota window, health and the retry budget read
     the same before and after the wall clock jumps."""
     res, _mono, wall = _world()
@@ -67,14 +69,14 @@ def test_wall_clock_step_back_changes_nothing(step_s: float) -> None:
     for _ in range(2):
         res.failed(local, TargetUnavailable("down"))  # opens the local breaker, health yellow
     res.failed(cloud, ProviderRateLimited("slow down", retry_after_s=20))  # cools the sim domain
-    res.quotas.try_reserve("sim", 1)
+    await res.quotas.try_reserve("sim", 1)
     res.budget.deposit()
-    _observe(res)  # creates what it reads (lazily made breakers) and fills the quota window
-    before = _observe(res)
+    await _observe(res)  # creates what it reads (lazily made breakers) and fills the quota window
+    before = await _observe(res)
     assert before[4] == "Refusal"
     assert before[0]["target:local:m"] == "open" and before[0]["domain:sim"] == "open"
     wall.now += step_s
-    assert _observe(res) == before
+    assert await _observe(res) == before
 
 
 def test_breaker_export_speaks_wall_time_and_survives_a_step() -> None:
@@ -130,14 +132,19 @@ def test_requests_per_minute_below_one_is_refused_by_config_validation(rpm: floa
         TokenBucket(rpm)
 
 
-def test_tenant_rate_limit_ignores_wall_clock_steps() -> None:
+async def test_tenant_rate_limit_ignores_wall_clock_steps() -> None:
     mono = Clock(0.0)
-    auth = Authenticator([TenantPolicy("t", requests_per_minute=1)], {"t": "k"}, clock=mono)
-    auth.authenticate("Bearer k")
+    rates = TenantRates(MemoryStore(clock=mono))
+    tenant = TenantPolicy("t", requests_per_minute=1)
+    await rates.check(tenant)
     with pytest.raises(TenantRateLimited):
-        auth.authenticate("Bearer k")  # the wall clock is not read at all: only `mono` refills
+        await rates.check(tenant)  # the wall clock is not read at all: only `mono` rolls the window over
     mono.now += 60
-    assert auth.authenticate("Bearer k").name == "t"
+    await rates.check(tenant)
+
+
+def test_the_gateways_own_store_runs_on_the_monotonic_clock() -> None:
+    assert TenantLimits()._store._clock is time.monotonic  # type: ignore[attr-defined]
 
 
 def test_prober_schedules_on_the_monotonic_clock() -> None:

@@ -144,7 +144,7 @@ def test_local_limits_still_apply_next_to_the_providers_word() -> None:
     assert "1/1 requests" in q.try_reserve(1).reason  # type: ignore[union-attr]
 
 
-def test_resilience_applies_a_providers_headers_to_its_gate() -> None:
+async def test_resilience_applies_a_providers_headers_to_its_gate() -> None:
     clock, wall = Clock(), Clock(WALL)
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["resilience"] = {"retry": {"max_retry_after_s": 30}}
@@ -154,9 +154,9 @@ def test_resilience_applies_a_providers_headers_to_its_gate() -> None:
     target = cloud_target(provider.name, "smollm2-135m-instruct", provider.models["smollm2-135m-instruct"])
     headers = {"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": rfc3339(3600)}
     res.observe_rate_limits(provider.name, headers)
-    gate = res.gate(target, has_alternative=True, tokens=10)
+    gate = await res.gate(target, has_alternative=True, tokens=10)
     assert gate.refused is not None and "no requests left for 30.0s" in gate.refused  # capped at max_retry_after_s
     assert res.view()["provider_reported"] == {provider.name: {"requests": {"left": 0, "reset_in_s": 30.0}}}
     res.observe_rate_limits(provider.name, {"x-ratelimit-remaining-requests": "junk"})  # ignored, never raises
     clock.now += 30
-    assert res.gate(target, has_alternative=True, tokens=10).refused is None
+    assert (await res.gate(target, has_alternative=True, tokens=10)).refused is None

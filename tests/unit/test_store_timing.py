@@ -16,9 +16,13 @@ import httpx
 import pytest
 
 from router.errors import StoreUnavailable
+from router.limits.quota import Reservation
+from router.request.auth import TenantPolicy
 from serve_apps.dispatch.interfaces import Dispatched, LocalDispatch
 from serve_apps.gateway_parts import EdgeSettings
 from serve_apps.http.surface import GatewayHTTP, ServedModel
+from serve_apps.limits.provider_quotas import SharedQuotas
+from serve_apps.limits.tenants import TenantLimits
 from serve_apps.state import timing
 from serve_apps.state.fallback import FallbackStore
 from serve_apps.state.memory import MemoryStore
@@ -95,6 +99,24 @@ async def test_records_and_tickets_written_in_the_background_are_not_the_request
         timing.CURRENT.reset(token)
     assert writes.written == 2 and spent.ops == 0
     assert await shared.get("a") == b"w"
+
+
+async def test_tenant_lease_drops_and_quota_settles_are_not_the_requests_time() -> None:
+    shared = store()
+    limits = TenantLimits(store=shared)
+    quotas = SharedQuotas({"sim": (None, 1000)}, shared, clock=time.monotonic)
+    spent, token = timing.begin()
+    try:
+        slot = await limits.admit(TenantPolicy("apps", max_concurrent=2))  # on the path: one lease_take
+        reserved = await quotas.try_reserve("sim", 600)  # on the path: one window_add
+        assert isinstance(reserved, Reservation)
+        slot.release()
+        quotas.settle(reserved, 100)
+        await limits.leases.flush()
+        await quotas.flush()
+    finally:
+        timing.CURRENT.reset(token)
+    assert spent.ops == 2 and await limits.shared_inflight("apps") == 0
 
 
 def test_header_round_trips_and_malformed_values_are_refused() -> None:

@@ -114,38 +114,39 @@ def policy(**limits: Any) -> TenantPolicy:
     return TenantPolicy("apps", **limits)
 
 
-def test_concurrency_slots_are_counted_and_released_once() -> None:
+async def test_concurrency_slots_are_counted_and_released_once() -> None:
     limits = TenantLimits()
-    first, second = limits.admit(policy(max_concurrent=2)), limits.admit(policy(max_concurrent=2))
+    first, second = await limits.admit(policy(max_concurrent=2)), await limits.admit(policy(max_concurrent=2))
     with pytest.raises(TenantConcurrencyExceeded) as caught:
-        limits.admit(policy(max_concurrent=2))
+        await limits.admit(policy(max_concurrent=2))
     assert caught.value.status_code == 429 and caught.value.retry_after_s == 1.0
     assert caught.value.code == "tenant_concurrency_exceeded"
     first.release()
     first.release()  # twice: still one slot given back
     assert limits.inflight("apps") == 1
-    limits.admit(policy(max_concurrent=2))
+    await limits.leases.flush()
+    await limits.admit(policy(max_concurrent=2))
     second.release()
     assert limits.inflight("apps") == 1
-    assert limits.admit(None) is not None  # auth off: nothing to count
+    assert await limits.admit(None) is not None  # auth off: nothing to count
 
 
-def test_the_budget_refuses_once_the_month_spend_reached_it() -> None:
+async def test_the_budget_refuses_once_the_month_spend_reached_it() -> None:
     spend = {"apps": 49.99}
     limits = TenantLimits(lambda: spend)
-    limits.admit(policy(monthly_budget_usd=50.0)).release()
+    (await limits.admit(policy(monthly_budget_usd=50.0))).release()
     spend["apps"] = 50.0
     with pytest.raises(TenantBudgetExceeded) as caught:
-        limits.admit(policy(monthly_budget_usd=50.0))
+        await limits.admit(policy(monthly_budget_usd=50.0))
     assert caught.value.status_code == 402 and caught.value.code == "tenant_budget_exceeded"
     assert "$50.00" in caught.value.message
-    limits.admit(TenantPolicy("rich")).release()  # no budget configured: never refused
+    (await limits.admit(TenantPolicy("rich"))).release()  # no budget configured: never refused
     assert limits.inflight("apps") == 0  # a refusal holds no slot
 
 
 async def test_a_stream_holds_its_slot_until_it_was_sent() -> None:
     limits = TenantLimits()
-    slot = limits.admit(policy(max_concurrent=1))
+    slot = await limits.admit(policy(max_concurrent=1))
     seen: list[int] = []
 
     async def events() -> AsyncIterator[str]:
