@@ -120,7 +120,9 @@ async def test_the_gateway_serves_the_replicas_page_at_metrics() -> None:
     mine = ReplicaMetrics(metrics.registry, store, "aaaa")
     backend = FakeEngine()
     parts = GatewayParts(metrics=metrics, metrics_page=mine.render)
-    gateway = GatewayHTTP(backend, [ServedModel("m", "llama", "cpu", 2048)], LocalDispatch(backend), created=1, parts=parts)
+    gateway = GatewayHTTP(
+        backend, [ServedModel("m", "llama", "cpu", 2048)], LocalDispatch(backend), created=1, parts=parts
+    )
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=gateway.app), base_url="http://gw") as client:
         chat = {"model": "m", "messages": [{"role": "user", "content": "Hi"}]}
         assert (await client.post("/v1/chat/completions", json=chat)).status_code == 200
