@@ -62,6 +62,7 @@ class FallbackStore:
         self._detail = ""
         self._outages = 0
         self._unsent: list[tuple[str, Mapping[str, float]]] = []  # durable sums added while down
+        self._changed()  # up until an operation fails: spillover_state_store_up reads 1 from the start
 
     @property
     def kind(self) -> str:

@@ -129,3 +129,15 @@ async def test_the_gateway_serves_the_replicas_page_at_metrics() -> None:
         page = await client.get("/metrics")
     assert page.status_code == 200
     assert requests_total(page.content) == {"aaaa": 1.0, "bbbb": 4.0}
+
+
+async def test_store_up_reads_1_from_the_start_and_0_once_the_store_fails() -> None:
+    """A replica whose store never failed says so (the gauge was 0 until a first change, read as down)."""
+    metrics = GatewayMetrics()
+    store = FallbackStore(
+        Refusing(clock=time.monotonic), MemoryStore(clock=time.monotonic), on_change=metrics.state_store
+    )
+    assert b"spillover_state_store_up 1.0" in metrics.render()
+    await store.get("k")
+    assert b"spillover_state_store_up 0.0" in metrics.render()
+    assert b"spillover_state_store_outages_total 1.0" in metrics.render()
