@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from router.errors import StoreUnavailable
@@ -165,6 +166,14 @@ class RedisStore:
         try:
             return await pending
         except (RedisError, OSError) as exc:
+            if isinstance(exc, (RedisConnectionError, OSError)):
+                # the server went away: its idle connections in the pool are dead too. Dropped now, so that once
+                # it is back each operation opens a fresh one, rather than every stale one failing once (each
+                # failure turning the fallback down again, for up to 16 operations after a restart)
+                try:
+                    await self._redis.connection_pool.disconnect(inuse_connections=False)
+                except (RedisError, OSError):
+                    pass
             raise StoreUnavailable(f"redis at {self.url} ({what}): {type(exc).__name__}: {exc}") from None
 
     async def get(self, key: str) -> bytes | None:
