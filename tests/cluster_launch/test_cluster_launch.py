@@ -22,6 +22,7 @@ import time
 import httpx
 import pytest
 from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests import http_attacks as attack
 from tests.cluster_launch.cluster_report import MARKER
@@ -249,9 +250,25 @@ def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launche
     assert model_replicas(report) == [engine]  # the same actor on the same node: not restarted
     answer = ask(up)
     assert "paris" in answer.lower()
-    for _ in range(6):  # both gateway replicas (one per node) reach the head's Redis with the nodes' password
-        ready = httpx.get(f"{GATEWAY}/readyz", timeout=10).json()
-        assert ready.get("state", {}).get("status") == "ok", ready
+    # both gateway replicas (one per node) reach the head's Redis with the nodes' password: each pushes its
+    # series there, so one scrape of the address shows both, each with the store up
+    deadline = time.monotonic() + 60
+    while (seen := store_up_by_replica(httpx.get(f"{GATEWAY}/metrics", timeout=10).text)) != {
+        replica: 1.0 for replica in seen
+    } or len(seen) != 2:
+        assert time.monotonic() < deadline, f"spillover_state_store_up per gateway replica: {seen}"
+        time.sleep(2)
+    say(f"spillover_state_store_up per gateway replica, one scrape: {seen}")
+
+
+def store_up_by_replica(text: str) -> dict[str, float]:
+    """`spillover_state_store_up` of every gateway replica in one scrape (serve_apps/telemetry/replica_metrics.py)."""
+    return {
+        sample.labels.get("gateway_replica", ""): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "spillover_state_store_up"
+    }
 
 
 def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: Launched) -> None:
