@@ -1,9 +1,24 @@
 """Every test under tests/unit/ carries the `unit` marker, so scripts/test can run the niced unit tests
-(`-m "not realtime"`) apart from the rest (`-m "realtime or not unit"`): see the markers in pyproject.toml."""
+(`-m "not realtime"`) apart from the rest (`-m "realtime or not unit"`): see the markers in pyproject.toml.
+
+`server`: one real redis-server per test module that asks for it (tests/redis_server.py), for the shared-store
+tests that run against both homes."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+
+from serve_apps.state.local_redis import LocalRedis
+from tests.redis_server import redis_or_fail
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
+    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
+    yield redis
+    redis.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

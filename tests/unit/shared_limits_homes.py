@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
-import pytest
 
 from cluster.config.deployment import parse_config
 from cluster.config.tenants import authenticator_for
@@ -30,7 +29,6 @@ from serve_apps.state.memory import MemoryStore
 from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from tests.fakes import FakeClock
-from tests.redis_server import redis_or_fail
 from tests.unit.test_tenant_limits import KEYS, MODEL, GatedBackend, raw_config
 
 TENANT = TenantPolicy("apps", max_concurrent=3, requests_per_minute=5)
@@ -44,13 +42,6 @@ class Home:
 
 
 HOMES = ["memory", "redis"]
-
-
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    """A test module's `server` fixture: one real redis-server for the module."""
-    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
-    yield redis
-    redis.stop()
 
 
 @asynccontextmanager

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -26,17 +26,9 @@ from serve_apps.state.memory import MemoryStore
 from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from tests.fakes import FakeProvider, completion
-from tests.redis_server import redis_or_fail
 from tests.unit.test_dispatch import CHAT, World, contract_for, make_config
 
 pytestmark = pytest.mark.realtime
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
-    yield redis
-    redis.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -24,7 +24,6 @@ from serve_apps.state.local_redis import LocalRedis
 from serve_apps.state.memory import MemoryStore
 from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
-from tests.redis_server import redis_or_fail
 
 pytestmark = pytest.mark.realtime
 
@@ -34,13 +33,6 @@ STREAMED = json.dumps({**BODY, "stream": True}).encode()
 EVENTS = ('data: {"choices":[{"delta":{"content":"he"}}]}\n\n', 'data: {"choices":[{"delta":{"content":"y"}}]}\n\n')
 MAX_VALUE_BYTES = 4096
 Replicas = Callable[[], IdempotentReplies]  # makes one more gateway replica's edge over the shared store
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
-    yield redis
-    redis.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

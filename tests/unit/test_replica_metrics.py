@@ -10,7 +10,7 @@ replica answers with its own series; an exposition in the store that is not one 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -23,14 +23,6 @@ from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.telemetry.replica_metrics import LABEL, ReplicaMetrics
-from tests.redis_server import redis_or_fail
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
-    yield redis
-    redis.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -8,7 +8,7 @@ dead replica's slots come back within the lease TTL. Run against both homes of t
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
@@ -31,17 +31,11 @@ from tests.unit.shared_limits_homes import (
     gateway,
     open_home,
     quotas,
-    redis_server,
     replicas,
 )
 from tests.unit.test_tenant_limits import APPS, CHAT, RICH, GatedBackend
 
 pytestmark = pytest.mark.realtime
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    yield from redis_server(tmp_path_factory)
 
 
 @pytest.fixture(params=HOMES)

@@ -7,7 +7,7 @@ characters each keep keys of their own in both homes; odd API keys are a 401, ne
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -32,17 +32,11 @@ from tests.unit.shared_limits_homes import (
     gateway,
     open_home,
     quotas,
-    redis_server,
     replicas,
 )
 from tests.unit.test_tenant_limits import APPS, CHAT, RICH, GatedBackend
 
 pytestmark = pytest.mark.realtime
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    yield from redis_server(tmp_path_factory)
 
 
 @pytest.fixture(params=HOMES)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +34,6 @@ from serve_apps.state.memory import MemoryStore
 from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from tests.fakes import FakeEngine
-from tests.redis_server import redis_or_fail
 from tests.unit.security_gateway import APPS, BOUND_S, KEYS, MODEL, OTHER, config
 
 pytestmark = pytest.mark.realtime
@@ -89,13 +88,6 @@ def replica(store: SharedStore) -> Replica:
     )
     transport = httpx.ASGITransport(app=http.app, raise_app_exceptions=False)
     return Replica(httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=BOUND_S), decisions)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
-    yield redis
-    redis.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +20,6 @@ from serve_apps.state.local_redis import LocalRedis
 from serve_apps.state.memory import MemoryStore
 from serve_apps.state.redis_store import RedisStore, redacted
 from serve_apps.state.store import SharedStore
-from tests.redis_server import redis_or_fail
 
 pytestmark = pytest.mark.realtime
 
@@ -37,13 +36,6 @@ class ManualClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
-    yield redis
-    redis.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])

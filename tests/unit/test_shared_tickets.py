@@ -9,7 +9,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
@@ -23,7 +23,6 @@ from serve_apps.state.store import SharedStore
 from serve_apps.traffic.deferral import TieredDispatch
 from serve_apps.traffic.shared_tickets import SharedTickets, decode, encode, ticket_key
 from serve_apps.traffic.wiring import TrafficParts
-from tests.redis_server import redis_or_fail
 from tests.unit.traffic_fixture import ADMIN, APP, TrafficWorld, traffic_config
 
 pytestmark = pytest.mark.realtime
@@ -31,13 +30,6 @@ pytestmark = pytest.mark.realtime
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 NON_CORE = {"x-business-scenario": "digest", **APP}
 Home = Callable[[TrafficWorld, int], SharedStore]  # a fresh client of the one store (its value bound)
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedis]:
-    redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
-    yield redis
-    redis.stop()
 
 
 @pytest.fixture(params=["memory", "redis"])
