@@ -6,6 +6,7 @@ replica's MemoryStore, so a dead Redis costs one request at most `timeout_s`, on
 down, `run()` pings the primary every `retry_s`; the first answer turns it *up* again and operations go back
 to Redis. What was kept in memory meanwhile stays there (it is per replica and short-lived: windows of a
 minute, leases of seconds); the shared state in Redis, kept by the server, is what the replicas converge on.
+Logs (pooled learning evidence) are not kept while down: each replica learns from its own traffic meanwhile.
 Durable sums (the spend ledger) are the exception: those added while down are also kept, and added to Redis
 before it counts as up again, so no spend is lost to an outage.
 
@@ -194,6 +195,13 @@ class FallbackStore:
     async def amounts(self, key: str) -> dict[str, float]:
         return await self._use(lambda: self.primary.amounts(key), lambda: self.local.amounts(key))
 
+    async def log_append(self, key: str, values: Sequence[bytes], max_len: int) -> None:
+        # a log is for the other replicas: while down nobody else would read it, so nothing is kept for it
+        await self._use(lambda: self.primary.log_append(key, values, max_len), _nothing)
+
+    async def log_after(self, key: str, after: str | None, count: int) -> list[tuple[str, bytes]]:
+        return await self._use(lambda: self.primary.log_after(key, after, count), _no_entries)
+
     async def ping(self) -> None:
         await self.check()
 
@@ -203,3 +211,7 @@ class FallbackStore:
 
 async def _nothing() -> None:
     return None
+
+
+async def _no_entries() -> list[tuple[str, bytes]]:
+    return []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,8 @@ class MemoryStore:
         self._windows: dict[str, dict[int, float]] = {}  # key -> window -> count (this one and the last)
         self._leases: dict[str, dict[str, float]] = {}  # key -> holder -> expires_at
         self._amounts: dict[str, dict[str, float]] = {}
+        self._logs: dict[str, deque[tuple[int, bytes]]] = {}
+        self._log_seq = 0  # one sequence for every log: ids grow with each append, as a stream's do
 
     # values -----------------------------------------------------------------------------------------
 
@@ -173,8 +176,33 @@ class MemoryStore:
     async def amounts(self, key: str) -> dict[str, float]:
         return dict(self._amounts.get(key, {}))
 
+    # logs -------------------------------------------------------------------------------------------
+
+    async def log_append(self, key: str, values: Sequence[bytes], max_len: int) -> None:
+        log = self._logs.setdefault(key, deque())
+        for value in values:
+            if len(value) > self.max_value_bytes:
+                continue
+            self._log_seq += 1
+            log.append((self._log_seq, bytes(value)))
+        while len(log) > max(1, max_len):
+            log.popleft()
+
+    async def log_after(self, key: str, after: str | None, count: int) -> list[tuple[str, bytes]]:
+        start = _log_seq_of(after)
+        found = [(f"0-{n}", v) for n, v in self._logs.get(key, ()) if n > start]
+        return found[: max(0, count)]
+
     async def ping(self) -> None:
         return None
 
     async def close(self) -> None:
         return None
+
+
+def _log_seq_of(entry: str | None) -> int:
+    """The sequence number in an id this store gave ("0-<n>"); -1 (from the oldest) for None or any other."""
+    if entry is None:
+        return -1
+    head, _, seq = entry.partition("-")
+    return int(seq) if head == "0" and seq.isdigit() else -1

@@ -9,7 +9,9 @@ clocks differ count the same windows and expire the same leases. Every key is un
 * leases: a sorted set of holder -> expiry (ms), expired members removed by the script that takes one;
   the set itself expires with its last lease, so a gateway that died leaves nothing behind past `ttl_s`;
 * durable sums: a hash (`HINCRBYFLOAT` in a MULTI), no TTL: kept as long as the server keeps its data
-  (ray-cluster.yaml and `spillover serve` start it with the append-only file on).
+  (ray-cluster.yaml and `spillover serve` start it with the append-only file on);
+* logs: a stream (`XADD ... MAXLEN ~`, one pipelined round trip per batch; `XRANGE` from just after the last
+  id read), bounded by its length rather than a TTL.
 
 The client never retries on its own and gives up after `timeout_s` (a connect after at least 1 s): a Redis that
 is down or hung costs a request at most that, once (serve_apps/state/fallback.py stops asking it until it
@@ -21,6 +23,7 @@ Any failure to get an answer is `StoreUnavailable`, with the URL's password neve
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -34,6 +37,7 @@ from router.errors import StoreUnavailable
 from serve_apps.state.store import DEFAULT_MAX_VALUE_BYTES, WindowCount
 
 PREFIX = "spillover:"
+_STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")  # an id XADD gave
 _BIG = 1e300  # a limit of math.inf: Lua's tonumber does not read "inf"
 
 _WINDOW_ADD = """
@@ -237,6 +241,27 @@ class RedisStore:
     async def amounts(self, key: str) -> dict[str, float]:
         raw = await self._call("amounts", self._redis.hgetall(PREFIX + key))
         return {(name.decode() if isinstance(name, bytes) else name): float(value) for name, value in raw.items()}
+
+    async def log_append(self, key: str, values: Sequence[bytes], max_len: int) -> None:
+        kept = [v for v in values if len(v) <= self.max_value_bytes]
+        if not kept:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for value in kept:
+                pipe.xadd(PREFIX + key, {"v": value}, maxlen=max(1, max_len), approximate=True)
+            await self._call("log_append", pipe.execute())
+
+    async def log_after(self, key: str, after: str | None, count: int) -> list[tuple[str, bytes]]:
+        if count < 1:
+            return []
+        start = "-" if after is None or not _STREAM_ID.fullmatch(after) else f"({after}"
+        raw = await self._call("log_after", self._redis.xrange(PREFIX + key, min=start, max="+", count=count))
+        out: list[tuple[str, bytes]] = []
+        for entry, fields in raw or ():
+            value = (fields or {}).get(b"v")
+            if isinstance(value, bytes):
+                out.append((entry.decode() if isinstance(entry, bytes) else str(entry), value))
+        return out
 
     async def ping(self) -> None:
         await self._call("ping", self._redis.ping())

@@ -12,6 +12,8 @@ the caller's, namespaced by the store.
                                          slots held by a holder until released or expired (in-flight
                                          counts: a gateway that dies leaves its leases to expire)
     add_amounts / amounts                durable sums with no TTL (the spend ledger's monthly totals)
+    log_append / log_after               a bounded log every replica appends to and reads on from where it
+                                         was (pooled learning evidence)
 
 A store that cannot be reached raises `StoreUnavailable` (router/errors.py): the fallback store
 (serve_apps/state/fallback.py) turns that into per-replica answers, never a failed request.
@@ -93,6 +95,16 @@ class SharedStore(Protocol):
         ...
 
     async def amounts(self, key: str) -> dict[str, float]: ...
+
+    async def log_append(self, key: str, values: Sequence[bytes], max_len: int) -> None:
+        """Append `values` in order to the log `key`, which keeps about its last `max_len` entries (Redis trims
+        a stream by whole nodes: a few more may stay). A value over the store's bound is not kept."""
+        ...
+
+    async def log_after(self, key: str, after: str | None, count: int) -> list[tuple[str, bytes]]:
+        """Up to `count` entries (id, value) of `key` after the entry `after` (None: from the oldest kept), oldest
+        first. Ids are the store's own and grow with each append; pass the last one read to read on."""
+        ...
 
     async def ping(self) -> None:
         """Raises StoreUnavailable when the store cannot be reached."""

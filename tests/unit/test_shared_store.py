@@ -155,6 +155,34 @@ async def test_durable_sums_add_up(home: Home) -> None:
     assert await home.store.amounts("spend:2027-01") == {}
 
 
+async def test_a_log_reads_on_from_the_last_id_in_order(home: Home) -> None:
+    store = home.store
+    assert await store.log_after("ev", None, 10) == []
+    await store.log_append("ev", [b"a", b"b"], 100)
+    first = await store.log_after("ev", None, 10)
+    assert [v for _, v in first] == [b"a", b"b"]
+    await store.log_append("ev", [b"c"], 100)
+    assert [v for _, v in await store.log_after("ev", first[-1][0], 10)] == [b"c"]
+    assert [v for _, v in await store.log_after("ev", first[0][0], 1)] == [b"b"]  # count bounds one read
+    assert await store.log_after("ev", (await store.log_after("ev", None, 10))[-1][0], 10) == []
+
+
+async def test_a_log_keeps_about_its_last_max_len_entries_and_no_value_over_the_bound(home: Home) -> None:
+    store = home.store
+    for i in range(30):
+        await store.log_append("cap", [str(i).encode() for i in range(i * 10, i * 10 + 10)], 20)
+    kept = [v for _, v in await store.log_after("cap", None, 1000)]
+    assert 20 <= len(kept) <= 200 and kept[-1] == b"299"  # Redis trims whole nodes (~): a few more may stay
+    await store.log_append("big", [b"x" * 2048, b"ok"], 10)
+    assert [v for _, v in await store.log_after("big", None, 10)] == [b"ok"]
+
+
+async def test_a_log_read_after_an_id_not_its_own_starts_from_the_oldest(home: Home) -> None:
+    await home.store.log_append("ev", [b"a"], 10)
+    for foreign in ("junk", "", "-1", "9" * 40):
+        assert [v for _, v in await home.store.log_after("ev", foreign, 10)] == [b"a"], foreign
+
+
 def test_memory_store_evicts_the_values_closest_to_expiry_past_its_bytes() -> None:
     clock = ManualClock()
     store = MemoryStore(clock=clock, max_bytes=100, max_value_bytes=100)
