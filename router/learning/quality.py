@@ -31,7 +31,7 @@ evicted) and so are the latency samples per bucket (`latency_window`). Pure: no 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,13 @@ def contract_bucket(contract: RequestContract) -> str:
     """The same key, from the contract itself (the dispatcher's plan)."""
     c = contract
     return _key(c.scenario, c.language, c.est_prompt_tokens, c.needs_tools, c.level)
+
+
+def answered_by(record: DecisionRecord) -> str | None:
+    """The target whose answer the client got (the last attempt that answered); None when none did."""
+    if record.chosen is None:
+        return None
+    return next((a.target for a in reversed(record.attempts) if a.outcome == "ok"), None)
 
 
 def beta_mean(prior_mean: float, prior_strength: float, successes: float, failures: float) -> float:
@@ -177,15 +184,19 @@ class QualityBook:
 
     def observe(self, record: DecisionRecord) -> None:
         """A finished request's attempts, in the bucket of its contract."""
-        bucket = bucket_key(record.contract)
-        for attempt in record.attempts:
-            if attempt.outcome == "skipped":
+        tried = ((a.target, a.outcome, a.latency_s) for a in record.attempts)
+        self.observe_attempts(bucket_key(record.contract), tried)
+
+    def observe_attempts(self, bucket: str, attempts: Iterable[tuple[str, str, float]]) -> None:
+        """Attempts (target, outcome, latency in s) of one request in `bucket` (another replica's, pooled)."""
+        for target, outcome, latency_s in attempts:
+            if outcome == "skipped":
                 continue
-            stats = self._get(attempt.target, bucket)
-            if attempt.outcome == "ok":
+            stats = self._get(target, bucket)
+            if outcome == "ok":
                 stats.successes += 1
-                stats.latency(attempt.latency_s)
-            elif attempt.outcome == "contract_violation":
+                stats.latency(latency_s)
+            elif outcome == "contract_violation":
                 stats.failures += 1
                 stats.violations += 1
             else:
@@ -194,19 +205,21 @@ class QualityBook:
     def feedback(self, record: DecisionRecord, success: bool, owner: str = "", *, shared: bool = True) -> bool:
         """`owner`'s verdict on the answer `record.chosen` gave; False when no target answered. Not
         `shared`: it moves only `owner`'s requests."""
-        if record.chosen is None:
-            return False
-        target = next((a.target for a in reversed(record.attempts) if a.outcome == "ok"), None)
+        target = answered_by(record)
         if target is None:
             return False
-        stats = self._get(target, bucket_key(record.contract))
+        self.feedback_on(target, bucket_key(record.contract), success, owner, shared=shared)
+        return True
+
+    def feedback_on(self, target: str, bucket: str, success: bool, owner: str, *, shared: bool) -> None:
+        """A verdict on `target`'s answer in `bucket` (feedback's evidence; another replica's, pooled)."""
+        stats = self._get(target, bucket)
         stats.feedback += 1
         tally = (stats.shared if shared else stats.own).setdefault(owner, Tally())
         if success:
             tally.successes += 1
         else:
             tally.failures += 1
-        return True
 
     def estimate(self, target: str, bucket: str, tenant: str | None = None) -> float | None:
         """The learned quality for a request of `tenant` once its evidence holds `min_samples`

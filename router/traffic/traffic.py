@@ -197,7 +197,12 @@ def recorded(doc: Doc, at: float, action: str, scope: str, said: str) -> Doc:
 
 def switch_for(doc: Mapping[str, Any], contract: RequestContract) -> tuple[str, Mapping[str, Any]] | None:
     """The switch that governs this request (its scenario's, else its model's), with its scope."""
-    for scope in (scope_of(contract.model, contract.scenario), contract.model):
+    return switch_of(doc, contract.model, contract.scenario)
+
+
+def switch_of(doc: Mapping[str, Any], model: str, scenario: str) -> tuple[str, Mapping[str, Any]] | None:
+    """The switch that governs a request for `model` in `scenario`, with its scope."""
+    for scope in (scope_of(model, scenario), model):
         switch = doc.get("switches", {}).get(scope)
         if switch is not None:
             return scope, switch

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
@@ -29,7 +29,7 @@ from router import headers as hdr
 from router.errors import FeedbackRateLimited
 from router.learning.decision import DecisionRecord
 from router.learning.feedback import Feedback, FeedbackInput, FeedbackStore
-from router.learning.quality import QualityBook
+from router.learning.quality import QualityBook, answered_by, bucket_key
 from router.limits.rate_limit import TokenBucket
 from router.request.auth import TenantPolicy
 from router.request.contract import RequestContract, derive_contract
@@ -38,6 +38,17 @@ from router.request.typing_rules import CentroidClassifier, RequestTyper, Rule, 
 from router.routing.capabilities import Registry
 from router.routing.policy import Policy
 from serve_apps.dispatch.interfaces import DispatchObserver
+
+
+@dataclass(frozen=True)
+class FeedbackEvidence:
+    """A verdict the quality book took: on `target`'s answer in `bucket`, by `owner`."""
+
+    target: str
+    bucket: str
+    success: bool
+    owner: str
+    shared: bool
 
 
 def plain_derive(
@@ -86,9 +97,12 @@ def quality_book_for(config: SpilloverConfig, registry: Registry | None = None) 
 class LearningObserver:
     """The dispatcher's observer: everything goes to `inner` (metrics); records also feed the book."""
 
-    def __init__(self, inner: DispatchObserver, book: QualityBook) -> None:
+    def __init__(
+        self, inner: DispatchObserver, book: QualityBook, on_recorded: list[Callable[[DecisionRecord], None]]
+    ) -> None:
         self._inner = inner
         self._book = book
+        self._on_recorded = on_recorded
 
     def waiting(self, model: str, count: int) -> None:
         self._inner.waiting(model, count)
@@ -105,6 +119,8 @@ class LearningObserver:
     def recorded(self, record: DecisionRecord) -> None:
         self._inner.recorded(record)
         self._book.observe(record)
+        for hook in self._on_recorded:
+            hook(record)
 
 
 class QualityCollector(Collector):
@@ -144,6 +160,9 @@ class Learning:
         self._rate = per_tenant_per_minute
         self._monotonic = monotonic
         self._buckets: dict[str, TokenBucket] = {}  # one per tenant that posted (tenants are configured)
+        # what this replica learnt, for the others (serve_apps/learning/pooled_evidence.py)
+        self.on_recorded: list[Callable[[DecisionRecord], None]] = []
+        self.on_feedback: list[Callable[[FeedbackEvidence], None]] = []
 
     @classmethod
     def from_config(
@@ -177,7 +196,7 @@ class Learning:
             )
 
     def observer(self, inner: DispatchObserver) -> DispatchObserver:
-        return inner if self.quality is None else LearningObserver(inner, self.quality)
+        return inner if self.quality is None else LearningObserver(inner, self.quality, self.on_recorded)
 
     def derive(
         self,
@@ -203,6 +222,10 @@ class Learning:
         self.feedback.add(Feedback(given.request_id, owner, given.outcome, given.source, given.label, self._clock()))
         success = given.outcome == "success"
         quality = self.quality is not None and self.quality.feedback(record, success, owner, shared=shared)
+        target = answered_by(record)
+        if quality and target is not None:
+            for hook in self.on_feedback:
+                hook(FeedbackEvidence(target, bucket_key(record.contract), success, owner, shared))
         typing = (
             given.label is not None
             and self.typer is not None

@@ -89,6 +89,7 @@ class Traffic:
         self._adopted: dict[str, _Adopted] = {}
         self._reports: list[tuple[str, str, str, str]] = []  # scope, switch id, phase, reason
         self._arrivals: dict[str, deque[tuple[float, int]]] = {}  # scope -> (time, tokens) per request
+        self.on_observed: list[Callable[[RequestContract, Sequence[Attempt]], None]] = []  # each request's end
 
     # -- the shared document -----------------------------------------------------------------------
     async def sync_once(self) -> None:
@@ -189,8 +190,21 @@ class Traffic:
 
     def observed(self, contract: RequestContract, attempts: Iterable[Attempt]) -> None:
         attempts = list(attempts)
-        self.scores.observe(contract.scenario, attempts)
-        found = doc_ops.switch_for(self.doc, contract)
+        for hook in self.on_observed:  # the pooled evidence (serve_apps/learning/pooled_evidence.py)
+            hook(contract, attempts)
+        self._observe(contract.model, contract.scenario, attempts)
+
+    def observed_elsewhere(self, model: str, scenario: str, tokens: int, attempts: Sequence[Attempt]) -> None:
+        """Another gateway replica's finished request: its outcome feeds the scores and gates here too, and
+        it counts as an arrival in its switch's window (the standby's quota check sees every replica's load)."""
+        found = doc_ops.switch_of(self.doc, model, scenario)
+        if found is not None and found[0] in self._adopted:
+            self._arrived(found[0], tokens)
+        self._observe(model, scenario, attempts)
+
+    def _observe(self, model: str, scenario: str, attempts: Sequence[Attempt]) -> None:
+        self.scores.observe(scenario, attempts)
+        found = doc_ops.switch_of(self.doc, model, scenario)
         if found is None or (adopted := self._adopted.get(found[0])) is None:
             return
         migration = adopted.migration
