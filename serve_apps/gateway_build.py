@@ -56,6 +56,8 @@ from serve_apps.http.idempotent import IdempotentReplies
 from serve_apps.http.model_card import ServedModel, ServedRoute
 from serve_apps.http.surface import GatewayHTTP
 from serve_apps.learning.decision_log import JsonlFile
+from serve_apps.learning.evidence_events import FeedbackEvent, Vocabulary
+from serve_apps.learning.pooled_evidence import EvidencePool, EvidenceSinks, PoolSettings
 from serve_apps.learning.routes import LearningRoutes
 from serve_apps.learning.shared_records import SharedDecisions
 from serve_apps.learning.state import Learning, QualityCollector
@@ -82,6 +84,7 @@ from serve_apps.telemetry.board_poller import BoardPoller
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.telemetry.replica_metrics import ReplicaMetrics
 from serve_apps.traffic.board import RayBoard, get_or_create_traffic_board
+from serve_apps.traffic.controls import Traffic
 from serve_apps.traffic.wiring import traffic_parts
 
 log = logging.getLogger("spillover.gateway")
@@ -173,6 +176,40 @@ def sessions(config: SpilloverConfig, backend: ServeHandleBackend, replica: str)
     return Sessions(config, backend, pins, HistoryClient(*ray_history(store)), replica=replica)
 
 
+def evidence_pool(
+    config: SpilloverConfig,
+    store: SharedStore,
+    replica: str,
+    registry: Registry,
+    learning: Learning,
+    traffic: Traffic,
+) -> Coroutine[Any, Any, None]:
+    """The pool's loop, its hooks on this replica's learning and traffic in place."""
+    book = learning.quality
+    vocabulary = Vocabulary(
+        targets=frozenset(t.id for t in registry.targets),
+        scenarios=frozenset(config.policy.scenarios),
+        owners=frozenset({"", *(t.name for t in config.tenants)}),
+    )
+
+    def feedback(event: FeedbackEvent) -> None:
+        if book is not None:
+            book.feedback_on(event.target, event.bucket, event.success, event.owner, shared=event.shared)
+
+    sinks = EvidenceSinks(
+        quality=None if book is None else book.observe_attempts,
+        feedback=feedback,
+        outcome=traffic.observed_elsewhere,
+    )
+    section = config.learning.pool
+    settings = PoolSettings(section.period_s, section.max_events, section.live_horizon_s)
+    pool = EvidencePool(store, replica, vocabulary, sinks, wall=time.time, settings=settings)
+    learning.on_recorded.append(pool.recorded)
+    learning.on_feedback.append(pool.feedback)
+    traffic.on_observed.append(pool.observed)
+    return pool.run(asyncio.sleep)
+
+
 def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandle], env: GatewayEnv) -> BuiltGateway:
     metrics = GatewayMetrics()
     # cross-request state every replica sees alike (serve_apps/state/): Redis with state.url, else this replica's
@@ -260,6 +297,9 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         admission_plans=AdmissionPlans(thread_submit()),  # the engine simulations: never on the event loop
         reservations=reservations,
     )
+    if isinstance(store, FallbackStore) and config.learning.pool.enabled:
+        # every replica learns from every replica's traffic (serve_apps/learning/pooled_evidence.py)
+        background.append(evidence_pool(config, store, env.replica, registry, learning, traffic.traffic))
     dispatcher = Dispatcher(config, backend, providers, poller.latest, parts=shared)
     on_snapshot.append(dispatcher.admission.warm)  # each calibrated model's plan made before a request needs it
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))

@@ -79,8 +79,35 @@ class TypingSection(StrictModel):
     max_examples: int = Field(200, ge=1, description="examples kept per scenario (configured and from feedback)")
 
 
+class PoolSection(StrictModel):
+    enabled: bool = Field(
+        True,
+        description="with a shared store (state.url), every gateway replica learns from every replica's traffic: "
+        "quality evidence and feedback, live health scores and graded-switch gates (serve_apps/learning/"
+        "pooled_evidence.py); off: each replica learns from its own traffic only",
+    )
+    period_s: float = Field(
+        1.0, gt=0, le=60, description="how often a replica sends what it learnt and reads the others' (seconds)"
+    )
+    max_events: int = Field(
+        20000,
+        ge=100,
+        le=1_000_000,
+        description="evidence kept in the store's log; a replica that starts reads it all, so it does not start "
+        "from the configured priors",
+    )
+    live_horizon_s: float = Field(
+        60,
+        gt=0,
+        le=3600,
+        description="another replica's outcome older than this does not move live health scores or switch gates "
+        "(a starting replica replays the quality evidence only)",
+    )
+
+
 class LearningSection(StrictModel):
     quality: QualitySection = Field(QualitySection(), description="per-bucket quality (router/learning/quality.py)")
+    pool: PoolSection = Field(PoolSection(), description="learning pooled across gateway replicas")
     feedback: FeedbackSection = Field(FeedbackSection(), description="POST /v1/spillover/feedback")
     typing: TypingSection = Field(TypingSection(), description="request typing (router/request/typing_rules.py)")
 

@@ -121,6 +121,34 @@ def test_every_decision_record_is_readable_through_every_gateway(shared: Shared)
     assert statuses == [200] * len(statuses), statuses
 
 
+def quality_samples(shared: Shared) -> float:
+    """Every answered attempt the quality book of the replica that answered has learnt from."""
+    view = httpx.get(f"{shared.openai_base}/spillover/quality", headers=ADMIN, timeout=10).json()
+    return float(sum(stats["samples"] for buckets in view["targets"].values() for stats in buckets.values()))
+
+
+def test_every_gateway_learns_from_every_gateways_requests(shared: Shared) -> None:
+    """30 answered chats spread over three gateways: each replica's quality book holds all 30, not its 10
+    (the pooled evidence: serve_apps/learning/pooled_evidence.py). Read through the one address, 12 reads
+    reach every replica; each must show the whole."""
+    deadline = time.monotonic() + 30
+    before = [quality_samples(shared) for _ in range(12)]
+    while max(before) != min(before):  # earlier tests' evidence still on its way to some replica
+        assert time.monotonic() < deadline, before
+        time.sleep(1)
+        before = [quality_samples(shared) for _ in range(12)]
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: chat(shared, f"Hi {i}", max_tokens=4, headers=CLOUD), range(30)))
+    assert [a.status_code for a in answers] == [200] * 30
+    deadline = time.monotonic() + 30
+    while True:
+        after = [quality_samples(shared) - before[0] for _ in range(12)]
+        if after == [30] * 12:
+            return
+        assert time.monotonic() < deadline, after  # without pooling: about 10 on each replica
+        time.sleep(1)
+
+
 def test_a_tenant_with_max_concurrent_2_has_at_most_2_in_flight_across_every_gateway(shared: Shared) -> None:
     """Eight long chats of the narrow tenant at once, through three gateways: two run, six are refused
     (before the shared lease, each gateway allowed two: six)."""
