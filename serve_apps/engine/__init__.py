@@ -13,6 +13,7 @@ takes a request, and how the gateway reaches the replicas.
     replica_router.py   which replica takes a request: prefix affinity, minus saturated replicas
     local_backend.py    ServeHandleBackend: the gateway's `ModelBackend` over Ray Serve handles
     replies.py          the engine's replies and errors as spillover values
+    first_chunk.py      a streamed answer's first chunk at once, the rest batched
     ray_ingress.py      Ray's own OpenAI ingress over the replicas, the baseline of `bench overhead`
 """
 

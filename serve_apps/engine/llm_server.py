@@ -9,7 +9,8 @@ router/routing/snapshot.py for the whole path). While it serves it re-checks num
 `models[].numerics.interval_s` and watches for a wedged engine (serve_apps/engine/watchdog.py); either
 fault is in every pushed reading (the gateways stop routing to it) and fails Serve's `check_health`
 (Serve replaces it). A start-up numerics failure keeps the replica out of routing without a restart
-loop: a new replica would compute the same wrong numbers.
+loop: a new replica would compute the same wrong numbers. A streamed answer's first chunk leaves at once, the
+rest in Ray's batches (serve_apps/engine/first_chunk.py).
 
 Coupling, on purpose and pinned (ray 2.60.x / vLLM V1): the AsyncLLM is reached as
 `self.engine._engine_client`, its stat loggers as `logger_manager.stat_loggers`.
@@ -22,6 +23,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import ray
@@ -35,6 +37,7 @@ from cluster.models import compile_cache_dir
 from cluster.precision.numerics_check import NumericsVerdict
 from cluster.stats_tap import StatsTap
 from router.routing.snapshot import ReplicaStats
+from serve_apps.engine.first_chunk import first_then_batched
 from serve_apps.engine.gpu_sim_workers import GPU_SIM_ENV, start_workers
 from serve_apps.engine.gpus import ReplicaGpus, replica_engine
 from serve_apps.engine.llm import watermarks_of
@@ -161,6 +164,10 @@ class SpilloverLLMServer(LLMServer):
         )
         self._last = stats
         return stats
+
+    def _batch_output_stream(self, generator: AsyncGenerator[Any, None]) -> AsyncGenerator[list[Any], None]:
+        # the first chunk at once, the rest batched as Ray does (serve_apps/engine/first_chunk.py)
+        return first_then_batched(generator, self._get_batch_interval_ms())
 
     async def check_health(self) -> None:
         """Serve replaces the replica when its engine died, stalled, or its numerics went wrong mid-life."""
