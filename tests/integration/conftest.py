@@ -220,6 +220,16 @@ def reset_sims_and_resilience(stack: Stack, *sim_urls: str) -> None:
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
 
 
+def wait_for_retry_budget(stack: Stack, retries: float = 2) -> None:
+    """Wait until the gateway's retry budget grants `retries` more: a test that asserts a retry of the same
+    target must not depend on what the tests before it spent (the budget is not reset with the resilience
+    state; its withdrawals expire after `resilience.retry.budget_window_s`, which bounds the wait)."""
+    deadline = time.monotonic() + stack.config.resilience.retry.budget_window_s + 5
+    while httpx.get(f"{stack.base_url}/v1/spillover/resilience", timeout=10).json()["retry_budget"] < retries:
+        assert time.monotonic() < deadline, "the retry budget did not refill within its window"
+        time.sleep(0.2)
+
+
 @pytest.fixture
 def resets_after(stack: Stack) -> Iterator[None]:
     """reset_sims_and_resilience after the test."""

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import CONTROL_HEADERS, Stack, reset_sims_and_resilience
+from tests.integration.conftest import CONTROL_HEADERS, Stack, reset_sims_and_resilience, wait_for_retry_budget
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -199,6 +199,7 @@ def test_a_short_retry_after_is_waited_out_under_cost_and_failed_over_otherwise(
     (choice,) = record(stack, quality)["events"]
     assert choice["wait"] is False and "strategy quality fails over" in choice["why"]
     httpx.post(f"{stack.base_url}/v1/spillover/resilience/reset", timeout=10).raise_for_status()
+    wait_for_retry_budget(stack)  # the wait-out is a retry of the same target: the budget must grant it
 
     cost = f"finish-ra-{uuid.uuid4().hex}"
 
