@@ -183,6 +183,7 @@ def evidence_pool(
     registry: Registry,
     learning: Learning,
     traffic: Traffic,
+    metrics: GatewayMetrics,
 ) -> Coroutine[Any, Any, None]:
     """The pool's loop, its hooks on this replica's learning and traffic in place."""
     book = learning.quality
@@ -203,7 +204,15 @@ def evidence_pool(
     )
     section = config.learning.pool
     settings = PoolSettings(section.period_s, section.max_events, section.live_horizon_s)
-    pool = EvidencePool(store, replica, vocabulary, sinks, wall=time.time, settings=settings)
+    pool = EvidencePool(
+        store,
+        replica,
+        vocabulary,
+        sinks,
+        wall=time.time,
+        settings=settings,
+        on_exchanged=lambda counts: metrics.learning_pool(counts.totals()),
+    )
     learning.on_recorded.append(pool.recorded)
     learning.on_feedback.append(pool.feedback)
     traffic.on_observed.append(pool.observed)
@@ -299,7 +308,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     )
     if isinstance(store, FallbackStore) and config.learning.pool.enabled:
         # every replica learns from every replica's traffic (serve_apps/learning/pooled_evidence.py)
-        background.append(evidence_pool(config, store, env.replica, registry, learning, traffic.traffic))
+        background.append(evidence_pool(config, store, env.replica, registry, learning, traffic.traffic, metrics))
     dispatcher = Dispatcher(config, backend, providers, poller.latest, parts=shared)
     on_snapshot.append(dispatcher.admission.warm)  # each calibrated model's plan made before a request needs it
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))

@@ -78,6 +78,16 @@ class PoolCounts:
     stale: int = 0  # outcomes past the live horizon (their quality evidence still applied)
     dropped: int = 0  # observations never sent (the queue was full)
 
+    def totals(self) -> dict[str, int]:
+        """For `spillover_learning_evidence_total{kind}`."""
+        return {
+            "sent": self.sent,
+            "applied": self.applied,
+            "rejected": self.rejected,
+            "stale": self.stale,
+            "dropped": self.dropped,
+        }
+
 
 class EvidencePool:
     def __init__(
@@ -89,6 +99,7 @@ class EvidencePool:
         *,
         wall: Callable[[], float],
         settings: PoolSettings | None = None,
+        on_exchanged: Callable[[PoolCounts], None] | None = None,
     ) -> None:
         self._store = store
         self._replica = replica
@@ -99,6 +110,7 @@ class EvidencePool:
         self._queue: deque[bytes] = deque()
         self._after: str | None = None  # the last entry read
         self.counts = PoolCounts()
+        self._on_exchanged = on_exchanged  # after every round, e.g. the metrics' totals
         self._warned = False
 
     # -- this replica's observations (hooks, on the event loop; never a store operation) ---------------------
@@ -180,4 +192,6 @@ class EvidencePool:
                 await self.exchange()
             except Exception:  # learning from the others must never stop the gateway
                 log.exception("pooled learning evidence: exchange failed")
+            if self._on_exchanged is not None:
+                self._on_exchanged(self.counts)
             await sleep(self.settings.period_s)

@@ -34,6 +34,9 @@ serve_apps/telemetry/replica_metrics.py makes any replica's `/metrics` answer wi
     spillover_retry_budget_tokens                            retries the gateway-wide budget allows now
     spillover_spend_ledger_failures_total{op}                spend ledger writes (incl. dropped) / reads that failed
     spillover_decision_log_failures_total{reason}            decision log lines lost (reason: write | dropped)
+    spillover_learning_evidence_total{kind}                  pooled learning evidence (serve_apps/learning/
+                                                             pooled_evidence.py): sent, applied, rejected, stale,
+                                                             dropped
     spillover_session_switches_total{model,from,to,why}      sessions moved off their pinned target (docs/sessions.md)
     spillover_session_tokens_saved_total{model}              prompt tokens saved by compressing a session's history
 """
@@ -142,6 +145,13 @@ class GatewayMetrics:
             registry=r,
         )
         self._log_seen: dict[str, int] = {"write": 0, "dropped": 0}
+        self.learning_evidence = Counter(
+            "spillover_learning_evidence",
+            "Pooled learning evidence entries (kind: sent, applied, rejected, stale, dropped)",
+            ["kind"],
+            registry=r,
+        )
+        self._evidence_totals: dict[str, int] = {}
         self.session_switches = Counter(
             "spillover_session_switches",
             "Sessions moved off their pinned target",
@@ -232,6 +242,13 @@ class GatewayMetrics:
         for reason, total in (("write", failed), ("dropped", dropped)):
             self.decision_log_failures.labels(reason).inc(max(0, total - self._log_seen[reason]))
             self._log_seen[reason] = max(total, self._log_seen[reason])
+
+    def learning_pool(self, totals: Mapping[str, int]) -> None:
+        """The evidence pool's running totals per kind (serve_apps/learning/pooled_evidence.py `PoolCounts`)."""
+        for kind, total in totals.items():
+            seen = self._evidence_totals.get(kind, 0)
+            self.learning_evidence.labels(kind).inc(max(0, total - seen))
+            self._evidence_totals[kind] = max(total, seen)
 
     def replicas(self, snapshot: ClusterSnapshot, now: float) -> None:
         """The replicas' gauges from `snapshot` and the saturations it carries (router/routing/saturation.py
