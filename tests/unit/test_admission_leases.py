@@ -9,8 +9,6 @@ limit, however many gateways admit, and a gateway that dies gives its admissions
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -21,9 +19,6 @@ from serve_apps.clocks import Clocks
 from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.dispatch.parts import DispatchParts
 from serve_apps.dispatch.reservations import Reservations
-from serve_apps.state.local_redis import LocalRedis
-from serve_apps.state.memory import MemoryStore
-from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from tests.fakes import FakeProvider, completion
 from tests.unit.test_dispatch import CHAT, World, contract_for, make_config
@@ -31,15 +26,9 @@ from tests.unit.test_dispatch import CHAT, World, contract_for, make_config
 pytestmark = pytest.mark.realtime
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, server: LocalRedis) -> AsyncIterator[SharedStore]:
-    if request.param == "memory":
-        yield MemoryStore(clock=time.monotonic)
-        return
-    redis = RedisStore(server.url, password=server.password)
-    await redis._redis.flushdb()
-    yield redis
-    await redis.close()
+@pytest.fixture
+def store(either_store: SharedStore) -> SharedStore:  # tests/unit/conftest.py: once on each home
+    return either_store
 
 
 async def test_three_gateways_together_never_admit_past_the_limit(store: SharedStore) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import httpx
 import pytest
@@ -21,9 +21,7 @@ from serve_apps.learning.evidence_events import FeedbackEvent, Vocabulary, outco
 from serve_apps.learning.pooled_evidence import LOG_KEY, EvidencePool, EvidenceSinks, PoolSettings
 from serve_apps.learning.state import FeedbackEvidence
 from serve_apps.state.fallback import FallbackStore
-from serve_apps.state.local_redis import LocalRedis
 from serve_apps.state.memory import MemoryStore
-from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from serve_apps.traffic.wiring import TrafficParts
 from tests.unit.traffic_fixture import TrafficWorld, traffic_config
@@ -61,15 +59,9 @@ class Wall:
         return self.now
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest, server: LocalRedis) -> AsyncIterator[SharedStore]:
-    if request.param == "memory":
-        yield MemoryStore(clock=time.monotonic)
-        return
-    redis = RedisStore(server.url, password=server.password)
-    await redis._redis.flushdb()
-    yield redis
-    await redis.close()
+@pytest.fixture
+def store(either_store: SharedStore) -> SharedStore:  # tests/unit/conftest.py: once on each home
+    return either_store
 
 
 def _book() -> QualityBook:

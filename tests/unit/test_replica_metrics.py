@@ -10,30 +10,21 @@ replica answers with its own series; an exposition in the store that is not one 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.errors import StoreUnavailable
 from serve_apps.state.fallback import FallbackStore
-from serve_apps.state.local_redis import LocalRedis
 from serve_apps.state.memory import MemoryStore
-from serve_apps.state.redis_store import RedisStore
 from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.telemetry.replica_metrics import LABEL, ReplicaMetrics
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def shared(request: pytest.FixtureRequest, server: LocalRedis) -> AsyncIterator[SharedStore]:
-    if request.param == "memory":
-        yield MemoryStore(clock=time.monotonic)
-        return
-    store = RedisStore(server.url, password=server.password)
-    await store._redis.flushdb()
-    yield store
-    await store.close()
+@pytest.fixture
+def shared(either_store: SharedStore) -> SharedStore:  # tests/unit/conftest.py: once on each home
+    return either_store
 
 
 def requests_total(text: bytes) -> dict[str, float]:
