@@ -36,7 +36,7 @@ import ray
 from ray.actor import ActorHandle
 
 from router.resilience.breaker import Breakers
-from serve_apps.head_actor import on_head
+from serve_apps.head_actor import call, on_head
 
 log = logging.getLogger("spillover.breaker_exchange")
 
@@ -151,13 +151,13 @@ class BreakerSync:
 
 def ray_swap(exchange: ActorHandle) -> Swap:
     async def swap(replica: str, export: dict[str, Any], epoch: int) -> tuple[int, list[dict[str, Any]]]:
-        return await exchange.swap.remote(replica, export, epoch)
+        return await call(exchange.swap.remote(replica, export, epoch))
 
     return swap
 
 
 def ray_resets_since(exchange: ActorHandle) -> ResetsSince:
     async def resets_since(epoch: int) -> tuple[int, list[str | None]]:
-        return await exchange.resets_since.remote(epoch)
+        return await call(exchange.resets_since.remote(epoch))
 
     return resets_since

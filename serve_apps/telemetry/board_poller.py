@@ -22,6 +22,7 @@ from typing import Any
 from router.routing.saturation import assess
 from router.routing.snapshot import AGE_KEY, ClusterSnapshot, ReplicaStats
 from router.routing.watermarks import Watermarks
+from serve_apps.head_actor import HEAD_CALL_TIMEOUT_S, call
 
 log = logging.getLogger("spillover.telemetry")
 
@@ -40,8 +41,10 @@ class BoardPoller:
         watermarks_for: Callable[[str], Watermarks],
         clock: Callable[[], float] = time.time,
         on_refresh: Callable[[ClusterSnapshot, float], None] | None = None,
+        call_timeout_s: float = HEAD_CALL_TIMEOUT_S,
     ):
         self._board = board
+        self._call_timeout_s = call_timeout_s
         self._on_refresh = on_refresh
         self._period_s = period_s
         self._max_age_s = max_age_s
@@ -55,7 +58,7 @@ class BoardPoller:
     async def refresh(self) -> ClusterSnapshot:
         now = self._clock()
         try:
-            rows = await self._board.snapshot.remote(now)
+            rows = await call(self._board.snapshot.remote(now), self._call_timeout_s)  # hung: TimeoutError
             replicas = tuple(sorted((_stats(r, now) for r in rows), key=lambda r: (r.model, r.replica_id)))
             snapshot = ClusterSnapshot(taken_at=now, replicas=replicas, max_age_s=self._max_age_s)
             self._snapshot = assess(snapshot, self._watermarks_for)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from ray.actor import ActorHandle
 
 from router.routing.snapshot import ReplicaStats
+from serve_apps.head_actor import call
 
 log = logging.getLogger("spillover.replica")
 
@@ -26,7 +27,7 @@ async def push_forever(
     """Push `await read()` every `period_s` until cancelled; a failed push is logged and retried."""
     while True:
         try:
-            await board.push.remote((await read()).to_dict())
+            await call(board.push.remote((await read()).to_dict()))
         except Exception:
             log.exception("pushing engine stats failed; retrying")
             await asyncio.sleep(1.0)

@@ -18,7 +18,7 @@ import ray
 from ray.actor import ActorHandle
 
 from router.traffic import traffic as doc_ops
-from serve_apps.head_actor import on_head
+from serve_apps.head_actor import call, on_head
 
 BOARD_NAME = "spillover-traffic"
 BOARD_NAMESPACE = "spillover"
@@ -75,13 +75,13 @@ class RayBoard:
         self._actor = actor
 
     async def sync(self, replica: str, reports: list[tuple[str, str, str, str]]) -> tuple[dict[str, Any], float]:
-        return await self._actor.sync.remote(replica, reports)
+        return await call(self._actor.sync.remote(replica, reports))
 
     async def command(self, command: doc_ops.Command, switch_id: str) -> tuple[dict[str, Any], str]:
-        return await self._actor.command.remote(command, switch_id)
+        return await call(self._actor.command.remote(command, switch_id))
 
     async def record(self, action: str, scope: str, said: str) -> dict[str, Any]:
-        return await self._actor.record.remote(action, scope, said)
+        return await call(self._actor.record.remote(action, scope, said))
 
 
 class LocalBoard:

@@ -97,6 +97,16 @@ class FakeRemote:
         return call()
 
 
+class HungRemote(FakeRemote):
+    """An actor method whose call never answers (the actor's process stopped: SIGSTOP, a wedged loop)."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+
+    def remote(self, *args: Any) -> Any:
+        return asyncio.Event().wait()
+
+
 class FakeBoard:
     """Same call shape as the TelemetryBoard actor handle: board.snapshot.remote(now)."""
 
@@ -127,3 +137,26 @@ def test_poller_builds_snapshots_and_survives_board_loss() -> None:
     assert after.replicas == snapshot.replicas  # kept, and now stale by age
     assert after.saturations == snapshot.saturations
     assert after.errors and all(after.is_stale(r, clock.now) for r in after.replicas)
+
+
+def test_a_hung_board_is_a_lost_board_after_the_call_timeout() -> None:
+    """A head actor that stopped answering (its process stopped, its node overloaded) never answers the call:
+    the poll gives up after its timeout, keeps the old replicas to age into stale, and goes on."""
+    clock = Clock(50.0)
+    board = FakeBoard([_stats("a", "r1", 49.9).to_dict()])
+    refreshed: list[ClusterSnapshot] = []
+    poller = BoardPoller(
+        board,
+        period_s=0.2,
+        max_age_s=1.0,
+        watermarks_for=lambda _: Watermarks(),
+        clock=clock,
+        on_refresh=lambda snapshot, _: refreshed.append(snapshot),
+        call_timeout_s=0.01,
+    )
+    first = asyncio.run(poller.refresh())
+    board.snapshot = HungRemote()
+    clock.now = 60.0
+    after = asyncio.run(poller.refresh())
+    assert after.replicas == first.replicas and after.errors and "TimeoutError" in after.errors[0]
+    assert after.is_stale(after.replicas[0], clock.now) and len(refreshed) == 2
