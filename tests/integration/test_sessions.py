@@ -246,8 +246,10 @@ def test_a_pin_survives_a_gateway_replica_restart(stack: Stack) -> None:
     session = f"restart-{uuid.uuid4().hex}"
     body = {"model": QWEN, "messages": SHORT, "max_tokens": 4}
     headers = {"x-spillover-session": session}
+    _wait_for_room(stack)  # the pin this test follows is the local model's
     first = httpx.post(f"{stack.openai_base}/chat/completions", json=body, headers=headers, timeout=120)
     assert first.status_code == 200 and first.headers["x-spillover-reason"].startswith("new session"), first.text
+    assert first.headers["x-spillover-target"] == f"local:{QWEN}", first.headers
     replica = _gateway_replica()
     assert replica is not None, "no gateway replica actor found"
     ray.kill(ray.get_actor(replica[0], namespace=replica[1]), no_restart=True)
