@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ray import serve
@@ -28,10 +29,21 @@ class Gateway:
         self._handles = handles
         self._created = int(time.time())
         self._tasks: list[asyncio.Task[None]] = []  # held: the loop keeps only weak references to tasks
+        self._on_stop: list[Callable[[], None]] = []
 
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()
         built = build_gateway(self._config, self._handles, GatewayEnv.here(self._created))
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(loop_body) for loop_body in built.background]
+        self._on_stop = built.on_stop
         return built.app
+
+    async def __del__(self) -> None:
+        """Serve stops the replica (a scale-in, a redeploy, `serve shutdown`) after its requests finished: the
+        loops end, and the spend rows and decision lines still queued for their writer threads are written
+        (each bounded), so a stop loses no spend."""
+        for task in self._tasks:
+            task.cancel()
+        for hook in self._on_stop:
+            await asyncio.to_thread(hook)

@@ -88,6 +88,7 @@ from serve_apps.traffic.controls import Traffic
 from serve_apps.traffic.wiring import traffic_parts
 
 log = logging.getLogger("spillover.gateway")
+STOP_FLUSH_S = 5.0  # per writer, when the replica stops
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class GatewayEnv:
 class BuiltGateway:
     app: Any  # the ASGI application (Starlette)
     background: list[Coroutine[Any, Any, None]]  # the loops to start, in order
+    # run when Serve stops the replica (after its requests finished): what is queued off the loop gets written
+    on_stop: list[Callable[[], None]] = field(default_factory=list)
 
 
 def served_models(config: SpilloverConfig) -> list[ServedModel]:
@@ -352,4 +355,14 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
             store=lambda: store_view(store),
         ),
     )
-    return BuiltGateway(http.app, background)
+    on_stop: list[Callable[[], None]] = []  # each bounded: a stopping replica must not hang its stop
+    if spend is not None:
+        on_stop.append(lambda: _flushed("spend ledger", spend.flush(STOP_FLUSH_S)))
+    if sink is not None:
+        on_stop.append(lambda: _flushed("decision log", sink.flush(STOP_FLUSH_S)))
+    return BuiltGateway(http.app, background, on_stop)
+
+
+def _flushed(what: str, done: bool) -> None:
+    if not done:
+        log.warning("%s: queued writes not all written within %.0fs of the replica's stop", what, STOP_FLUSH_S)
