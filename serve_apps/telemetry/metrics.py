@@ -151,7 +151,7 @@ class GatewayMetrics:
             ["kind"],
             registry=r,
         )
-        self._evidence_totals: dict[str, int] = {}
+        self._pool_seen: dict[str, int] = {}
         self.session_switches = Counter(
             "spillover_session_switches",
             "Sessions moved off their pinned target",
@@ -228,8 +228,7 @@ class GatewayMetrics:
         self.retry_budget.set(view["retry_budget"])
         for op in ("write", "read"):
             total = (view.get("spend_ledger") or {}).get(f"{op}_failures", 0)
-            self.ledger_failures.labels(op).inc(max(0, total - self._ledger_seen[op]))
-            self._ledger_seen[op] = max(total, self._ledger_seen[op])
+            _count_up(self.ledger_failures, op, total, self._ledger_seen)
 
     def state_store(self, view: StoreView) -> None:
         """The shared store went down or came back (serve_apps/state/fallback.py)."""
@@ -240,15 +239,12 @@ class GatewayMetrics:
     def decision_log(self, *, failed: int, dropped: int) -> None:
         """The decision log writer's running totals (serve_apps/off_loop/background_writer.py)."""
         for reason, total in (("write", failed), ("dropped", dropped)):
-            self.decision_log_failures.labels(reason).inc(max(0, total - self._log_seen[reason]))
-            self._log_seen[reason] = max(total, self._log_seen[reason])
+            _count_up(self.decision_log_failures, reason, total, self._log_seen)
 
     def learning_pool(self, totals: Mapping[str, int]) -> None:
         """The evidence pool's running totals per kind (serve_apps/learning/pooled_evidence.py `PoolCounts`)."""
         for kind, total in totals.items():
-            seen = self._evidence_totals.get(kind, 0)
-            self.learning_evidence.labels(kind).inc(max(0, total - seen))
-            self._evidence_totals[kind] = max(total, seen)
+            _count_up(self.learning_evidence, kind, total, self._pool_seen)
 
     def replicas(self, snapshot: ClusterSnapshot, now: float) -> None:
         """The replicas' gauges from `snapshot` and the saturations it carries (router/routing/saturation.py
@@ -270,3 +266,10 @@ class GatewayMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _count_up(counter: Counter, label: str, total: int, seen: dict[str, int]) -> None:
+    """Add to `counter{label}` what a running total (which never goes back) gained since `seen` last noted it."""
+    before = seen.get(label, 0)
+    counter.labels(label).inc(max(0, total - before))
+    seen[label] = max(total, before)

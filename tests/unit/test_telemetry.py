@@ -97,11 +97,8 @@ class FakeRemote:
         return call()
 
 
-class HungRemote(FakeRemote):
+class HungRemote:
     """An actor method whose call never answers (the actor's process stopped: SIGSTOP, a wedged loop)."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
 
     def remote(self, *args: Any) -> Any:
         return asyncio.Event().wait()
@@ -113,7 +110,7 @@ class FakeBoard:
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.rows = rows
         self.fail = False
-        self.snapshot = FakeRemote(self._snapshot)
+        self.snapshot: FakeRemote | HungRemote = FakeRemote(self._snapshot)
 
     def _snapshot(self, now: float) -> list[dict[str, Any]]:
         if self.fail:
