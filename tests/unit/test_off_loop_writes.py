@@ -134,7 +134,11 @@ async def test_a_failed_read_keeps_the_months_last_good_totals(tmp_path: Path) -
     ledger.add("r1", "cloud:sim/m", "sim", "ok", 2.0, tenant="t1")
 
     async def reading() -> dict[str, float]:
-        ledger.recent_tenant_totals()  # asks the writer thread for a fresh reading
+        # First let the writer finish what is queued: a refresh asked by the previous reading's last call may
+        # still wait in the queue, and while one is pending no other is asked, so that older refresh (queued
+        # before the rows added since) would be the reading returned.
+        assert await asyncio.to_thread(ledger.flush, 30.0)
+        ledger.recent_tenant_totals()  # asks the writer thread for a fresh reading, after every row so far
         assert await asyncio.to_thread(ledger.flush, 30.0)
         return ledger.recent_tenant_totals()
 
