@@ -23,6 +23,7 @@ from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
 from router.routing.watermarks import Watermarks
 from serve_apps.engine.gpu_sim_workers import GPU_SIM_ENV
+from serve_apps.engine.node_init import CALLBACK_PATH
 from serve_apps.engine.replica_router import ROUTER_PATH, ROUTING_STATS_PERIOD_S
 
 ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
@@ -131,5 +132,6 @@ def llm_config_for(spec: ModelSpec, source: str, watermarks: Watermarks | None =
         },
         experimental_configs={WATERMARKS_KEY: watermarks.model_dump(), ENGINE_KEY: engine_settings(spec).to_dict()},
         log_engine_metrics=True,
+        callback_config={"callback_class": CALLBACK_PATH},  # no download task for a folder on the node
         **extra,
     )
