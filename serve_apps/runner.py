@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -38,6 +38,8 @@ from serve_apps.telemetry.board import kill_board
 from serve_apps.traffic.board import kill_traffic_board
 
 Say = Callable[[str], None]
+PROXY_READY_ENV = "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"
+PROXY_READY_S = "30"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # Task events Ray's GCS keeps for its dashboard and `ray list tasks`: every actor call (each request through
 # Serve, each stats push) leaves ~3.4 KiB there, up to Ray's default of 100,000 (~340 MiB); a 30-minute
@@ -101,7 +103,14 @@ def connect_ray(config: SpilloverConfig, say: Say, extra_env: dict[str, str] | N
     if ray.is_initialized():
         return False
     address = config.cluster.address
-    env = {"env_vars": {"RAY_DEDUP_LOGS": "1", **proxy_env(config.gateway.http_limits), **(extra_env or {})}}
+    env = {
+        "env_vars": {
+            "RAY_DEDUP_LOGS": "1",
+            **proxy_env(config.gateway.http_limits),
+            **serve_controller_env(os.environ),
+            **(extra_env or {}),
+        }
+    }
     if address:
         say(f"connecting to Ray at {address}")
         _probe(address)
@@ -129,6 +138,31 @@ def connect_ray(config: SpilloverConfig, say: Say, extra_env: dict[str, str] | N
     return True
 
 
+def serve_controller_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Settings for the Serve controller this job starts (it inherits the job's environment): how long a new
+    HTTP proxy may take to say it is ready before the controller kills and restarts it. Ray's 5 s is less than a
+    proxy's worker takes to start and import Serve on a busy 2-core node (measured: every proxy killed before it
+    ran while the node was loaded, and `serve.start`, waiting on the first one, failed). The operator's own
+    setting wins."""
+    return {PROXY_READY_ENV: environ.get(PROXY_READY_ENV, PROXY_READY_S)}
+
+
+def start_serve(config: SpilloverConfig, say: Say) -> None:
+    """`serve.start`, surviving a proxy that the controller replaced while it started: Ray's `serve.start`
+    waits on the first proxy it asked for and raises when that one dies or is late, but the controller is up
+    and keeps starting proxies (the readiness wait after the deploy covers them); a second `serve.start`
+    joins that controller."""
+    try:
+        serve.start(proxy_location="EveryNode", http_options=http_options(config))
+        return
+    except (ray.exceptions.ActorDiedError, TimeoutError) as exc:
+        say(f"  Serve's HTTP proxy was replaced while starting ({type(exc).__name__}); its controller starts another")
+    try:
+        serve.start(proxy_location="EveryNode", http_options=http_options(config))
+    except (ray.exceptions.RayError, TimeoutError) as exc:
+        raise ClusterError(f"Serve did not start: {exc}") from None
+
+
 def _probe(address: str, timeout_s: float = 3.0) -> None:
     """Fail fast on an unreachable `host:port` (ray.init would retry for minutes)."""
     host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -153,7 +187,7 @@ def deploy(config: SpilloverConfig, config_path: str, say: Say, *, poll_s: float
         raise
     build_app(config, config_path)  # config errors surface here; after ray.init: building may auto-init a Ray
     host, port = config.gateway.host, config.gateway.port
-    serve.start(proxy_location="EveryNode", http_options=http_options(config))
+    start_serve(config, say)
     # Applied as `serve deploy` applies a config file (cluster/render.py): a redeploy that changes only
     # the gateway's replica count resizes that deployment and leaves the engines running; `serve.run`
     # would give every deployment a new random version and restart every replica.

@@ -75,7 +75,7 @@ def shared_config(gateway_port: int, sim_port: int, state_url: str, ledger: Path
 
 @pytest.fixture(scope="session")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
-    from serve_apps.runner import deploy
+    from serve_apps.runner import deploy, serve_controller_env
 
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
@@ -84,6 +84,9 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     # the one proxy would send every request to the head's two gateways (Serve prefers replicas on the proxy's
     # node); on real hosts each node's proxy does so for its own. Here the three must share the traffic.
     os.environ["RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING"] = "0"
+    # the proxy's ready check `spillover deploy` gives the controller it starts (serve_apps/runner.py): this test
+    # starts Serve itself, below, so its controller takes it from the environment Ray's processes inherit here
+    os.environ.update(serve_controller_env(os.environ))
     folder = tmp_path_factory.mktemp("shared")
     cloud_log, ledger = folder / "cloud.jsonl", folder / "spend.sqlite"
     sim_port = free_port()
