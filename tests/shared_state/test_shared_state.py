@@ -142,8 +142,10 @@ def test_every_gateway_learns_from_every_gateways_requests(shared: Shared) -> No
     assert [a.status_code for a in answers] == [200] * 30
     deadline = time.monotonic() + 30
     while True:
+        # at least the 30, and the same on every replica: an earlier test's answer that ends late on a loaded
+        # machine adds its evidence too (seen: 31 and 32), to every replica alike
         after = [quality_samples(shared) - before[0] for _ in range(12)]
-        if after == [30] * 12:
+        if min(after) >= 30 and max(after) == min(after):
             return
         assert time.monotonic() < deadline, after  # without pooling: about 10 on each replica
         time.sleep(1)
