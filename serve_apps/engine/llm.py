@@ -5,6 +5,15 @@ on the CPU machines: a KV cache space in whole GiB, `VLLM_HOST_IP=127.0.0.1`, an
 bundle of only the CPUs the config asks for (ray.serve.llm's default bundle of 2 CPUs per replica
 would not fit two models on a 2-core machine's logical CPUs); gpu-sim bundles also ask Ray for
 the model's `num_gpus`, so Serve places replicas on the GPUs the nodes declare.
+
+Node initialisation. Before an engine starts, ray.serve.llm runs one Ray task per node of the replica's
+placement group (`initialize_remote_node`) to download the model's files from a cloud mirror. For a model
+folder already on the node (every `prepared:` model, and any `source` path) that task downloads nothing and
+returns the folder unchanged; but it needs a worker process with the replica's runtime environment, which Ray
+starts for it: a new Python process importing Ray's LLM package, torch and transformers (about 15 s of a core
+on the 2-core test machines) that then idles with its memory, at every replica start or replacement.
+`LocalFolderNodeInit`, the callback every LLMConfig names, skips it for such a folder (looked for on the
+replica's own node, where its engine runs); a hub id or a cloud URI still runs it, as before.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ray.llm._internal.common.callbacks.base import CallbackBase  # ray.serve.llm's callback API
 from ray.serve.llm import LLMConfig
 
 from cluster.config.deployment import SpilloverConfig
@@ -23,11 +33,26 @@ from cluster.models import is_prepared, model_dir
 from router.errors import ConfigError
 from router.routing.watermarks import Watermarks
 from serve_apps.engine.gpu_sim_workers import GPU_SIM_ENV
-from serve_apps.engine.node_init import CALLBACK_PATH
 from serve_apps.engine.replica_router import ROUTER_PATH, ROUTING_STATS_PERIOD_S
 
+CALLBACK_PATH = "serve_apps.engine.llm.LocalFolderNodeInit"
 ONEDNN_CACHE_ENV = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
 ONEDNN_CACHE_DEFAULT = "64"
+
+
+def is_local_folder(source: str) -> bool:
+    """A model source vLLM loads from this node's disk (an absolute path to a folder with config.json)."""
+    return os.path.isabs(source) and os.path.isfile(os.path.join(source, "config.json"))
+
+
+class LocalFolderNodeInit(CallbackBase):
+    """Skips ray.serve.llm's download task for a model that is a folder on this node (module docstring)."""
+
+    async def on_before_node_init(self) -> None:
+        loading: Any = self.llm_config.model_loading_config  # a ModelLoadingConfig once the LLMConfig is validated
+        source = loading.get("model_source") if isinstance(loading, dict) else loading.model_source
+        if isinstance(source, str) and is_local_folder(source):
+            self.ctx.run_init_node = False
 
 
 def resolve_source(spec: ModelSpec, config_path: str = "(config)", index: int = 0) -> str:

@@ -1,5 +1,5 @@
 """ray.serve.llm's node initialisation is skipped only for a model that is a folder on the replica's node
-(serve_apps/engine/node_init.py): there its download task would return the folder unchanged."""
+(serve_apps/engine/llm.py): there its download task would return the folder unchanged."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from cluster.config.model_spec import ModelSpec
-from serve_apps.engine.llm import llm_config_for
-from serve_apps.engine.node_init import CALLBACK_PATH, LocalFolderNodeInit, is_local_folder
+from serve_apps.engine.llm import CALLBACK_PATH, LocalFolderNodeInit, is_local_folder, llm_config_for
 
 
 def _runs_init_node(source: str) -> bool:
