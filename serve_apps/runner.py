@@ -41,6 +41,7 @@ Say = Callable[[str], None]
 PROXY_READY_ENV = "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"
 PROXY_READY_S = "30"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
 # Task events Ray's GCS keeps for its dashboard and `ray list tasks`: every actor call (each request through
 # Serve, each stats push) leaves ~3.4 KiB there, up to Ray's default of 100,000 (~340 MiB); a 30-minute
 # soak saw gcs_server grow 55 -> 132 MiB. 2,000 bounds it near 7 MiB and still shows the recent calls.
@@ -99,7 +100,12 @@ def connect_ray(config: SpilloverConfig, say: Say, extra_env: dict[str, str] | N
     the controller's, which inherits the job's). A local Ray listens on this machine's addresses (Ray
     2.60 takes the routable one as the node's even when told loopback): Ray's token authentication,
     on by default for a new local cluster, is what guards its ports; with it turned off
-    (RAY_AUTH_MODE=disabled) this says so."""
+    (RAY_AUTH_MODE=disabled) this says so.
+
+    Without `cluster.address` the Ray is always a new local one (`ray.init(address="local")`): a bare
+    `ray.init()` attaches to whatever cluster `RAY_ADDRESS` or the file `ray start` and Ray's test clusters
+    leave behind (/tmp/ray/ray_current_cluster) name, even one long gone, and then refuses the CPU count
+    (measured: a file left by a killed test cluster failed every later local start)."""
     if ray.is_initialized():
         return False
     address = config.cluster.address
@@ -121,11 +127,14 @@ def connect_ray(config: SpilloverConfig, say: Say, extra_env: dict[str, str] | N
         return False
     gpus = f", {config.cluster.num_gpus} GPUs" if config.cluster.num_gpus is not None else ""
     say(f"starting a local Ray ({config.cluster.num_cpus or 'all'} logical CPUs{gpus})")
+    if os.environ.get(RAY_ADDRESS_ENV):
+        say(f"  {RAY_ADDRESS_ENV}={os.environ[RAY_ADDRESS_ENV]} is not used: set cluster.address to join that cluster")
     if any(m.accelerator == "gpu-sim" for m in config.models):
         file, written = prepare_simulated_gpus(os.environ, config.cluster.num_gpus or 1)
         say(f"simulated GPUs: {FAKE_NVML_ENV}={file}" + (" (written: idle devices)" if written else ""))
         say("  edit that file (replace it atomically) to make another process take GPU memory")
     ray.init(
+        address="local",
         num_cpus=config.cluster.num_cpus,
         num_gpus=config.cluster.num_gpus,
         runtime_env=env,
