@@ -27,8 +27,10 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import ray
+from pydantic import ValidationError
 from ray import serve
 from ray.serve.llm import LLMServer
+from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
 from cluster.config.model_spec import DEFAULT_GPU_MEMORY_UTILIZATION
 from cluster.engine_settings import ENGINE_KEY, EngineSettings
@@ -43,6 +45,7 @@ from serve_apps.engine.gpus import ReplicaGpus, replica_engine
 from serve_apps.engine.llm import watermarks_of
 from serve_apps.engine.reaper import start_reaper
 from serve_apps.engine.replica_router import routing_stats
+from serve_apps.engine.replies import invalid_body, plain
 from serve_apps.engine.startup import BF16Rejected, EngineSetup
 from serve_apps.engine.watchdog import StallWatch, engine_processes, kill_engine
 from serve_apps.telemetry.board import get_or_create_board
@@ -168,6 +171,20 @@ class SpilloverLLMServer(LLMServer):
     def _batch_output_stream(self, generator: AsyncGenerator[Any, None]) -> AsyncGenerator[list[Any], None]:
         # the first chunk at once, the rest batched as Ray does (serve_apps/engine/first_chunk.py)
         return first_then_batched(generator, self._get_batch_interval_ms())
+
+    async def serve_body(self, kind: str, body: dict[str, Any]) -> AsyncGenerator[Any, None]:
+        """The gateway's call (serve_apps/engine/local_backend.py): a request body as JSON, validated here into
+        vLLM's request class and answered in plain values (serve_apps/engine/replies.py), so that the gateway
+        imports neither vLLM nor torch."""
+        try:
+            request = (ChatCompletionRequest if kind == "chat" else CompletionRequest).model_validate(body)
+        except ValidationError as exc:
+            yield invalid_body(exc)
+            return
+        run = self.chat if kind == "chat" else self.completions
+        stream = await run(request, None)  # type: ignore[arg-type]  # the class matches the kind
+        async for item in stream:
+            yield plain(item)
 
     async def check_health(self) -> None:
         """Serve replaces the replica when its engine died, stalled, or its numerics went wrong mid-life."""

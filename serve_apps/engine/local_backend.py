@@ -1,9 +1,11 @@
 """`ModelBackend` over Ray Serve DeploymentHandles to ray.serve.llm `LLMServer`s.
 
-This is the one place where errors from Ray, vLLM's protocol models and the engine's
-`ErrorResponse` are translated into `router.errors` classes. The call shape mirrors Ray's
-own OpenAiIngress: `handle.options(stream=True).chat.remote(request, raw_request_info)`
-yields either one complete response, lists of SSE strings, or an `ErrorResponse`.
+This is the one place where errors from Ray and the engine's replies are translated into
+`router.errors` classes. The call is the replica's `serve_body` (serve_apps/engine/llm_server.py):
+the request body as JSON, validated by the replica into vLLM's request class and answered in plain
+values (serve_apps/engine/replies.py) — one complete response, lists of SSE strings, or an error —
+so this process never imports vLLM or torch. Otherwise the shape is Ray's own OpenAiIngress's
+(`handle.options(stream=True).chat.remote(request, raw_request_info)`).
 """
 
 from __future__ import annotations
@@ -12,21 +14,20 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from pydantic import ValidationError
 from ray.exceptions import RayError
 from ray.serve.handle import DeploymentHandle
-from ray.serve.llm.openai_api_models import ChatCompletionRequest, CompletionRequest
 
-from router.errors import InvalidRequest, TargetUnavailable, UpstreamError
+from router.errors import TargetUnavailable, UpstreamError
 from router.request.openai_request import Kind
 from serve_apps.backend import BackendReply
-from serve_apps.engine.replies import DONE, error_in_events, is_error_response, to_sse, translate_error_response
-
-
-def _validation_error(exc: ValidationError) -> InvalidRequest:
-    first = exc.errors()[0]
-    param = ".".join(str(p) for p in first["loc"]) or None
-    return InvalidRequest(f"invalid request: {param}: {first['msg']}", param=param)
+from serve_apps.engine.replies import (
+    DONE,
+    Complete,
+    error_in_events,
+    is_error_response,
+    to_sse,
+    translate_error_response,
+)
 
 
 class ServeHandleBackend:
@@ -37,13 +38,7 @@ class ServeHandleBackend:
         self._plain = dict(handles)
 
     async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
-        try:
-            request_cls = ChatCompletionRequest if kind == "chat" else CompletionRequest
-            request = request_cls.model_validate(body)
-        except ValidationError as exc:
-            raise _validation_error(exc) from None
-        method = getattr(self._streaming[alias], "chat" if kind == "chat" else "completions")
-        stream = method.remote(request, None)
+        stream: Any = self._streaming[alias].serve_body.remote(kind, body)  # a generator: the handle streams
         try:
             first = await stream.__anext__()
         except StopAsyncIteration:
@@ -60,8 +55,8 @@ class ServeHandleBackend:
         if isinstance(head, str) and (failed := error_in_events(head)) is not None:
             stream.cancel()  # failed before its first byte reached anyone: the dispatcher may fail over
             raise failed
-        if not body.get("stream") and hasattr(head, "model_dump"):
-            return BackendReply(body=head.model_dump(mode="json", exclude_none=True))
+        if not body.get("stream") and isinstance(head, Complete):
+            return BackendReply(body=head.body)
         return BackendReply(chunks=self._rest(first, stream))
 
     async def _rest(self, first: Any, stream: Any) -> AsyncIterator[str]:
