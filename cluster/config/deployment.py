@@ -49,7 +49,10 @@ class ClusterSection(StrictModel):
         "configs/gpu-sim.yaml); null: Ray's count",
     )
     address: str | None = Field(
-        None, description="Ray address to connect to (auto: a running cluster) instead of starting one"
+        None,
+        description="Ray address to connect to (auto: a running cluster) instead of starting one. Without it "
+        "`spillover serve` always starts a new local Ray: `RAY_ADDRESS` and the address file `ray start` leaves "
+        "(/tmp/ray/ray_current_cluster) are not used",
     )
 
 
