@@ -34,6 +34,7 @@ from ray import serve
 from cluster.render import APP_NAME
 from tests.integration.conftest import Stack, wait_until_local_models_green
 from tests.integration.qwen_load import QWEN, SHORT, chat, chat_until_local, qwen_replicas
+from tests.own_processes import own_processes
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.integration
 def engine_processes(model: str) -> list[psutil.Process]:
     """The `VLLM::` processes under the model's replica actor (this machine is the whole cluster)."""
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in own_processes():
         cmdline = " ".join(proc.info["cmdline"] or [])
         if f"SpilloverLLMServer:{model}" in cmdline and "ServeReplica" in cmdline:
             found += [c for c in proc.children(recursive=True) if c.name().startswith("VLLM::")]

@@ -14,6 +14,7 @@ from cluster.hardware.cpu_caps import read_cpu_caps
 from cluster.precision.local import engine_version
 from tests.integration.conftest import SMOL, Stack
 from tests.integration.qwen_load import QWEN
+from tests.own_processes import own_processes
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +26,7 @@ def _replicas(stack: Stack) -> dict[str, dict[str, Any]]:
 
 def _workers(model: str) -> list[psutil.Process]:
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in own_processes():
         cmdline = " ".join(proc.info["cmdline"] or [])
         if f"SpilloverLLMServer:{model}" in cmdline and "ServeReplica" in cmdline:
             found += [c for c in proc.children(recursive=True) if c.name().startswith("VLLM::Worker")]
