@@ -66,7 +66,11 @@ async def test_skewed_worker_clock_not_stale(skew_s: float) -> None:
     config = load_config(REPO / "configs/local.yaml")
     poller = BoardPoller(handle, period_s=0.2, max_age_s=1.0, watermarks_for=lambda _: Watermarks(), clock=gateway_wall)
 
+    stopped = asyncio.Event()
+
     async def read() -> ReplicaStats:
+        if stopped.is_set():  # the worker stops pushing for good: parked here, even if the cancel below is lost
+            await asyncio.Event().wait()
         return reading(worker_wall)
 
     pusher = asyncio.create_task(push_forever(read, handle, period_s=0.001))
@@ -74,7 +78,12 @@ async def test_skewed_worker_clock_not_stale(skew_s: float) -> None:
         while not board.snapshot():
             await asyncio.sleep(0.001)
     finally:
+        # Python 3.11's wait_for (the push's bound) returns a result that was ready when a cancel came, and the
+        # cancel is lost: the loop went on pushing, and on a loaded machine a push landed after the clocks below
+        # moved (seen once: the reading kept at exactly forget_after_s)
+        stopped.set()
         pusher.cancel()
+        await asyncio.wait({pusher}, timeout=1.0)
     await poller.refresh()
 
     local = FakeEngine(answer="from local")
