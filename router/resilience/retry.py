@@ -7,6 +7,7 @@ three questions before a second or later attempt of a request:
     may the gateway afford one more retry?    RetryBudget.try_withdraw   (gateway-wide bucket)
     how long to wait first?                   Backoff.delay_s            (full jitter, Retry-After)
     wait out a 429's Retry-After, or not?     retry_after_choice         (scenario strategy, bound, deadline)
+    until when, exactly?                      wait_out_delay             (until its breakers let it through)
 
 `after_failure` (fed by the retry table's rule for the failure, router/resilience/failure.py) and
 `before_attempt` put these answers together into the loop's decisions; serve_apps/dispatch/dispatcher.py
@@ -201,6 +202,22 @@ def retry_after_choice(
     if now + retry_after_s >= deadline:
         return RetryAfterChoice(False, f"{wait} does not fit the deadline: fail over")
     return RetryAfterChoice(True, f"{wait}: strategy {strategy} waits and retries the same target")
+
+
+WAIT_OUT_SLACK_S = 0.5  # how much longer than the Retry-After a wait-out may last to find the target open
+WAIT_OUT_MARGIN_S = 0.01  # past the moment the breakers stop refusing
+
+
+def wait_out_delay(delay_s: float, shut_for_s: float) -> float:
+    """The wait before retrying a target whose Retry-After is waited out: `delay_s`, or until its breakers stop
+    refusing it (`shut_for_s`) when that is a little later. The domain's cool-down can end a few ms after the
+    Retry-After (a view of the same 429 merged through the breaker exchange is one way: its until crosses two
+    clocks); retrying a hair early met "cooling after 429 (retry in 0.0s)" and failed over, in a fresh-clone run,
+    which the wait was meant to avoid. A cool-down much longer
+    than the wait (another 429 since) is not waited for: the retry is refused and the request fails over."""
+    if delay_s < shut_for_s <= delay_s + WAIT_OUT_SLACK_S:
+        return shut_for_s + WAIT_OUT_MARGIN_S
+    return delay_s
 
 
 def after_failure(

@@ -53,7 +53,7 @@ from router.request.cache_salt import salted
 from router.request.contract import RequestContract
 from router.request.openai_request import Kind
 from router.resilience.next_step import Cursor, after_failed, moved, next_step
-from router.resilience.retry import AfterFailure, AttemptBudget, after_failure
+from router.resilience.retry import AfterFailure, AttemptBudget, after_failure, wait_out_delay
 from router.routing.burst import Route
 from router.routing.capabilities import Registry, Target
 from router.routing.plan import Plan, PlanInputs, plan_request
@@ -348,9 +348,8 @@ class Dispatcher:
     def _after_failure(
         self, walk: Walk, target: Target, gate: Gate, exc: RequestError, began: float, same: int
     ) -> tuple[AfterFailure, float]:
-        """The door `observe an attempt's outcome`, for a failure: health, quota, spend, learned windows,
-        the Retry-After rule; returns router/resilience/retry.py's next step and, to retry the same target, the
-        delay."""
+        """The door `observe an attempt's outcome`, for a failure (health, quota, spend, learned windows, the
+        Retry-After rule); returns router/resilience/retry.py's next step and, to retry the same target, the delay."""
         res = self._resilience
         rule = res.failed(target, exc)
         res.settle(gate.reservation, 0)
@@ -365,9 +364,10 @@ class Dispatcher:
         wait = retry_after_wait(exc, walk, self._config.resilience.retry, self._clock())
         if wait is not None:
             walk.events.append({"kind": "retry_after", "target": target.id, "wait": wait.wait, "why": wait.why})
-        step = after_failure(rule, same, res.budget.try_withdraw, wait_out=wait is not None and wait.wait)
+        waits_out = wait is not None and wait.wait
+        step = after_failure(rule, same, res.budget.try_withdraw, wait_out=waits_out)
         delay = res.backoff.delay_s(same, getattr(exc, "retry_after_s", None)) if step == "retry_same" else 0.0
-        return step, delay
+        return step, wait_out_delay(delay, res.shut_for_s(target)) if step == "retry_same" and waits_out else delay
 
     def _answered(self, walk: Walk, target: Target, gate: Gate, called: Called, rest: list[Target]) -> Dispatched:
         """The door `observe an attempt's outcome`, for an answer: a stream handed to the client streams

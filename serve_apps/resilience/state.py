@@ -113,6 +113,11 @@ class Resilience:
             return target.endpoint
         return self._domains.get(target.provider or "", target.provider or "")
 
+    def shut_for_s(self, target: Target) -> float:
+        """Seconds until the breakers of `target` and of its failure domain stop refusing it (0: they do not)."""
+        waits = (self.breakers.domain(self.domain(target)).retry_in_s(), self.breakers.target(target.id).retry_in_s())
+        return max((w for w in waits if w is not None), default=0.0)
+
     def watch_local(self, alias: str, snapshot: ClusterSnapshot, now: float) -> None:
         """Stale stats divert traffic while they last; only sustained staleness reddens health.
 

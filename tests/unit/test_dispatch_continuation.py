@@ -89,7 +89,7 @@ class World:
             p.name: providers.get(p.name) or WordStreamProvider(p.name, ANSWER) for p in self.config.cloud.providers
         }
         self.observer = Repairs()
-        res = Resilience(self.config, clock=self.clock, rng=random.Random(1), spend=spend)
+        self.resilience = res = Resilience(self.config, clock=self.clock, rng=random.Random(1), spend=spend)
         self.dispatcher = Dispatcher(
             self.config,
             FakeEngine(),

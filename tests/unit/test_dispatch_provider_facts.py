@@ -14,7 +14,7 @@ import pytest
 
 from router.errors import ProviderContextExceeded, ProviderRateLimited, ProviderRejected
 from router.request.contract import derive_contract
-from router.resilience.retry import retry_after_choice
+from router.resilience.retry import retry_after_choice, wait_out_delay
 from tests.fakes import WordStreamProvider
 from tests.unit.test_dispatch_continuation import ANSWER, World, make_config
 
@@ -112,6 +112,50 @@ async def test_otherwise_a_429_fails_over_at_once(
     assert done.target == "cloud:b" and w.sleeps == []
     (event,) = w.record("r1").events
     assert event["wait"] is False and why in event["why"]
+
+
+async def test_the_wait_lasts_until_the_domain_stops_cooling() -> None:
+    """The domain's cool-down ends a few ms after the Retry-After (made here as a view of the same 429 merged
+    through the breaker exchange would make it). Retrying when the Retry-After alone ends met "cooling after 429
+    (retry in 0.0s)" and failed over, in a fresh-clone run of the integration tests."""
+    w = World()
+    provider = w.providers["a"]
+    domain = w.resilience.breakers.domain(w.resilience.breakers.domain_of("cloud:a"))
+    answer = provider.chat
+
+    async def peer_view_then_answer(alias: str, body: dict[str, Any], request_id: str) -> Any:
+        if not provider.script and not w.sleeps:
+            domain.hold_open(w.now + 2.004, "cooling")  # a few ms past this replica's own 2 s
+            provider.script = [rate_limited(2)]
+        return await answer(alias, body, request_id)
+
+    provider.chat = peer_view_then_answer  # type: ignore[method-assign]
+    done = await send(w, "r1", "chat")
+    assert done.target == "cloud:a" and w.sleeps == [pytest.approx(2.014)]
+    assert [a.outcome for a in w.record("r1").attempts] == ["error", "ok"]
+
+
+async def test_a_cool_down_much_longer_than_the_wait_is_not_waited_for() -> None:
+    w = World()
+    w.providers["a"].script = [rate_limited(1)]
+    domain = w.resilience.breakers.domain(w.resilience.breakers.domain_of("cloud:a"))
+    original = w.resilience.failed
+
+    def failed_and_cooled_for_longer(target: Any, exc: Any) -> Any:  # another 429 since: 30 s more
+        rule = original(target, exc)
+        domain.hold_open(w.now + 30, "cooling")
+        return rule
+
+    w.resilience.failed = failed_and_cooled_for_longer  # type: ignore[method-assign]
+    done = await send(w, "r1", "chat")
+    assert done.target == "cloud:b" and w.sleeps == [1]
+
+
+def test_wait_out_delay_alone() -> None:
+    assert wait_out_delay(2.0, 0.0) == 2.0  # nothing shut: the Retry-After
+    assert wait_out_delay(2.0, 1.5) == 2.0  # it opens before the wait ends
+    assert wait_out_delay(2.0, 2.004) == pytest.approx(2.014)  # a few ms later: until then, and a margin
+    assert wait_out_delay(2.0, 30.0) == 2.0  # far later: not waited for (the retry is refused, it fails over)
 
 
 async def test_the_wait_is_one_retry_then_it_fails_over() -> None:
