@@ -213,8 +213,8 @@ def wait_out_delay(delay_s: float, shut_for_s: float) -> float:
     refusing it (`shut_for_s`) when that is a little later. The domain's cool-down can end a few ms after the
     Retry-After (a view of the same 429 merged through the breaker exchange is one way: its until crosses two
     clocks); retrying a hair early met "cooling after 429 (retry in 0.0s)" and failed over, in a fresh-clone run,
-    which the wait was meant to avoid. A cool-down much longer
-    than the wait (another 429 since) is not waited for: the retry is refused and the request fails over."""
+    which the wait was meant to avoid. A cool-down much longer than the wait (another 429 since) is not waited
+    for: the retry is refused and the request fails over."""
     if delay_s < shut_for_s <= delay_s + WAIT_OUT_SLACK_S:
         return shut_for_s + WAIT_OUT_MARGIN_S
     return delay_s
