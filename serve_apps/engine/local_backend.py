@@ -11,9 +11,6 @@ so this process never imports vLLM or torch. Otherwise the shape is Ray's own Op
 from __future__ import annotations
 
 import asyncio
-import logging
-import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,34 +29,6 @@ from serve_apps.engine.replies import (
     translate_error_response,
 )
 
-log = logging.getLogger("spillover.gateway")
-SLOW_CANCEL_S = 1.0
-
-
-def cancel_off_loop(stream: Any) -> None:
-    """`stream.cancel()` in a thread of its own. Serve's `DeploymentResponseGenerator.cancel()` is synchronous (it
-    resolves the call's assignment, then `ray.cancel`s the replica's task). Seen on the real stack with an engine
-    frozen under load: from the moment the gateway failed over its calls to that replica until the replica's
-    watchdog killed the engine, 10 s, the gateway took in no request (health reads included); a cancel that
-    waits is the one synchronous step on that path, and a slow one is logged here. Where Serve runs the handle's
-    router on the caller's own loop (RAY_SERVE_RUN_ROUTER_IN_SEPARATE_LOOP=0) its cancel does not wait, and
-    must stay on that loop."""
-    if not getattr(stream, "_is_router_running_in_separate_loop", True):
-        stream.cancel()
-        return
-
-    def run() -> None:
-        began = time.monotonic()
-        try:
-            stream.cancel()
-        except Exception:
-            log.exception("cancelling a local call failed")
-        took = time.monotonic() - began
-        if took > SLOW_CANCEL_S:
-            log.warning("cancelling a local call took %.1fs (off the event loop)", took)
-
-    threading.Thread(target=run, name="spillover-cancel", daemon=True).start()
-
 
 class ServeHandleBackend:
     """Calls model deployments through their DeploymentHandles, keyed by model alias."""
@@ -77,14 +46,14 @@ class ServeHandleBackend:
         except RayError as exc:
             raise TargetUnavailable(f"model {alias!r} is unavailable: {type(exc).__name__}") from None
         except asyncio.CancelledError:
-            cancel_off_loop(stream)  # the gateway gave up before the first byte (e.g. failed over)
+            stream.cancel()  # the gateway gave up before the first byte (e.g. failed over)
             raise
         head = first[0] if isinstance(first, list) and first else first
         if is_error_response(head):
-            cancel_off_loop(stream)
+            stream.cancel()
             raise translate_error_response(head)
         if isinstance(head, str) and (failed := error_in_events(head)) is not None:
-            cancel_off_loop(stream)  # failed before its first byte reached anyone: the dispatcher may fail over
+            stream.cancel()  # failed before its first byte reached anyone: the dispatcher may fail over
             raise failed
         if not body.get("stream") and isinstance(head, Complete):
             return BackendReply(body=head.body)
@@ -108,7 +77,7 @@ class ServeHandleBackend:
         except RayError as exc:
             raise UpstreamError(f"the model replica failed mid-stream: {type(exc).__name__}") from None
         finally:
-            cancel_off_loop(stream)
+            stream.cancel()
         if not sent_done:
             yield DONE
 
