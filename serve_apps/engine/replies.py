@@ -55,6 +55,19 @@ def invalid_body(exc: ValidationError) -> EngineError:
     return EngineError(ErrorDetail(f"invalid request: {param}: {first['msg']}", 400, param))
 
 
+def error_detail(error: Any) -> ErrorDetail:
+    """The message, status and parameter of an engine `ErrorResponse` (or of its `.error`, or an `EngineError`)."""
+    info = getattr(error, "error", error)
+    code = getattr(info, "code", 500)
+    try:
+        status = int(code or 500)
+    except (TypeError, ValueError):
+        status = 500
+    param = getattr(info, "param", None)
+    message = str(getattr(info, "message", "") or "the engine rejected the request")
+    return ErrorDetail(message, status, None if param is None else str(param))
+
+
 def plain(item: Any) -> Any:
     """A stream item of the engine's (SSE text, a list of them, an `ErrorResponse`, a whole response) in
     plain values the gateway unpickles without importing vLLM."""
@@ -63,16 +76,7 @@ def plain(item: Any) -> Any:
     if isinstance(item, list):
         return [plain(part) for part in item]
     if is_error_response(item):
-        info = item.error
-        code = getattr(info, "code", 500)
-        param = getattr(info, "param", None)
-        return EngineError(
-            ErrorDetail(
-                str(getattr(info, "message", "") or "the engine rejected the request"),
-                code if isinstance(code, int) else 500,
-                None if param is None else str(param),
-            )
-        )
+        return EngineError(error_detail(item))
     if hasattr(item, "model_dump"):
         return Complete(item.model_dump(mode="json", exclude_none=True))
     return item
@@ -80,10 +84,8 @@ def plain(item: Any) -> Any:
 
 def translate_error_response(error: Any) -> RequestError:
     """An engine `ErrorResponse` (or its `.error`) as a spillover error."""
-    info = getattr(error, "error", error)
-    message = str(getattr(info, "message", "") or "the engine rejected the request")
-    status = int(getattr(info, "code", 500) or 500)
-    param = getattr(info, "param", None)
+    detail = error_detail(error)
+    message, status, param = detail.message, detail.code, detail.param
     if status == 400:
         lowered = message.lower()
         if "context length" in lowered or "max_model_len" in lowered or "maximum context" in lowered:
