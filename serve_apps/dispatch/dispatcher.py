@@ -267,10 +267,13 @@ class Dispatcher:
         while True:
             step = next_step(cursor, domains, walk.made(), budget, self._clock(), res.budget.try_withdraw)
             if step.action in ("exhausted", "stop"):
-                walk.refusals += [step.why] if step.why else []
+                if step.why:
+                    walk.stopped(step.why)
                 raise walk.final_error()
             if step.action == "skip":
-                walk.trail.append(Attempt(candidates[cursor.index][0].id, "skipped", 0.0, error=step.why))
+                skipped = candidates[cursor.index][0].id
+                walk.trail.append(Attempt(skipped, "skipped", 0.0, error=step.why))
+                walk.passed_over.append(f"{skipped} skipped: {step.why}")  # the reason stays the failure's
                 cursor = step.cursor
                 continue
             outcome = await self._attempt(walk, cursor, candidates)
@@ -358,7 +361,7 @@ class Dispatcher:
         attempt = Attempt.priced(target, outcome, self._clock() - began, *spent, exc.code)
         walk.trail.append(attempt)
         res.charge(walk.request_id, target, outcome, attempt.cost_usd, walk.contract.tenant)
-        walk.last_error = exc
+        walk.failed(target, exc)
         if isinstance(exc, ProviderContextExceeded):
             res.windows.refused(target, walk.contract.min_context)
         wait = retry_after_wait(exc, walk, self._config.resilience.retry, self._clock())

@@ -63,8 +63,10 @@ class Walk:
     events: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""
     last_error: RequestError | None = None
+    last_target: str = ""
     refusals: list[str] = field(default_factory=list)
-    over_ceiling: list[str] = field(default_factory=list)
+    passed_over: list[str] = field(default_factory=list)  # skips and the stop since the last failure, named
+    earlier: list[str] = field(default_factory=list)  # the failures before the last one, named
     client_usage: bool = False  # the client asked for a stream's usage itself (`body` always asks)
 
     def __post_init__(self) -> None:
@@ -82,7 +84,20 @@ class Walk:
     def skipped(self, target: Target, why: str) -> None:
         self.trail.append(Attempt(target.id, "skipped", 0.0, error=why[:200]))
         self.refusals.append(why)
+        self.passed_over.append(f"{target.id} skipped: {why}")
         self.reason = f"{target.endpoint} skipped: {why}"[:300]
+
+    def failed(self, target: Target, error: RequestError) -> None:
+        """An attempt of `target` failed with `error`: what the client gets if nothing answers after it."""
+        if self.last_error is not None:
+            self.earlier.append(f"{self.last_target} failed: {self.last_error.code or self.last_error.message[:80]}")
+        self.last_error, self.last_target = error, target.id
+        self.passed_over.clear()
+
+    def stopped(self, why: str) -> None:
+        """The walk ends with candidates left untried (the attempt budget): why, for the final error."""
+        self.refusals.append(why)
+        self.passed_over.append(why)
 
     def failed_over(self, target: Target, exc: RequestError) -> None:
         if isinstance(exc, ContractViolation):
@@ -94,10 +109,16 @@ class Walk:
         return self.notes[-1] if self.notes else ""
 
     def final_error(self) -> RequestError:
-        """What the client gets when no candidate answered."""
+        """What the client gets when no candidate answered: the last failure, then every candidate passed over
+        after it and why (a cost ceiling, a shut target, the attempt budget), then the failures before it and the
+        targets the plan left out, so no fall-over is left out unexplained."""
         if self.last_error is not None:
-            if self.over_ceiling:  # the fall-overs the ceiling left out, in the error the client gets
-                self.last_error.message = "; then ".join([self.last_error.message, *self.over_ceiling])[:1000]
+            message = "; then ".join([self.last_error.message, *self.passed_over])
+            if self.earlier:
+                message += " (after " + "; ".join(self.earlier) + ")"
+            if self.plan.unavailable:  # left out when the request was planned (health, breakers)
+                message += " (not tried: " + "; ".join(f"{t}: {why}" for t, why in self.plan.unavailable.items()) + ")"
+            self.last_error.message = message[:1000]
             return self.last_error
         return TargetUnavailable("no target could take the request: " + "; ".join(self.refusals)[:500])
 
@@ -107,7 +128,6 @@ def over_cost_ceiling(walk: Walk, target: Target) -> str | None:
     over = ceiling_refusal(walk.contract, target, spent_usd(a.cost_usd for a in walk.trail))
     if over is None:
         return None
-    walk.over_ceiling.append(f"{target.id} skipped: max cost: {over}")
     return f"max cost: {over}"
 
 

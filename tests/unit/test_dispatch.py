@@ -270,3 +270,27 @@ async def test_waiting_for_first_byte_fails_over_when_model_goes_stale(world: Wo
     done = await run(d, "chat", CHAT, "r-12", deadline_s=5)
     assert done.route == "cloud" and "went stale while waiting for the first byte" in done.reason
     assert local.cancelled and d.inflight("m") == 0 and cloud.calls == ["r-12"]
+
+
+async def test_a_fall_over_left_out_is_named_in_the_error(world: World) -> None:
+    """The local call goes stale and, meanwhile, the cloud it would fall over to was shut (black: its key was
+    refused by another request): the client's error names both, not the stale wait alone."""
+    calls = {"n": 0}
+
+    def snapshot() -> ClusterSnapshot:
+        calls["n"] += 1
+        if calls["n"] == 2:  # while the local call waits
+            d.resilience.health.get("cloud:sim").credential_failed("provider_auth_failed")
+        read_at = world.now if calls["n"] == 1 else world.now - 5
+        return ClusterSnapshot(taken_at=world.now, replicas=(replace(world.replica, read_at=read_at),), max_age_s=1.0)
+
+    local, cloud = HangingLocal(), FakeProvider()
+    d = Dispatcher(
+        make_config(), local, {"sim": cloud}, snapshot, poll_s=0.01, clocks=Clocks.of(world.clock, sleep=world.sleep)
+    )
+    with pytest.raises(TargetUnavailable) as raised:
+        await run(d, "chat", CHAT, "r-13", deadline_s=5)
+    message = raised.value.message
+    assert "went stale while waiting for the first byte; then cloud:sim/" in message, message
+    assert "skipped: cloud:sim is black" in message, message
+    assert cloud.calls == []
