@@ -31,7 +31,13 @@ ENGINE_PREFIX = "VLLM::"
 
 
 class StallWatch:
-    """How long the engine has held requests without a step (None while it steps or is idle)."""
+    """How long the engine has held requests without a step (None while it steps or is idle).
+
+    The time is summed over every spell it held requests since its last step: requests its clients or the
+    gateway gave up on leave it idle for a moment, yet a wedged engine that took no step since is no less
+    wedged when the next request comes (counted from that request alone, clients that give up sooner than
+    `stall_s` would keep the stall from ever being seen). A healthy engine steps within a moment of any request,
+    which starts the sum again."""
 
     def __init__(self, stall_s: float, clock: Callable[[], float]) -> None:
         self.stall_s = stall_s
@@ -39,20 +45,23 @@ class StallWatch:
         self._busy_since: float | None = None
         self._last_step: float | None = None
         self._steps_seen = -1
+        self._held_before = 0.0  # seconds held in earlier spells since the last step
 
     def observe(self, busy: bool, steps: int) -> float | None:
         """`busy`: the engine has unfinished requests; `steps`: its scheduler steps so far."""
         now = self._clock()
         if steps != self._steps_seen:
-            self._steps_seen = steps
-            self._last_step = now
+            self._steps_seen, self._last_step, self._held_before = steps, now, 0.0
+        spell = 0.0
+        if self._busy_since is not None:
+            spell = now - max(self._busy_since, self._last_step or self._busy_since)
         if not busy:
+            self._held_before += spell
             self._busy_since = None
             return None
         if self._busy_since is None:
             self._busy_since = now
-        since = max(self._busy_since, self._last_step or self._busy_since)
-        return now - since
+        return self._held_before + spell
 
     def stalled(self, busy: bool, steps: int) -> float | None:
         """The stall's length once it passed `stall_s`, else None."""

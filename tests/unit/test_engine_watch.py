@@ -98,6 +98,25 @@ def test_stall_counts_from_the_last_step_while_busy() -> None:
     assert watch.stalled(busy=True, steps=6) is None  # it stepped: progress
 
 
+def test_requests_given_up_on_do_not_hide_a_stall() -> None:
+    """Clients (or the gateway) give up on a frozen engine's requests after 10 s, before stall_s: the engine is
+    idle for a moment, then the next request comes. Its stall goes on from the 10 s it held the first ones."""
+    clock = Clock()
+    watch = StallWatch(30, clock)
+    assert watch.observe(busy=True, steps=7) == 0
+    clock.now += 10
+    assert watch.observe(busy=True, steps=7) == pytest.approx(10)  # frozen: no step since
+    clock.now += 0.2
+    assert watch.observe(busy=False, steps=7) is None  # every request was cancelled
+    clock.now += 5
+    assert watch.observe(busy=True, steps=7) == pytest.approx(10.2)  # the next request: the idle 5 s not counted
+    clock.now += 20
+    assert watch.stalled(busy=True, steps=7) == pytest.approx(30.2)
+    assert watch.observe(busy=False, steps=8) is None  # it stepped: the sum starts again
+    clock.now += 1
+    assert watch.observe(busy=True, steps=8) == 0
+
+
 def test_a_crawling_engine_that_steps_is_not_stalled() -> None:
     clock, steps = Clock(), 0
     watch = StallWatch(30, clock)
