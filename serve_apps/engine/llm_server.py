@@ -45,7 +45,7 @@ from serve_apps.engine.gpus import ReplicaGpus, replica_engine
 from serve_apps.engine.llm import watermarks_of
 from serve_apps.engine.reaper import start_reaper
 from serve_apps.engine.replica_router import routing_stats
-from serve_apps.engine.replies import invalid_body, plain
+from serve_apps.engine.replies import engine_failed, invalid_body, plain
 from serve_apps.engine.startup import BF16Rejected, EngineSetup
 from serve_apps.engine.watchdog import StallWatch, engine_processes, kill_engine
 from serve_apps.telemetry.board import get_or_create_board
@@ -182,16 +182,22 @@ class SpilloverLLMServer(LLMServer):
             yield invalid_body(exc)
             return
         run = self.chat if kind == "chat" else self.completions
-        stream = await run(request, None)  # type: ignore[arg-type]  # the class matches the kind
-        async for item in stream:
-            yield plain(item)
+        try:
+            stream = await run(request, None)  # type: ignore[arg-type]  # the class matches the kind
+            async for item in stream:
+                yield plain(item)
+        except Exception as exc:  # noqa: BLE001 - vLLM's exception would import vLLM into the gateway
+            raise engine_failed(exc) from None
 
     async def check_health(self) -> None:
         """Serve replaces the replica when its engine died, stalled, or its numerics went wrong mid-life."""
         fault = getattr(self, "_health_fault", None)
         if fault is not None:
             raise RuntimeError(fault)
-        await super().check_health()
+        try:
+            await super().check_health()
+        except Exception as exc:  # noqa: BLE001 - the gateway's readiness calls this too: plain, as serve_body
+            raise engine_failed(exc) from None
 
     async def record_routing_stats(self) -> dict[str, Any]:
         """Serve's hook for request routers (serve_apps/engine/replica_router.py): the saturation of this

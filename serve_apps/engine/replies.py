@@ -4,6 +4,9 @@ Pure functions, no Ray import: the one place that maps the engine's `ErrorRespon
 `router.errors` classes and turns stream items into SSE event text. The replica hands the gateway
 plain values (`plain`: strings, `EngineError`, `Complete`), never vLLM's own classes: unpickling one
 would import vLLM and torch into the gateway (10 s and 500 MB a replica, measured), which needs neither.
+The same holds for what the replica raises (`engine_failed`): Ray hands a raised exception to the caller
+as itself, so an engine's own (vLLM's `EngineDeadError`, say) would import vLLM there too — measured, a
+gateway whose engine died took in and sent out nothing for 10 s while Ray unpickled it on its IO thread.
 """
 
 from __future__ import annotations
@@ -46,6 +49,16 @@ class Complete:
     """A whole (not streamed) answer, as its JSON body."""
 
     body: dict[str, Any]
+
+
+class EngineFailed(RuntimeError):
+    """An exception the engine raised, as its class name and message (`engine_failed`)."""
+
+
+def engine_failed(exc: Exception) -> EngineFailed:
+    """`exc` as an exception the gateway unpickles without importing vLLM: raise it `from None`, so the
+    original travels neither as its cause nor as its context."""
+    return EngineFailed(f"{type(exc).__name__}: {exc}"[:1000])
 
 
 def invalid_body(exc: ValidationError) -> EngineError:

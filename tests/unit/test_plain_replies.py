@@ -16,7 +16,16 @@ from ray.serve.llm.openai_api_models import ChatCompletionRequest, ChatCompletio
 from vllm.entrypoints.serve.engine.protocol import ErrorInfo
 
 from router.errors import ContextLengthExceeded, InvalidRequest
-from serve_apps.engine.replies import Complete, EngineError, invalid_body, plain, to_sse, translate_error_response
+from serve_apps.engine.replies import (
+    Complete,
+    EngineError,
+    EngineFailed,
+    engine_failed,
+    invalid_body,
+    plain,
+    to_sse,
+    translate_error_response,
+)
 
 RESPONSE = {
     "id": "chatcmpl-1",
@@ -78,6 +87,27 @@ def test_plain_values_unpickle_without_vllm_or_torch() -> None:
         [sys.executable, "-c", program], input=pickle.dumps(values), capture_output=True, timeout=120, check=True
     )
     assert done.stdout.decode().split() == ["3", "False", "False"]
+
+
+def test_an_engine_exception_reaches_the_gateway_without_vllm() -> None:
+    """What the replica raises when its engine died (vLLM's real `EngineDeadError`, raised as serve_body raises
+    it): its class name and message, unpickled without vLLM or torch (Ray pickles a raised exception whole)."""
+    from vllm.v1.engine.exceptions import EngineDeadError
+
+    with pytest.raises(EngineFailed) as caught:
+        try:
+            raise EngineDeadError()
+        except EngineDeadError as exc:
+            raise engine_failed(exc) from None
+    program = (
+        "import pickle, sys; error = pickle.loads(sys.stdin.buffer.read()); "
+        "print(type(error).__name__, 'vllm' in sys.modules, 'torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], input=pickle.dumps(caught.value), capture_output=True, timeout=120, check=True
+    )
+    assert done.stdout.decode().split() == ["EngineFailed", "False", "False"]
+    assert str(caught.value).startswith("EngineDeadError: ")
 
 
 def test_the_gateway_module_imports_neither_vllm_nor_torch() -> None:
