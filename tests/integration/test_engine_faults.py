@@ -62,9 +62,8 @@ def _one_replica(stack: Stack) -> dict[str, Any]:
 
 
 def _wait_for(stack: Stack, test: Any, timeout_s: float, what: str) -> dict[str, Any]:
-    """The first qwen replica `test` accepts, read within `timeout_s`. A read that times out is read again: on the
-    2-core EPYC the gateway took in nothing for 6-10 s while the frozen engine's calls were failed over (seen in
-    Serve's proxy log; a known fault of its own, not this test's claim), and the bound below still holds."""
+    """The first qwen replica `test` accepts, read within `timeout_s`; a read that times out is read again
+    within the same bound (a loaded 2-core machine may be slow to answer one)."""
     deadline = time.monotonic() + timeout_s
     replicas: list[dict[str, Any]] = []
     while True:
