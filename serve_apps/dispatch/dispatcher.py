@@ -267,13 +267,9 @@ class Dispatcher:
         while True:
             step = next_step(cursor, domains, walk.made(), budget, self._clock(), res.budget.try_withdraw)
             if step.action in ("exhausted", "stop"):
-                if step.why:
-                    walk.stopped(step.why)
-                raise walk.final_error()
+                raise walk.final_error(step.why)
             if step.action == "skip":
-                skipped = candidates[cursor.index][0].id
-                walk.trail.append(Attempt(skipped, "skipped", 0.0, error=step.why))
-                walk.passed_over.append(f"{skipped} skipped: {step.why}")  # the reason stays the failure's
+                walk.passed(candidates[cursor.index][0], step.why)
                 cursor = step.cursor
                 continue
             outcome = await self._attempt(walk, cursor, candidates)

@@ -94,10 +94,10 @@ class Walk:
         self.last_error, self.last_target = error, target.id
         self.passed_over.clear()
 
-    def stopped(self, why: str) -> None:
-        """The walk ends with candidates left untried (the attempt budget): why, for the final error."""
-        self.refusals.append(why)
-        self.passed_over.append(why)
+    def passed(self, target: Target, why: str) -> None:
+        """`target` passed over by the walk itself (the gateway's retry budget): the reason stays the failure's."""
+        self.trail.append(Attempt(target.id, "skipped", 0.0, error=why[:200]))
+        self.passed_over.append(f"{target.id} skipped: {why}")
 
     def failed_over(self, target: Target, exc: RequestError) -> None:
         if isinstance(exc, ContractViolation):
@@ -108,10 +108,13 @@ class Walk:
     def traffic_note(self) -> str:
         return self.notes[-1] if self.notes else ""
 
-    def final_error(self) -> RequestError:
+    def final_error(self, stop: str = "") -> RequestError:
         """What the client gets when no candidate answered: the last failure, then every candidate passed over
-        after it and why (a cost ceiling, a shut target, the attempt budget), then the failures before it and the
-        targets the plan left out, so no fall-over is left out unexplained."""
+        after it and why (a cost ceiling, a shut target, the attempt budget: `stop`), then the failures before it
+        and the targets the plan left out, so no fall-over is left out unexplained."""
+        if stop:
+            self.refusals.append(stop)
+            self.passed_over.append(stop)
         if self.last_error is not None:
             message = "; then ".join([self.last_error.message, *self.passed_over])
             if self.earlier:

@@ -212,6 +212,19 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             running.stop()
 
 
+def ray_logs() -> Path:
+    """This stack's Ray session logs (every worker's output, the gateway's included). Not
+    /tmp/ray/session_latest: Ray does not move that link when it dangles (its session folder removed), so a
+    test reading it reads another session's logs, or none, and a check that nothing leaked passes on nothing."""
+    from ray._private import worker
+
+    node = worker._global_node
+    assert node is not None, "Ray is not running in the test process"
+    logs = Path(node.get_logs_dir_path())
+    assert any(logs.glob("worker-*")), f"no worker logs in {logs}"
+    return logs
+
+
 def reset_sims_and_resilience(stack: Stack, *sim_urls: str) -> None:
     """Faults off on the given cloud-sims (default: cloud-sim and cloud-sim-b) and the gateway's resilience
     state (breakers, health) reset: how a test that injected faults leaves the shared stack."""

@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
 from bench.gateway.faults import TOOL  # the weather tool every tool request of the tests uses
-from tests.integration.conftest import ANTHROPIC_KEY, CONTROL_HEADERS, Stack, reset_sims_and_resilience
+from tests.integration.conftest import ANTHROPIC_KEY, CONTROL_HEADERS, Stack, ray_logs, reset_sims_and_resilience
 
 pytestmark = pytest.mark.integration
 
@@ -171,6 +170,6 @@ def test_the_anthropic_key_is_never_printed(stack: Stack, client: openai.OpenAI)
     )
     seen = [str(decision(stack, request_id)), httpx.get(f"{stack.base_url}/v1/spillover/resilience", timeout=10).text]
     seen.append(httpx.get(f"{stack.base_url}/metrics", timeout=10).text)
-    logs = Path("/tmp/ray/session_latest/logs")
+    logs = ray_logs()
     seen += [p.read_text(errors="replace") for p in logs.glob("worker-*")]
     assert not [text for text in seen if ANTHROPIC_KEY in text]

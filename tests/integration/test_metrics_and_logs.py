@@ -10,7 +10,7 @@ import re
 import httpx
 import pytest
 
-from tests.integration.conftest import REPO, Stack
+from tests.integration.conftest import REPO, Stack, ray_logs
 from tests.integration.qwen_load import SHORT, chat, chat_until_local, saturated_qwen
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def test_gateway_writes_json_log_lines_with_route_reason(stack: Stack) -> None:
     )
     assert response.status_code == 200
     found, gateway_log = None, ""
-    for path in glob.glob("/tmp/ray/session_latest/logs/worker-*.err"):
+    for path in glob.glob(str(ray_logs() / "worker-*.err")):
         for line in open(path, encoding="utf-8", errors="replace"):
             if request_id in line and line.startswith("{"):
                 found, gateway_log = json.loads(line), path

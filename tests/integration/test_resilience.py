@@ -16,7 +16,7 @@ import pytest
 
 from bench.calibrate.report import environment
 from bench.gateway.faults import FaultOptions, FaultRun, markdown_table, run_matrix, write_fault_report
-from tests.integration.conftest import BAD_KEY, SPARE_KEY, Stack
+from tests.integration.conftest import BAD_KEY, SPARE_KEY, Stack, ray_logs
 
 pytestmark = pytest.mark.integration
 SMOL = "smollm2-135m-instruct"
@@ -50,7 +50,7 @@ def test_a_refused_key_turns_its_provider_black_and_is_never_printed(stack: Stac
     assert "black" in unavailable[f"cloud:cloud-sim-badkey/{SMOL}"]
     assert record["health"]["cloud:cloud-sim-badkey"] == "black"
     seen = [response.text, str(record), str(_resilience(stack)), httpx.get(f"{stack.base_url}/metrics").text]
-    logs = Path("/tmp/ray/session_latest/logs")  # every worker's output, the gateway's included
+    logs = ray_logs()  # every worker's output, the gateway's included
     seen += [p.read_text(errors="replace") for p in logs.glob("worker-*")] + [p.name for p in logs.glob("*")]
     assert not [text for text in seen if BAD_KEY in text], "the refused key was printed"
 

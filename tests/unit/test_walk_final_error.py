@@ -25,8 +25,7 @@ def test_the_last_failure_then_the_candidates_passed_over_after_it() -> None:
     w = walk()
     w.failed(target(None), TargetUnavailable("every replica of m went stale", code=ErrorCode.REPLICAS_STALE))
     w.skipped(target("sim"), "cloud:sim is black: provider_auth_failed")
-    w.stopped("attempt budget spent (1 of 3, or the deadline)")
-    message = w.final_error().message
+    message = w.final_error("attempt budget spent (1 of 3, or the deadline)").message
     assert message == (
         "every replica of m went stale; then cloud:sim/m skipped: cloud:sim is black: provider_auth_failed; "
         "then attempt budget spent (1 of 3, or the deadline)"
