@@ -82,9 +82,8 @@ class Walk:
         return sum(a.outcome != "skipped" for a in self.trail)
 
     def skipped(self, target: Target, why: str) -> None:
-        self.trail.append(Attempt(target.id, "skipped", 0.0, error=why[:200]))
+        self.passed(target, why)
         self.refusals.append(why)
-        self.passed_over.append(f"{target.id} skipped: {why}")
         self.reason = f"{target.endpoint} skipped: {why}"[:300]
 
     def failed(self, target: Target, error: RequestError) -> None:

@@ -13,7 +13,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -52,6 +52,11 @@ def numerics_check_window_s(stack: Stack) -> float:
     return spec.numerics.interval_s + 4 * stack.config.telemetry.max_age_s + 5
 
 
+def burst_on_kv(headers: Mapping[str, str]) -> bool:
+    """The answer came from the cloud because the local model's KV reading was saturated."""
+    return headers.get("x-spillover-route") == "cloud" and "kv_usage" in headers.get("x-spillover-reason", "")
+
+
 def chat_until_local(stack: Stack, messages: list[dict[str, str]], prefix: str) -> tuple[httpx.Response, str]:
     """A chat expected to stay local once the load is gone, and its request id. The replica's own numerics
     check (every `models[].numerics.interval_s`, off the request path) holds a few KV blocks while it runs, and
@@ -61,9 +66,7 @@ def chat_until_local(stack: Stack, messages: list[dict[str, str]], prefix: str) 
     while True:
         request_id = f"{prefix}-{uuid.uuid4().hex}"
         response = chat(stack, messages, request_id=request_id)
-        reason = response.headers.get("x-spillover-reason", "")
-        burst_on_kv = response.headers.get("x-spillover-route") == "cloud" and "kv_usage" in reason
-        if not burst_on_kv or time.monotonic() > deadline:
+        if not burst_on_kv(response.headers) or time.monotonic() > deadline:
             return response, request_id
         time.sleep(0.5)
 
