@@ -66,6 +66,7 @@ class ErrorCode(StrEnum):
     LOCAL_CAPACITY_EXHAUSTED = "local_capacity_exhausted"
     TARGET_UNAVAILABLE = "target_unavailable"
     NON_CORE_SHED = "non_core_shed"
+    CLUSTER_STATE_UNAVAILABLE = "cluster_state_unavailable"  # an operator command's head-node actor did not answer
 
     # a target failed (5xx; the retry table of router/resilience/failure.py reads these)
     UPSTREAM_ERROR = "upstream_error"

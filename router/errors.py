@@ -39,7 +39,8 @@ calls the library; nothing else in the code base raises bare library errors upwa
         ├── InternalError        500   a bug in the gateway (logged with its traceback; the client gets none)
         └── UpstreamError        502   a local engine or cloud provider failed while serving the request
             ├── TicketAnswerDropped 502  a deferred request's answer was too large to keep
-            ├── TargetUnavailable 503  no healthy target can take the request now
+            ├── TargetUnavailable 503  no healthy target can take the request now (code cluster_state_unavailable:
+            │                          an operator command's head-node actor did not answer, serve_apps/head_actor.py)
             │   ├── ProviderRateLimited 429  a cloud provider answered 429 (`retry_after_s`)
             │   └── ProviderOverloaded  503  a cloud provider is overloaded for everyone (Anthropic's
             │                                529; `retry_after_s` when it sent one)
@@ -86,8 +87,8 @@ class ClusterError(SpilloverError):
     """Ray or Ray Serve could not be started, reached or deployed to."""
 
 
-class StoreUnavailable(ClusterError):  # serve_apps/state/fallback.py serves per replica meanwhile
-    """The shared store did not answer."""
+class StoreUnavailable(ClusterError):
+    """The shared store did not answer (serve_apps/state/fallback.py serves per replica meanwhile)."""
 
 
 class RequestError(SpilloverError):
@@ -374,8 +375,7 @@ class ContractViolation(UpstreamError):
 
 
 class DryRunFailed(RequestError):
-    """An operator's switch refused: the standby failed its dry-run (it did not answer, or broke the
-    scenario's output contract)."""
+    """An operator's switch refused: the standby failed its dry-run (no answer, or the scenario's contract broken)."""
 
     status_code = 409
     code = ErrorCode.DRY_RUN_FAILED

@@ -67,7 +67,13 @@ from serve_apps.limits.tenants import TenantLimits
 from serve_apps.off_loop.background_writer import BackgroundWriter
 from serve_apps.off_loop.check_pool import RequestChecks
 from serve_apps.providers import OpenAICompatProvider, provider_for
-from serve_apps.resilience.breaker_exchange import BreakerSync, get_or_create_exchange, ray_resets_since, ray_swap
+from serve_apps.resilience.breaker_exchange import (
+    BreakerSync,
+    get_or_create_exchange,
+    ray_reset,
+    ray_resets_since,
+    ray_swap,
+)
 from serve_apps.resilience.golden_gate import GoldenGate
 from serve_apps.resilience.prober import Prober, cloud_checks, local_checks
 from serve_apps.resilience.routes import OpsRoutes
@@ -350,7 +356,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         operator=OperatorParts(
             snapshot=poller.latest,
             golden=golden,
-            ops=OpsRoutes(resilience, on_reset=exchange.reset.remote, forget=traffic.traffic.forget),
+            ops=OpsRoutes(resilience, on_reset=ray_reset(exchange), forget=traffic.traffic.forget),
             traffic=traffic.routes,
             store=lambda: store_view(store),
         ),

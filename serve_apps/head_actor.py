@@ -10,7 +10,9 @@ same actor, and its own arguments are ignored.
 Every call to one of them is bounded (`call`): a head actor answers in milliseconds, so one that has not
 answered in `HEAD_CALL_TIMEOUT_S` is hung (its node overloaded, its process stopped), and the loop that asked —
 the telemetry poll, the breaker and traffic syncs, an engine's stats push — treats it as away (TimeoutError)
-instead of waiting for ever.
+instead of waiting for ever. An operator's command that needs one (`command_call`: a traffic command, a
+resilience reset) answers 503 `cluster_state_unavailable` when it is hung or gone, never a 500 or a wait
+without end.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from ray.actor import ActorHandle
+from ray.exceptions import RayError
+
+from router.error_codes import ErrorCode
+from router.errors import TargetUnavailable
 
 T = TypeVar("T")
 
@@ -38,3 +44,19 @@ def on_head(actor: Any, name: str, namespace: str, *args: Any) -> ActorHandle:
 async def call(ref: Awaitable[T], timeout_s: float = HEAD_CALL_TIMEOUT_S) -> T:
     """`await ref` (an actor call's ObjectRef), or TimeoutError after `timeout_s`."""
     return await asyncio.wait_for(ref, timeout_s)
+
+
+async def command_call(ref: Awaitable[T], what: str, timeout_s: float = HEAD_CALL_TIMEOUT_S) -> T:
+    """`call` on an operator's command: `what` (the actor, in words) hung or gone is a TargetUnavailable (503)
+    with code cluster_state_unavailable, which says the command may or may not have taken effect."""
+    try:
+        return await call(ref, timeout_s)
+    except TimeoutError:
+        why = f"did not answer within {timeout_s:g}s"
+    except RayError as exc:
+        why = f"is unavailable ({type(exc).__name__})"
+    raise TargetUnavailable(
+        f"{what}, an actor on the head node, {why}: the command may or may not have taken effect; "
+        "read the state again before retrying",
+        code=ErrorCode.CLUSTER_STATE_UNAVAILABLE,
+    )

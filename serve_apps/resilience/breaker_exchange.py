@@ -36,7 +36,7 @@ import ray
 from ray.actor import ActorHandle
 
 from router.resilience.breaker import Breakers
-from serve_apps.head_actor import call, on_head
+from serve_apps.head_actor import call, command_call, on_head
 
 log = logging.getLogger("spillover.breaker_exchange")
 
@@ -154,6 +154,15 @@ def ray_swap(exchange: ActorHandle) -> Swap:
         return await call(exchange.swap.remote(replica, export, epoch))
 
     return swap
+
+
+def ray_reset(exchange: ActorHandle) -> Callable[[str | None], Awaitable[int]]:
+    """An operator's reset, told to the other gateway replicas through the exchange (bounded: 503 when hung)."""
+
+    async def reset(key: str | None) -> int:
+        return await command_call(exchange.reset.remote(key), "the breaker exchange (it tells the other replicas)")
+
+    return reset
 
 
 def ray_resets_since(exchange: ActorHandle) -> ResetsSince:

@@ -11,14 +11,14 @@ when it adopts a switch (router/traffic/migration.py, `stagger_delay_s`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import ray
 from ray.actor import ActorHandle
 
 from router.traffic import traffic as doc_ops
-from serve_apps.head_actor import call, on_head
+from serve_apps.head_actor import HEAD_CALL_TIMEOUT_S, call, command_call, on_head
 
 BOARD_NAME = "spillover-traffic"
 BOARD_NAMESPACE = "spillover"
@@ -71,17 +71,20 @@ def kill_traffic_board() -> None:
 class RayBoard:
     """`BoardClient` over the actor."""
 
-    def __init__(self, actor: ActorHandle) -> None:
+    def __init__(self, actor: ActorHandle, command_timeout_s: float = HEAD_CALL_TIMEOUT_S) -> None:
         self._actor = actor
+        self._command_timeout_s = command_timeout_s
 
     async def sync(self, replica: str, reports: list[tuple[str, str, str, str]]) -> tuple[dict[str, Any], float]:
         return await call(self._actor.sync.remote(replica, reports))
 
     async def command(self, command: doc_ops.Command, switch_id: str) -> tuple[dict[str, Any], str]:
-        return await call(self._actor.command.remote(command, switch_id))
+        called: Awaitable[tuple[dict[str, Any], str]] = self._actor.command.remote(command, switch_id)
+        return await command_call(called, "the traffic board", self._command_timeout_s)
 
     async def record(self, action: str, scope: str, said: str) -> dict[str, Any]:
-        return await call(self._actor.record.remote(action, scope, said))
+        recorded: Awaitable[dict[str, Any]] = self._actor.record.remote(action, scope, said)
+        return await command_call(recorded, "the traffic board", self._command_timeout_s)
 
 
 class LocalBoard:

@@ -36,6 +36,7 @@ PINNED = {
     "tenant_concurrency_exceeded", "tenant_rate_limited", "ticket_answer_dropped", "ticket_not_found",
     "unknown_scenario", "upstream_error",
     "idempotency_in_progress",  # added with streamed idempotency replays
+    "cluster_state_unavailable",  # added: an operator command whose head-node actor is hung or gone
 }  # fmt: skip
 
 

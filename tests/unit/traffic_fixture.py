@@ -23,6 +23,7 @@ from serve_apps.resilience.state import Resilience
 from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.traffic.board import LocalBoard, TrafficBoard
+from serve_apps.traffic.controls import BoardClient
 from serve_apps.traffic.deferral import TieredDispatch
 from serve_apps.traffic.wiring import TrafficParts, traffic_parts
 from tests.fakes import FakeClock, FakeEngine, FakeProvider
@@ -95,12 +96,13 @@ class TrafficWorld:
         self.clock.advance(seconds)
 
     def gateway(
-        self, replica: str = "r-a", store: SharedStore | None = None
+        self, replica: str = "r-a", store: SharedStore | None = None, board: BoardClient | None = None
     ) -> tuple[GatewayHTTP, TrafficParts, Resilience]:
-        """`store`: the shared store its tickets also go to (serve_apps/traffic/shared_tickets.py); none: its own."""
+        """`store`: the shared store its tickets also go to (serve_apps/traffic/shared_tickets.py); none: its own.
+        `board`: the client of the traffic board (default: this world's board, in process)."""
         providers = {"sim": self.sim, "spare": self.spare}
         metrics = GatewayMetrics()
-        board = LocalBoard(self.board)
+        board = board or LocalBoard(self.board)
         parts = traffic_parts(
             self.config,
             self.local,
