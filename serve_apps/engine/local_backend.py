@@ -23,6 +23,7 @@ from serve_apps.backend import BackendReply
 from serve_apps.engine.replies import (
     DONE,
     Complete,
+    EngineFailed,
     error_in_events,
     is_error_response,
     to_sse,
@@ -44,7 +45,7 @@ class ServeHandleBackend:
         except StopAsyncIteration:
             raise UpstreamError(f"model {alias!r} returned an empty response") from None
         except RayError as exc:
-            raise TargetUnavailable(f"model {alias!r} is unavailable: {type(exc).__name__}") from None
+            raise TargetUnavailable(f"model {alias!r} is unavailable: {ray_reason(exc)}") from None
         except asyncio.CancelledError:
             stream.cancel()  # the gateway gave up before the first byte (e.g. failed over)
             raise
@@ -75,7 +76,7 @@ class ServeHandleBackend:
                 except StopAsyncIteration:
                     break
         except RayError as exc:
-            raise UpstreamError(f"the model replica failed mid-stream: {type(exc).__name__}") from None
+            raise UpstreamError(f"the model replica failed mid-stream: {ray_reason(exc)}") from None
         finally:
             stream.cancel()
         if not sent_done:
@@ -86,6 +87,18 @@ class ServeHandleBackend:
             await asyncio.wait_for(self._plain[alias].check_health.remote(), timeout_s)
         except TimeoutError:
             return f"health check timed out after {timeout_s:g}s"
+        except RayError as exc:
+            return f"unhealthy: {ray_reason(exc)}"
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready", reported by name
             return f"unhealthy: {type(exc).__name__}"
         return None
+
+
+def ray_reason(exc: RayError) -> str:
+    """What a failed replica call says about why: Ray's class, and the engine's own error where the replica
+    raised one (`EngineFailed`: the class name and message of what vLLM raised, e.g. a dead engine). Nothing
+    else of Ray's text, which carries the remote traceback, node addresses and actor ids, reaches a client."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, EngineFailed):
+        return f"{type(exc).__name__}: {str(cause)[:300]}"
+    return type(exc).__name__
