@@ -1,6 +1,6 @@
 """Every test under tests/unit/ carries the `unit` marker, so scripts/test can run the niced unit tests
-(`-m "not realtime"`) apart from the realtime ones (`-m realtime`, at normal priority) and the integration run
-(`-m "not unit"`): see the markers in pyproject.toml.
+(`-m "not realtime"`) apart from the realtime ones (`-m realtime`, at normal priority): see the markers in
+pyproject.toml.
 
 `server`: one real redis-server per test module that asks for it (tests/redis_server.py), for the shared-store
 tests that run against both homes; `either_store`: each test once on each home of the shared store, the
