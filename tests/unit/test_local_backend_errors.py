@@ -29,16 +29,12 @@ DEAD = task_error(EngineFailed("EngineDeadError: engine died"))
 class _Responses:
     def __init__(self, error: RayError) -> None:
         self._error = error
-        self.cancelled = False
-
-    def __aiter__(self) -> _Responses:
-        return self
 
     async def __anext__(self) -> Any:
         raise self._error
 
     def cancel(self) -> None:
-        self.cancelled = True
+        pass
 
 
 class _Method:
