@@ -2,7 +2,7 @@
 
 `clock` is monotonic: deadlines, waits and latencies run on it, so a wall-clock step never ends or
 stretches a request. `wall` is epoch seconds: decision records' timestamps and the freshness of
-engine stats (the snapshot's `read_at`, serve_apps/telemetry/board_poller.py) are on it. `sleep` is the one
+engine stats (the snapshot's `read_at`, serve_apps/telemetry/board_reader.py) are on it. `sleep` is the one
 pause every wait awaits, so a test can run them on a fake clock.
 """
 

@@ -16,7 +16,7 @@ that needs it:
 One shared store (serve_apps/state/settings.py) holds what every replica must see alike; its fallback's
 ping loop runs in the background while Redis does not answer.
 
-It returns the ASGI app and the background loops to start, in this order: the board poller, the
+It returns the ASGI app and the background loops to start, in this order: the board reader, the
 golden checks, the shared store's ping loop (with `state.url`), the prober (with `resilience.probes`), the
 breaker sync, the renewal of this replica's admission leases (serve_apps/dispatch/reservations.py), the traffic
 sync and the renewal of its tenant leases (`tenants[].max_concurrent`, serve_apps/limits/leases.py).
@@ -86,7 +86,7 @@ from serve_apps.state.fallback import FallbackStore
 from serve_apps.state.settings import shared_store, store_view
 from serve_apps.state.store import SharedStore
 from serve_apps.telemetry.board import get_or_create_board
-from serve_apps.telemetry.board_poller import BoardPoller
+from serve_apps.telemetry.board_reader import BoardReader
 from serve_apps.telemetry.metrics import GatewayMetrics
 from serve_apps.telemetry.replica_metrics import ReplicaMetrics
 from serve_apps.traffic.board import RayBoard, get_or_create_traffic_board
@@ -154,12 +154,12 @@ def prober(
     backend: ServeHandleBackend,
     providers: Mapping[str, OpenAICompatProvider],
     resilience: Resilience,
-    poller: BoardPoller,
+    reader: BoardReader,
 ) -> Prober:
     """Every model's and every provider's health checks, feeding `resilience.health`."""
     checks = []
     for spec in config.models:
-        checks += local_checks(spec, config, backend, poller.latest, time.time)
+        checks += local_checks(spec, config, backend, reader.latest, time.time)
     for provider in providers.values():
         alias = next(iter(provider.config.models), None)
         if alias is not None:
@@ -251,9 +251,9 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
             metrics.decision_log(failed=sink.failures, dropped=sink.dropped)
 
     telemetry = config.telemetry
-    poller = BoardPoller(
+    reader = BoardReader(
         get_or_create_board(),
-        period_s=telemetry.poll_period_s,
+        min_interval_s=telemetry.poll_period_s,
         max_age_s=telemetry.max_age_s,
         watermarks_for=config.watermarks_for,
         on_refresh=refreshed,
@@ -262,7 +262,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     providers = {
         p.name: provider_for(p, on_headers=resilience.observe_rate_limits) for p in config.cloud.providers if p.enabled
     }
-    background: list[Coroutine[Any, Any, None]] = [poller.run(), golden.run(backend)]
+    background: list[Coroutine[Any, Any, None]] = [reader.run(), golden.run(backend)]
     metrics_page = None
     if isinstance(store, FallbackStore):
         background.append(store.run())  # pings a store that stopped answering until it is back
@@ -271,7 +271,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
         background.append(shared_metrics.run())
         metrics_page = shared_metrics.render
     if config.resilience.probes:
-        background.append(prober(config, backend, providers, resilience, poller).run())
+        background.append(prober(config, backend, providers, resilience, reader).run())
     exchange = get_or_create_exchange()
     sync = BreakerSync(
         resilience.breakers,
@@ -318,7 +318,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
     if isinstance(store, FallbackStore) and config.learning.pool.enabled:
         # every replica learns from every replica's traffic (serve_apps/learning/pooled_evidence.py)
         background.append(evidence_pool(config, store, env.replica, registry, learning, traffic.traffic, metrics))
-    dispatcher = Dispatcher(config, backend, providers, poller.latest, parts=shared)
+    dispatcher = Dispatcher(config, backend, providers, reader.latest, parts=shared)
     on_snapshot.append(dispatcher.admission.warm)  # each calibrated model's plan made before a request needs it
     background.append(traffic.traffic.run(config.traffic.sync_period_s, asyncio.sleep))
 
@@ -354,7 +354,7 @@ def build_gateway(config: SpilloverConfig, handles: Mapping[str, DeploymentHandl
             metrics_page=metrics_page,
         ),
         operator=OperatorParts(
-            snapshot=poller.latest,
+            snapshot=reader.latest,
             golden=golden,
             ops=OpsRoutes(resilience, on_reset=ray_reset(exchange), forget=traffic.traffic.forget),
             traffic=traffic.routes,

@@ -65,7 +65,7 @@ class GatewayParts:
 @dataclass(frozen=True)
 class OperatorParts:
     snapshot: Callable[[], ClusterSnapshot] | None = (
-        None  # the board poller's latest (serve_apps/telemetry/board_poller.py)
+        None  # the board reader's latest (serve_apps/telemetry/board_reader.py)
     )
     clock: Callable[[], float] = time.time  # the `now` of /v1/spillover/cluster and readiness
     health_timeout_s: float = 5.0  # each model's health check in /readyz

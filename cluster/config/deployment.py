@@ -59,7 +59,13 @@ class ClusterSection(StrictModel):
 class TelemetrySection(StrictModel):
     """The direct engine-stats path (router/routing/snapshot.py)."""
 
-    poll_period_s: float = Field(0.2, gt=0, le=5, description="how often the gateway reads the replicas' engine stats")
+    poll_period_s: float = Field(
+        0.2,
+        gt=0,
+        le=5,
+        description="the most often the gateway takes a new reading of the replicas' engine stats "
+        "(a push of news answers its watch at once; idle, every two periods)",
+    )
     max_age_s: float = Field(1.0, gt=0, description="older replica stats are stale (counted as saturated)")
 
 

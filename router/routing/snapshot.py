@@ -4,14 +4,14 @@ The direct path (Ray's metrics export lags seconds, too late for a watermark):
 
     vLLM engine step ──record()──▶ StatsTap (in the LLMServer replica process)
     replica push loop (every push_period_s) ──▶ TelemetryBoard (a named Ray actor)
-    gateway poll loop (every poll_period_s) ──▶ ClusterSnapshot (immutable) ──▶ router
+    gateway watch (answered on a push) ──▶ ClusterSnapshot (immutable) ──▶ router
 
 Each `ReplicaStats` carries `read_at`: on the gateway's own clock, when the reading reached the board
-(the board's `AGE_KEY` age of the row, measured on the board's clock, taken from the poller's time: no
+(the board's `AGE_KEY` age of the row, measured on the board's clock, taken from the reader's time: no
 two machines' clocks are ever compared, so a replica whose clock is skewed is not stale for it); the
 snapshot's `taken_at` is when the gateway fetched the board. A replica whose stats are older
 than `max_age_s` is stale, and the router treats a stale replica as saturated. The gateway's
-poller also attaches each replica's saturation (router/routing/saturation.py `assess`), computed once per
+reader also attaches each replica's saturation (router/routing/saturation.py `assess`), computed once per
 snapshot for every reader.
 """
 

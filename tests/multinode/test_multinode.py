@@ -37,7 +37,7 @@ from router.routing.snapshot import ClusterSnapshot
 from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.resilience.state import Resilience
 from serve_apps.telemetry.board import get_or_create_board, kill_board
-from serve_apps.telemetry.board_poller import BoardPoller
+from serve_apps.telemetry.board_reader import BoardReader
 from tests.multinode.stats_replica import StatsReplica
 
 pytestmark = pytest.mark.integration
@@ -92,7 +92,7 @@ def add_cotenant(file: Path, gib: float) -> None:
 
 
 async def wait_for(
-    poller: BoardPoller, check: Callable[[ClusterSnapshot], bool], timeout_s: float = 30.0
+    poller: BoardReader, check: Callable[[ClusterSnapshot], bool], timeout_s: float = 30.0
 ) -> ClusterSnapshot:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -151,7 +151,7 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
     head_node = cluster.head_node.node_id
     serve.run(StatsReplica.bind(MODEL, UTILIZATION), name="multinode", route_prefix=None)
     cfg = config()
-    poller = BoardPoller(get_or_create_board(), period_s=0.2, max_age_s=MAX_AGE_S, watermarks_for=cfg.watermarks_for)
+    poller = BoardReader(get_or_create_board(), min_interval_s=0.2, max_age_s=MAX_AGE_S, watermarks_for=cfg.watermarks_for)
     watermark = cfg.watermarks_for(MODEL).gpu_memory
 
     async def scenario() -> None:

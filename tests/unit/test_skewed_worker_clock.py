@@ -5,7 +5,7 @@ never by comparing the worker's `read_at` with the gateway's time.
 
 The path is the real one minus Ray: the replica's `push_forever` loop (serve_apps/telemetry/stats_pusher.py) pushes
 `ReplicaStats` stamped by its skewed clock into the board's `BoardState` (the TelemetryBoard actor's
-body, called through a stand-in for the actor handle), the real `BoardPoller` polls it, and the gateway's
+body, called through a stand-in for the actor handle), the real `BoardReader` reads it, and the gateway's
 HTTP layer answers `GET /v1/spillover/cluster` and routes a chat by that snapshot.
 """
 
@@ -25,7 +25,7 @@ from serve_apps.dispatch.dispatcher import Dispatcher
 from serve_apps.gateway_parts import GatewayParts, OperatorParts
 from serve_apps.http.surface import GatewayHTTP, ServedModel
 from serve_apps.telemetry.board import BoardState
-from serve_apps.telemetry.board_poller import BoardPoller
+from serve_apps.telemetry.board_reader import BoardReader
 from serve_apps.telemetry.stats_pusher import push_forever
 from tests.fakes import FakeClock, FakeEngine
 from tests.unit.security_gateway import CHAT, MODEL, REPO
@@ -64,7 +64,7 @@ async def test_skewed_worker_clock_not_stale(skew_s: float) -> None:
     board = BoardState(forget_after_s=60.0, clock=board_clock)
     handle = BoardHandle(board)
     config = load_config(REPO / "configs/local.yaml")
-    poller = BoardPoller(handle, period_s=0.2, max_age_s=1.0, watermarks_for=lambda _: Watermarks(), clock=gateway_wall)
+    poller = BoardReader(handle, min_interval_s=0.2, max_age_s=1.0, watermarks_for=lambda _: Watermarks(), clock=gateway_wall)
 
     stopped = asyncio.Event()
 
@@ -119,8 +119,8 @@ def test_skewed_worker_clock_not_stale_with_a_board_from_before() -> None:
     """A row without the board's age (a detached board started by an older release) keeps its `read_at`."""
     clock = FakeClock(100.0)
     row = reading(clock).to_dict()
-    poller = BoardPoller(
-        BoardHandle(BoardState()), period_s=1, max_age_s=1, watermarks_for=lambda _: Watermarks(), clock=clock
+    poller = BoardReader(
+        BoardHandle(BoardState()), min_interval_s=1, max_age_s=1, watermarks_for=lambda _: Watermarks(), clock=clock
     )
     poller._board = type("Old", (), {"snapshot": Method(lambda now: [row])})()
     snapshot = asyncio.run(poller.refresh())

@@ -9,7 +9,7 @@ from typing import Any
 from cluster.stats_tap import StatsTap
 from router.routing.snapshot import ClusterSnapshot, GpuMemory, ReplicaStats
 from router.routing.watermarks import Watermarks
-from serve_apps.telemetry.board_poller import BoardPoller
+from serve_apps.telemetry.board_reader import BoardReader
 from tests.fakes import FakeClock as Clock
 
 
@@ -122,7 +122,7 @@ def test_poller_builds_snapshots_and_survives_board_loss() -> None:
     clock = Clock(50.0)
     board = FakeBoard([_stats("b", "r2", 49.9).to_dict(), _stats("a", "r1", 49.8).to_dict()])
     marks = {"a": Watermarks(kv_cache=0.5, low=0.25), "b": Watermarks()}
-    poller = BoardPoller(board, period_s=0.2, max_age_s=1.0, watermarks_for=marks.__getitem__, clock=clock)
+    poller = BoardReader(board, min_interval_s=0.2, max_age_s=1.0, watermarks_for=marks.__getitem__, clock=clock)
     assert poller.latest().replicas == () and poller.latest().errors
     snapshot = asyncio.run(poller.refresh())
     assert [r.model for r in snapshot.replicas] == ["a", "b"] and snapshot.taken_at == 50.0
@@ -142,9 +142,9 @@ def test_a_hung_board_is_a_lost_board_after_the_call_timeout() -> None:
     clock = Clock(50.0)
     board = FakeBoard([_stats("a", "r1", 49.9).to_dict()])
     refreshed: list[ClusterSnapshot] = []
-    poller = BoardPoller(
+    poller = BoardReader(
         board,
-        period_s=0.2,
+        min_interval_s=0.2,
         max_age_s=1.0,
         watermarks_for=lambda _: Watermarks(),
         clock=clock,
