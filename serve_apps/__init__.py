@@ -15,7 +15,7 @@ per feature:
     learning/    the learning state, its routes, decision records over HTTP and the decision log's file
     limits/      the spend ledger and the per-tenant concurrency limit and monthly budget
     off_loop/    work kept off the event loop: the tenant-fair check pool, the background writer
-    telemetry/   engine stats from replica to gateway (pusher, board, poller), metrics, structured logs
+    telemetry/   engine stats from replica to gateway (pusher, board, reader), metrics, structured logs
     engine/      the local models: LLMConfig, the model replica and its engine's checks, replica choice,
                  the gateway's backend over Ray handles, Ray's own ingress for `bench overhead`
     providers/   adapters to cloud providers

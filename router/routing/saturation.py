@@ -23,7 +23,7 @@ its reservation. `room <= 0` means the engine's own reservation already passes t
 config check refuses such settings. A device without an engine (`reserved_bytes` 0) reads
 used / (watermark × total), the plain whole-device fraction against the watermark.
 
-Computed once per snapshot: the gateway's poller `assess`es each new snapshot, which then carries
+Computed once per snapshot: the gateway's board reader `assess`es each new snapshot, which then carries
 every replica's saturation (`ClusterSnapshot.saturations`); the router, `/metrics` and
 `GET /v1/spillover/cluster` (hence `spillover status`) read those values, and the model replicas
 answer Serve's routing-stats hook with the same `load` of their own latest reading. Only
