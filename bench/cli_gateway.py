@@ -79,6 +79,9 @@ def add_overhead_arguments(parser: argparse.ArgumentParser) -> None:
     add("--http-region", default=None, metavar="REGION",
         help="region of the gateway's provider whose base_url is --vllm-url: adds the gateway-http path")  # fmt: skip
     add("--litellm-url", default=None, metavar="URL", help="a LiteLLM proxy in front of --vllm-url (…/v1)")
+    add("--gateway-direct-url", default=None, metavar="URL",
+        help="the gateway replica's own listener (gateway.direct_port), e.g. http://127.0.0.1:8001: adds the "
+        "gateway-direct paths, without Serve's proxy")  # fmt: skip
     add("--no-ray-paths", action="store_true",
         help="HTTP paths only: skip direct and ray (no joining the Ray cluster)")  # fmt: skip
     add("--streams", action="store_true", help="also measure streams: TTFT, TPOT, output tok/s per path")
@@ -122,6 +125,7 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         vllm_url=args.vllm_url,
         http_region=args.http_region,
         litellm_url=args.litellm_url,
+        gateway_direct_url=args.gateway_direct_url,
         ray_paths=not args.no_ray_paths,
         streams=StreamOptions(
             {},
@@ -149,11 +153,16 @@ def _throughput(args: argparse.Namespace) -> ThroughputOptions | None:
         sim_url=args.sim_url,
         sim_region=args.sim_region,
         model=args.model,
+        direct_url=_v1(args.gateway_direct_url),
         levels=args.throughput_levels,
         duration_s=args.throughput_s,
         request_timeout_s=args.request_timeout_s,
         seed=args.seed,
     )
+
+
+def _v1(url: str | None) -> str | None:
+    return None if not url else url.rstrip("/").removesuffix("/v1") + "/v1"
 
 
 def _names(text: str) -> tuple[str, ...]:

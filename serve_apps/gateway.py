@@ -18,6 +18,7 @@ from ray.serve.handle import DeploymentHandle
 from cluster.config.deployment import parse_config
 from cluster.render import GATEWAY_DEPLOYMENT
 from serve_apps.gateway_build import GatewayEnv, build_gateway
+from serve_apps.http.direct import DirectListener
 from serve_apps.telemetry.logs import configure_json_logs
 
 
@@ -30,6 +31,7 @@ class Gateway:
         self._created = int(time.time())
         self._tasks: list[asyncio.Task[None]] = []  # held: the loop keeps only weak references to tasks
         self._on_stop: list[Callable[[], None]] = []
+        self._direct: DirectListener | None = None
 
     async def __serve_build_asgi_app__(self) -> Any:
         configure_json_logs()
@@ -37,12 +39,19 @@ class Gateway:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(loop_body) for loop_body in built.background]
         self._on_stop = built.on_stop
+        gateway = self._config.gateway
+        if gateway.direct_port is not None:  # serve_apps/http/direct.py
+            self._direct = DirectListener(built.app, gateway.host, gateway.direct_port, gateway.http_limits)
+            await self._direct.start()
         return built.app
 
     async def __del__(self) -> None:
         """Serve stops the replica (a scale-in, a redeploy, `serve shutdown`) after its requests finished: the
         loops end, and the spend rows and decision lines still queued for their writer threads are written
-        (each bounded), so a stop loses no spend."""
+        (each bounded), so a stop loses no spend. The direct listener (gateway.direct_port) drains first: its
+        socket closes, its open requests finish."""
+        if self._direct is not None:
+            await self._direct.stop()
         for task in self._tasks:
             task.cancel()
         for hook in self._on_stop:

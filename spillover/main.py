@@ -98,6 +98,9 @@ def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
     running = deploy(config, args.config, _say)
     first = config.served_names[0]
     print(f"\nspillover is serving at {running.base_url}/v1  (models: {', '.join(config.served_names)})")
+    if config.gateway.direct_port is not None:
+        direct = running.base_url.rsplit(":", 1)[0] + f":{config.gateway.direct_port}"
+        print(f"  and without Serve's proxy at {direct}/v1 (gateway.direct_port)")
     print("try:")
     print(f"  curl -s {running.base_url}/v1/chat/completions -H 'content-type: application/json' \\")
     print(

@@ -8,6 +8,8 @@ shuffled order, along three paths to the *same* model replica:
     ray       HTTP through Ray's own OpenAiIngress (`serve_apps.engine.ray_ingress`, deployed for the run
               at /ray and removed after)
     gateway   HTTP through spillover's gateway (contract, routing decision, admission, records)
+    gateway-direct  (`--gateway-direct-url`) the same gateway through its replica's own listener
+              (`gateway.direct_port`, serve_apps/http/direct.py): no Serve proxy hop
 
     vllm          (`--vllm-url`) a plain vLLM OpenAI server of the same model, dtype and engine args
     gateway-http  (with `--http-region`) the gateway to that same server through its HTTP-provider path
@@ -67,6 +69,7 @@ class OverheadOptions:
     vllm_url: str | None = None  # a plain vLLM OpenAI server of the same model (…/v1): paths vllm, gateway-http
     http_region: str | None = None  # region of the gateway's provider whose base_url is vllm_url
     litellm_url: str | None = None  # a LiteLLM proxy in front of vllm_url (…/v1), optional
+    gateway_direct_url: str | None = None  # the gateway replica's own listener (gateway.direct_port), no /v1
     streams: StreamOptions | None = None  # also measure streams (bench/gateway/overhead_streams.py)
     ray_paths: bool = True  # direct and ray (joins the Ray cluster); False: the HTTP paths only
     throughput: ThroughputOptions | None = None  # also one gateway replica's req/s (bench/gateway/throughput.py)
@@ -142,6 +145,9 @@ def comparisons(stats: list[PathStats]) -> list[dict[str, Any]]:
         ("ray", "direct"),
         ("gateway", "direct"),
         ("gateway", "ray"),
+        ("gateway-direct", "gateway"),
+        ("gateway-direct", "ray"),
+        ("gateway-direct", "direct"),
         ("gateway-http", "vllm"),
         ("litellm", "vllm"),
     )
@@ -198,7 +204,9 @@ def render_markdown(run: OverheadRun) -> str:
         "direct = a DeploymentHandle call from the bench process (engine + Serve handle, no HTTP); ray = Ray's "
         "OpenAiIngress over the same replica; gateway = spillover. *gateway vs ray* is what spillover adds. "
         "vllm = a plain vLLM OpenAI server of the same model and dtype; gateway-http = spillover's gateway to "
-        "that same server through its HTTP-provider path; litellm = a LiteLLM proxy in front of it.",
+        "that same server through its HTTP-provider path; litellm = a LiteLLM proxy in front of it; "
+        "gateway-direct = spillover's gateway through its replica's own listener (`gateway.direct_port`), without "
+        "Serve's proxy: *gateway-direct vs gateway* is the proxy hop.",
         "",
         *store_markdown(run.stats),
         *(stream_markdown(run.streams) if run.streams else []),
@@ -309,6 +317,8 @@ def http_paths(opts: OverheadOptions) -> dict[str, str]:
             paths["gateway-http"] = f"{opts.base_url.rstrip('/')}/v1"
     if opts.litellm_url:
         paths["litellm"] = opts.litellm_url.rstrip("/")
+    if opts.gateway_direct_url:
+        paths["gateway-direct"] = f"{opts.gateway_direct_url.rstrip('/').removesuffix('/v1')}/v1"
     return paths
 
 

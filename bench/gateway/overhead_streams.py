@@ -11,6 +11,7 @@ sees the same machine noise. Paths (each an OpenAI base URL):
                   provider whose base_url is `--vllm-url`, chosen by `x-spillover-residency:
                   <its region>` (`--http-region`), which keeps the local target out
     gateway       spillover's gateway, local path (Ray Serve → the model's LLMServer replica)
+    gateway-direct  (`--gateway-direct-url`) the same through the gateway replica's own listener, no Serve proxy
     ray           Ray's OpenAiIngress over the same replica (`--ray`; `serve_apps.engine.ray_ingress`)
     litellm       a LiteLLM proxy in front of the plain server (`--litellm-url`), when one runs
 
@@ -145,7 +146,15 @@ async def measure_streams(opts: StreamOptions, progress: Callable[[str], None]) 
     return out
 
 
-PAIRS = (("gateway-http", "vllm"), ("litellm", "vllm"), ("gateway", "ray"), ("gateway", "vllm"), ("ray", "vllm"))
+PAIRS = (
+    ("gateway-http", "vllm"),
+    ("litellm", "vllm"),
+    ("gateway", "ray"),
+    ("gateway", "vllm"),
+    ("ray", "vllm"),
+    ("gateway-direct", "gateway"),
+    ("gateway-direct", "vllm"),
+)
 
 
 def stream_comparisons(stats: Sequence[LevelStats]) -> list[dict[str, Any]]:

@@ -5,13 +5,15 @@ nothing, so whatever limits the gateway path is the gateway itself (its HTTP lay
 decision, records, the provider adapter) and Serve's proxy in front of it. Two paths, each a closed loop of
 `concurrency` workers sending the same tiny chat (`max_tokens` 1) for `duration_s` seconds:
 
-    sim          straight to the simulator (…/v1) — what the machine does without the gateway
-    gateway-sim  through the gateway, sent to the simulator by `x-spillover-residency: <its region>`
+    sim                 straight to the simulator (…/v1) — what the machine does without the gateway
+    gateway-sim         through the gateway, sent to the simulator by `x-spillover-residency: <its region>`
+    gateway-direct-sim  (with `direct_url`) the same through the gateway replica's own listener
+                        (`gateway.direct_port`), without Serve's proxy
 
 Levels run one after the other, the two paths in a shuffled order inside each level, after a warm-up;
 both share the machine with the simulator, so read the ratio of the two paths at each level (req/s, and
-latency added at p50 / p99), not the absolute figures. The gateway's sustained rate is the best req/s of
-`gateway-sim` over the levels, with its p99 added latency at that level.
+latency added at p50 / p99), not the absolute figures. A gateway path's sustained rate is its best req/s
+over the levels, with its p99 added latency at that level.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class ThroughputOptions:
     sim_url: str  # the zero-latency simulator's …/v1
     sim_region: str  # region of the gateway's provider whose base_url is sim_url
     model: str
+    direct_url: str | None = None  # the gateway replica's own listener's …/v1 (gateway.direct_port)
     levels: tuple[int, ...] = DEFAULT_LEVELS
     duration_s: float = 10.0
     warmup_s: float = 2.0
@@ -106,10 +109,16 @@ async def _closed_loop(
 
 def path_targets(opts: ThroughputOptions) -> dict[str, tuple[str, dict[str, str]]]:
     """Each path's chat URL and extra headers."""
-    return {
+    targets = {
         "sim": (f"{opts.sim_url.rstrip('/')}/chat/completions", {}),
         "gateway-sim": (f"{opts.gateway_url.rstrip('/')}/chat/completions", {hdr.RESIDENCY: opts.sim_region}),
     }
+    if opts.direct_url:
+        targets["gateway-direct-sim"] = (
+            f"{opts.direct_url.rstrip('/')}/chat/completions",
+            {hdr.RESIDENCY: opts.sim_region},
+        )
+    return targets
 
 
 async def measure_throughput(
@@ -146,26 +155,32 @@ async def measure_throughput(
     return results
 
 
+GATEWAY_PATHS = ("gateway-sim", "gateway-direct-sim")
+
+
 def throughput_comparisons(results: list[LevelResult]) -> list[dict[str, Any]]:
-    """Per level: gateway-sim's req/s over sim's, and the latency it adds at p50 and p99."""
+    """Per level and gateway path: its req/s over sim's, and the latency it adds at p50 and p99."""
     out = []
     for level in sorted({r.concurrency for r in results}):
         by = {r.path: r for r in results if r.concurrency == level}
-        sim, gw = by.get("sim"), by.get("gateway-sim")
-        if sim is None or gw is None or not sim.requests_per_s or sim.p(50) is None or gw.p(50) is None:
-            continue
-        out.append({
-            "concurrency": level,
-            "rps_ratio": gw.requests_per_s / sim.requests_per_s,
-            "added_ms_p50": ((gw.p(50) or 0.0) - (sim.p(50) or 0.0)) * 1000,
-            "added_ms_p99": ((gw.p(99) or 0.0) - (sim.p(99) or 0.0)) * 1000,
-        })  # fmt: skip
+        sim = by.get("sim")
+        for path in GATEWAY_PATHS:
+            gw = by.get(path)
+            if sim is None or gw is None or not sim.requests_per_s or sim.p(50) is None or gw.p(50) is None:
+                continue
+            out.append({
+                "concurrency": level,
+                "path": path,
+                "rps_ratio": gw.requests_per_s / sim.requests_per_s,
+                "added_ms_p50": ((gw.p(50) or 0.0) - (sim.p(50) or 0.0)) * 1000,
+                "added_ms_p99": ((gw.p(99) or 0.0) - (sim.p(99) or 0.0)) * 1000,
+            })  # fmt: skip
     return out
 
 
-def sustained(results: list[LevelResult]) -> LevelResult | None:
-    """The gateway path's best level by requests/s (errors excluded from the rate)."""
-    gateway = [r for r in results if r.path == "gateway-sim" and r.latencies_s]
+def sustained(results: list[LevelResult], path: str = "gateway-sim") -> LevelResult | None:
+    """A gateway path's best level by requests/s (errors excluded from the rate)."""
+    gateway = [r for r in results if r.path == path and r.latencies_s]
     return max(gateway, key=lambda r: r.requests_per_s, default=None)
 
 
@@ -173,23 +188,35 @@ def _ms(value: float | None) -> str:
     return "–" if value is None else f"{value * 1000:.1f}"
 
 
+def _headline(results: list[LevelResult], comparisons: list[dict[str, Any]], path: str) -> str:
+    best = sustained(results, path)
+    if best is None:
+        return f"no {path} level completed a request"
+    added = {(c["concurrency"], c["path"]): c for c in comparisons}
+    extra = added.get((best.concurrency, path), {}).get("added_ms_p99")
+    p99 = "–" if extra is None else f"{extra:+.1f} ms"
+    return (
+        f"`{path}`: one gateway replica sustained **{best.requests_per_s:.0f} req/s** (at concurrency "
+        f"{best.concurrency}; p99 added over the simulator alone: {p99})"
+    )
+
+
 def throughput_markdown(results: list[LevelResult], opts: ThroughputOptions) -> list[str]:
-    best = sustained(results)
-    added = {c["concurrency"]: c for c in throughput_comparisons(results)}
-    headline = "no gateway-sim level completed a request"
-    if best is not None:
-        extra = added.get(best.concurrency, {}).get("added_ms_p99")
-        p99 = "–" if extra is None else f"{extra:+.1f} ms"
-        headline = (
-            f"one gateway replica sustained **{best.requests_per_s:.0f} req/s** (at concurrency {best.concurrency}; "
-            f"p99 added over the simulator alone: {p99})"
-        )
+    comparisons = throughput_comparisons(results)
+    paths = [p for p in GATEWAY_PATHS if any(r.path == p for r in results)] or ["gateway-sim"]
+    headline = "; ".join(_headline(results, comparisons, p) for p in paths)
+    direct = (
+        ", `gateway-direct-sim` the same through the gateway replica's own listener (`gateway.direct_port`, "
+        "no Serve proxy)"
+        if "gateway-direct-sim" in paths
+        else ""
+    )
     return [
         "## Gateway throughput",
         "",
         f"Closed loops of tiny chats (max_tokens 1) for {opts.duration_s:g} s per path and level against a cloud "
         "simulator that answers at once (`--ttft-s 0 --tokens-per-s 0`): `sim` straight to it, `gateway-sim` "
-        f"through one gateway replica to it (`x-spillover-residency: {opts.sim_region}`). Both share the "
+        f"through one gateway replica to it (`x-spillover-residency: {opts.sim_region}`){direct}. All share the "
         f"machine with the simulator: read the ratios. Result: {headline}.",
         "",
         "| concurrency | path | requests | errors | req/s | p50 ms | p99 ms |",
@@ -200,11 +227,12 @@ def throughput_markdown(results: list[LevelResult], opts: ThroughputOptions) -> 
             for r in results
         ),
         "",
-        "| concurrency | gateway-sim req/s ÷ sim | added ms at p50 | added ms at p99 |",
-        "|---|---|---|---|",
+        "| concurrency | path | req/s ÷ sim | added ms at p50 | added ms at p99 |",
+        "|---|---|---|---|---|",
         *(
-            f"| {c['concurrency']} | {c['rps_ratio']:.2f} | {c['added_ms_p50']:+.1f} | {c['added_ms_p99']:+.1f} |"
-            for c in added.values()
+            f"| {c['concurrency']} | {c['path']} | {c['rps_ratio']:.2f} | {c['added_ms_p50']:+.1f} | "
+            f"{c['added_ms_p99']:+.1f} |"
+            for c in comparisons
         ),
         "",
     ]

@@ -88,6 +88,13 @@ class GatewaySection(StrictModel):
         "(the config is refused otherwise)",
     )
     port: int = Field(8000, ge=1, le=65535, description="Serve HTTP listener port")
+    direct_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="each gateway replica also serves the gateway on this port of gateway.host itself, without "
+        "Serve's proxy (shared by a node's gateway replicas: SO_REUSEPORT); same auth and http_limits; null: off",
+    )
     replicas: int = Field(1, ge=1, description="gateway replicas behind Serve's proxy (without autoscaling)")
     num_cpus: float = Field(0.1, gt=0, description="Ray logical CPUs per gateway replica")
     request_timeout_s: float = Field(
@@ -125,6 +132,11 @@ class GatewaySection(StrictModel):
 
     @model_validator(mode="after")
     def _no_open_listener_without_auth(self) -> GatewaySection:
+        if self.direct_port is not None and self.direct_port == self.port:
+            raise ValueError(
+                f"gateway.direct_port {self.direct_port} is gateway.port, where Serve's proxy listens: "
+                "pick another port"
+            )
         if not self.auth and not is_loopback(self.host):
             raise ValueError(
                 f"gateway.host {self.host!r} is not a loopback address and gateway.auth is off: anyone who "

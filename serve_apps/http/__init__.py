@@ -5,6 +5,7 @@ what the edge refuses or cleans, and the limits where the bytes arrive.
     edge.py        the one error renderer and the one operator guard
     guards.py      body limit, header limits, request ids, error text scrubbing, the request timeout
     limits.py      `gateway.http_limits` in Serve's HTTP proxy (its uvicorn protocol and callback)
+    direct.py      DirectListener: the replica's own listener on `gateway.direct_port`, without Serve's proxy
     openapi.py     the OpenAPI 3.0 document at `GET /openapi.json`
     readiness.py   `GET /readyz`
     model_card.py  a served model as `GET /v1/models` lists it
@@ -12,4 +13,4 @@ what the edge refuses or cleans, and the limits where the bytes arrive.
 """
 
 # The modules of this wing the rest of serve_apps/ may import: its doors (tests/unit/test_wing_doors.py).
-DOORS: tuple[str, ...] = ("edge", "guards", "idempotent", "limits", "model_card", "surface")
+DOORS: tuple[str, ...] = ("direct", "edge", "guards", "idempotent", "limits", "model_card", "surface")

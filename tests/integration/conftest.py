@@ -125,6 +125,7 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["models"].append(QWEN_TINY)
     raw["gateway"]["port"] = free_port()
+    raw["gateway"]["direct_port"] = free_port()  # the replica's own listener (tests/integration/test_direct_port.py)
     raw["gateway"]["http_limits"] = HTTP_LIMITS
     (provider,) = raw["cloud"]["providers"]
     provider.update(enabled=True, base_url=f"http://127.0.0.1:{cloud_port}/v1", api_key_env=None, timeout_s=2)

@@ -8,6 +8,7 @@ own logic is what is under test, not the gateway (the committed report measures 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -18,6 +19,7 @@ from bench.gateway.throughput import (
     LevelResult,
     ThroughputOptions,
     measure_throughput,
+    path_targets,
     sustained,
     throughput_comparisons,
     throughput_markdown,
@@ -94,6 +96,24 @@ def test_comparisons_are_ratios_of_rates_and_differences_of_percentiles() -> Non
     assert best is not None and best.requests_per_s == pytest.approx(40.0)
     text = "\n".join(throughput_markdown(results, OPTS))
     assert "**40 req/s**" in text and "+4.0" in text
+
+
+def test_the_direct_listener_path_is_compared_with_the_simulator_too() -> None:
+    results = [
+        level("sim", 8, [0.010] * 100),  # 50 req/s
+        level("gateway-sim", 8, [0.020] * 50),  # 25 req/s
+        level("gateway-direct-sim", 8, [0.012] * 90),  # 45 req/s
+    ]
+    by_path = {c["path"]: c for c in throughput_comparisons(results)}
+    assert by_path["gateway-sim"]["rps_ratio"] == pytest.approx(0.5)
+    assert by_path["gateway-direct-sim"]["rps_ratio"] == pytest.approx(0.9)
+    assert by_path["gateway-direct-sim"]["added_ms_p50"] == pytest.approx(2.0)
+    best = sustained(results, "gateway-direct-sim")
+    assert best is not None and best.requests_per_s == pytest.approx(45.0)
+    text = "\n".join(throughput_markdown(results, OPTS))
+    assert "`gateway-direct-sim`: one gateway replica sustained **45 req/s**" in text and "**25 req/s**" in text
+    targets = path_targets(replace(OPTS, direct_url="http://127.0.0.1:8001/v1"))
+    assert targets["gateway-direct-sim"][0] == "http://127.0.0.1:8001/v1/chat/completions"
 
 
 def test_the_flag_needs_the_simulator(capsys: Any) -> None:
