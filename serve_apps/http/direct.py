@@ -15,6 +15,10 @@ each gateway replica also serves the same ASGI app from a uvicorn of its own, on
   for this socket but the replica had not accepted yet are reset when it closes (SO_REUSEPORT keeps one queue per
   socket): a client retries those as a refused connection.
 
+`x-request-id` as through Serve's proxy (`ProxyRequestId`): the proxy hands the app the client's `x-request-id`
+(a new one when there is none) and puts that id on the response, and the app, built to run behind it, leaves
+the header to it (serve_apps/http/surface.py).
+
 Serve does not see these requests: its `max_ongoing_requests` and request metrics count only the proxy's; the
 gateway's own admission, limits and metrics count both.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import uuid
 from typing import Any
 
 import uvicorn
@@ -51,12 +56,39 @@ def shared_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+class ProxyRequestId:
+    """ASGI middleware: what Serve's proxy does with `x-request-id`: the client's (else a new one) in the
+    request's headers, and on the response's."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = list(scope.get("headers", []))
+        given = next((value for name, value in headers if name == b"x-request-id"), None)
+        request_id = given if given is not None else uuid.uuid4().hex.encode()
+        if given is None:
+            headers.append((b"x-request-id", request_id))
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                sent = list(message.get("headers", []))
+                if not any(name.lower() == b"x-request-id" for name, _ in sent):
+                    message = {**message, "headers": [*sent, (b"x-request-id", request_id)]}
+            await send(message)
+
+        await self._app({**scope, "headers": headers}, receive, send_with_id)
+
+
 class DirectListener:
     """`app` on `host:port` from this process's running loop, until `stop()`."""
 
     def __init__(self, app: Any, host: str, port: int, limits: HttpLimits, *, grace_s: int = 15) -> None:
         self._config = uvicorn.Config(
-            app,
+            ProxyRequestId(app),
             lifespan="off",
             log_config=None,
             access_log=False,

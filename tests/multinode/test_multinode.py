@@ -151,7 +151,9 @@ def test_replicas_spread_over_nodes_report_their_own_gpu_and_survive_a_node_loss
     head_node = cluster.head_node.node_id
     serve.run(StatsReplica.bind(MODEL, UTILIZATION), name="multinode", route_prefix=None)
     cfg = config()
-    poller = BoardReader(get_or_create_board(), min_interval_s=0.2, max_age_s=MAX_AGE_S, watermarks_for=cfg.watermarks_for)
+    poller = BoardReader(
+        get_or_create_board(), min_interval_s=0.2, max_age_s=MAX_AGE_S, watermarks_for=cfg.watermarks_for
+    )
     watermark = cfg.watermarks_for(MODEL).gpu_memory
 
     async def scenario() -> None:

@@ -20,12 +20,9 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from cluster.config.gateway import GatewaySection, HttpLimits
-from serve_apps.dispatch.interfaces import LocalDispatch
-from serve_apps.gateway_parts import EdgeSettings
 from serve_apps.http.direct import DirectListener
-from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests import http_attacks as attack
-from tests.fakes import FakeEngine
+from tests.unit import limited_gateway
 
 pytestmark = [pytest.mark.realtime, pytest.mark.timeout(60)]
 
@@ -41,14 +38,7 @@ def free_port() -> int:
 
 
 def gateway_app(replica: str) -> object:
-    engine = FakeEngine(answer=f"from {replica}")
-    return GatewayHTTP(
-        engine,
-        [ServedModel("small", "llama", "cpu", 2048)],
-        LocalDispatch(engine),
-        created=1,
-        edge=EdgeSettings(http_limits=LIMITS),
-    ).app
+    return limited_gateway.gateway_app(LIMITS, answer=f"from {replica}")
 
 
 def slow_app(name: str, release: asyncio.Event) -> Starlette:

@@ -38,7 +38,7 @@ async def test_a_stopping_replica_ends_its_loops_and_writes_what_was_queued() ->
     wrapped = cast(Any, Gateway).func_or_class  # the class Serve instantiates: ours inside Ray's ingress wrapper
     replica = wrapped.__new__(wrapped)
     loop_task = asyncio.get_running_loop().create_task(asyncio.Event().wait())
-    replica._tasks, replica._on_stop = [loop_task], [flush]
+    replica._tasks, replica._on_stop, replica._direct = [loop_task], [flush], None
     await replica.__del__()
     await asyncio.sleep(0)
     assert loop_task.cancelled() and written == [0, 1, 2]

@@ -20,8 +20,6 @@ from bench.cloud_sim.cli import server_config
 from bench.cloud_sim.server import build_app
 from bench.cloud_sim.settings import SimSettings
 from cluster.config.gateway import HttpLimits
-from serve_apps.dispatch.interfaces import LocalDispatch
-from serve_apps.gateway_parts import EdgeSettings
 from serve_apps.http.limits import (
     CALLBACK,
     CALLBACK_ENV,
@@ -32,9 +30,8 @@ from serve_apps.http.limits import (
     proxy_env,
     uvicorn_options,
 )
-from serve_apps.http.surface import GatewayHTTP, ServedModel
 from tests import http_attacks as attack
-from tests.fakes import FakeEngine
+from tests.unit import limited_gateway
 
 LIMITS = HttpLimits(max_header_bytes=16 * 1024, max_headers=50, header_timeout_s=1, body_timeout_s=1, idle_timeout_s=1)
 HOST = "127.0.0.1"
@@ -43,14 +40,7 @@ WITHIN_S = 15  # each attack gives up (and the test fails) if the server neither
 
 
 def gateway_app(limits: HttpLimits | None = LIMITS) -> object:
-    engine = FakeEngine()
-    return GatewayHTTP(
-        engine,
-        [ServedModel("small", "llama", "cpu", 2048)],
-        LocalDispatch(engine),
-        created=1,
-        edge=EdgeSettings(http_limits=limits),
-    ).app
+    return limited_gateway.gateway_app(limits)
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,7 @@ def test_provider_base_url_plain_http_with_the_operator_opt_in() -> None:
 OVERLAYS = {
     "bench-overhead.yaml": ["configs/bench-overhead.yaml"],
     "bench-overhead-shared.yaml": ["configs/bench-overhead.yaml", "configs/bench-overhead-shared.yaml"],
+    "bench-overhead-direct.yaml": ["configs/bench-overhead.yaml", "configs/bench-overhead-direct.yaml"],
 }
 
 

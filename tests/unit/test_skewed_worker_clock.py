@@ -64,7 +64,9 @@ async def test_skewed_worker_clock_not_stale(skew_s: float) -> None:
     board = BoardState(forget_after_s=60.0, clock=board_clock)
     handle = BoardHandle(board)
     config = load_config(REPO / "configs/local.yaml")
-    poller = BoardReader(handle, min_interval_s=0.2, max_age_s=1.0, watermarks_for=lambda _: Watermarks(), clock=gateway_wall)
+    poller = BoardReader(
+        handle, min_interval_s=0.2, max_age_s=1.0, watermarks_for=lambda _: Watermarks(), clock=gateway_wall
+    )
 
     stopped = asyncio.Event()
 
