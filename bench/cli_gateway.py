@@ -125,7 +125,7 @@ def cmd_overhead(args: argparse.Namespace) -> int:
         vllm_url=args.vllm_url,
         http_region=args.http_region,
         litellm_url=args.litellm_url,
-        gateway_direct_url=args.gateway_direct_url,
+        gateway_direct_url=_v1(args.gateway_direct_url),
         ray_paths=not args.no_ray_paths,
         streams=StreamOptions(
             {},
@@ -149,7 +149,7 @@ def _throughput(args: argparse.Namespace) -> ThroughputOptions | None:
     if not args.sim_url or not args.sim_region:
         raise BenchError("--throughput needs --sim-url and --sim-region", exit_code=2)
     return ThroughputOptions(
-        gateway_url=args.url.rstrip("/").removesuffix("/v1") + "/v1",
+        gateway_url=_v1(args.url) or "",
         sim_url=args.sim_url,
         sim_region=args.sim_region,
         model=args.model,
@@ -162,6 +162,7 @@ def _throughput(args: argparse.Namespace) -> ThroughputOptions | None:
 
 
 def _v1(url: str | None) -> str | None:
+    """An OpenAI-compatible base URL ending in /v1, given with or without it."""
     return None if not url else url.rstrip("/").removesuffix("/v1") + "/v1"
 
 

@@ -69,7 +69,7 @@ class OverheadOptions:
     vllm_url: str | None = None  # a plain vLLM OpenAI server of the same model (…/v1): paths vllm, gateway-http
     http_region: str | None = None  # region of the gateway's provider whose base_url is vllm_url
     litellm_url: str | None = None  # a LiteLLM proxy in front of vllm_url (…/v1), optional
-    gateway_direct_url: str | None = None  # the gateway replica's own listener (gateway.direct_port), no /v1
+    gateway_direct_url: str | None = None  # the gateway replica's own listener's …/v1 (gateway.direct_port)
     streams: StreamOptions | None = None  # also measure streams (bench/gateway/overhead_streams.py)
     ray_paths: bool = True  # direct and ray (joins the Ray cluster); False: the HTTP paths only
     throughput: ThroughputOptions | None = None  # also one gateway replica's req/s (bench/gateway/throughput.py)
@@ -318,7 +318,7 @@ def http_paths(opts: OverheadOptions) -> dict[str, str]:
     if opts.litellm_url:
         paths["litellm"] = opts.litellm_url.rstrip("/")
     if opts.gateway_direct_url:
-        paths["gateway-direct"] = f"{opts.gateway_direct_url.rstrip('/').removesuffix('/v1')}/v1"
+        paths["gateway-direct"] = opts.gateway_direct_url.rstrip("/")
     return paths
 
 

@@ -131,12 +131,16 @@ class GatewaySection(StrictModel):
     )
 
     @model_validator(mode="after")
-    def _no_open_listener_without_auth(self) -> GatewaySection:
+    def _direct_port_apart_from_the_proxy(self) -> GatewaySection:
         if self.direct_port is not None and self.direct_port == self.port:
             raise ValueError(
                 f"gateway.direct_port {self.direct_port} is gateway.port, where Serve's proxy listens: "
                 "pick another port"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _no_open_listener_without_auth(self) -> GatewaySection:
         if not self.auth and not is_loopback(self.host):
             raise ValueError(
                 f"gateway.host {self.host!r} is not a loopback address and gateway.auth is off: anyone who "
