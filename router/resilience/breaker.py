@@ -41,7 +41,7 @@ the same clock.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, cast
 
@@ -87,6 +87,7 @@ class CircuitBreaker:
         self._clock = clock
         self._min_sources = min_sources
         self._window: deque[tuple[float, bool, str]] = deque()  # (at, ok, source)
+        self._failed: Counter[str] = Counter()  # failures in the window by source, kept as the window moves
         self._open_until: float | None = None  # None: closed; past: half-open
         self._cause: Cause = "failures"
         self._trials: deque[float] = deque()  # start times of half-open trials in flight
@@ -145,6 +146,8 @@ class CircuitBreaker:
                 self._open(now + self._settings.open_s, "failures")
             return
         self._window.append((now, ok, source))
+        if not ok:
+            self._failed[source] += 1
         self._prune(now)
         if self._should_trip():
             self._open(now + self._settings.open_s, "failures")
@@ -187,12 +190,17 @@ class CircuitBreaker:
     def _close(self) -> None:
         self._open_until = None
         self._window.clear()
+        self._failed.clear()
         self._trials.clear()
 
     def _prune(self, now: float) -> None:
         horizon = now - self._settings.window_s
         while self._window and self._window[0][0] <= horizon:
-            self._window.popleft()
+            _, ok, source = self._window.popleft()
+            if not ok:
+                self._failed[source] -= 1
+                if not self._failed[source]:
+                    del self._failed[source]
 
     def _expire_trials(self, now: float) -> None:
         while self._trials and self._trials[0] + self._settings.probe_timeout_s <= now:
@@ -202,10 +210,10 @@ class CircuitBreaker:
         total = len(self._window)
         if total < self._settings.min_requests:
             return False
-        failed_sources = [source for _, ok, source in self._window if not ok]
-        if len(failed_sources) / total < self._settings.failure_ratio:
+        # counted as outcomes come and go: a busy target's window holds thousands, read on every outcome
+        if self._failed.total() / total < self._settings.failure_ratio:
             return False
-        return len(set(failed_sources)) >= self._min_sources
+        return len(self._failed) >= self._min_sources
 
 
 class Breakers:

@@ -207,6 +207,22 @@ def test_domain_trips_only_on_failures_from_several_targets(failing_targets: lis
         assert reason == "breaker open for domain sim (retry in 10.0s)"
 
 
+def test_a_sources_failures_sliding_out_no_longer_count_toward_the_domain() -> None:
+    # failures are counted per source as the window moves (not recounted per outcome): once target a's
+    # failures are 30 s old, a's and b's together must not reach the two sources the domain needs
+    clock = FakeClock(1_700_000_000.0)
+    board = Breakers(SETTINGS, clock)
+    for _ in range(3):
+        board.record("a", "sim", ok=False)
+    clock.advance(30)
+    for _ in range(3):
+        board.record("b", "sim", ok=False)
+    assert board.states()["domain:sim"] == "closed"
+    board.record("a", "sim", ok=False)  # a fails again inside the window: two sources, 5 of 5 failed
+    board.record("a", "sim", ok=False)
+    assert board.states()["domain:sim"] == "open"
+
+
 def test_half_open_domain_admits_one_trial_across_its_targets() -> None:
     clock = FakeClock(1_700_000_000.0)
     board = Breakers(SETTINGS, clock)
