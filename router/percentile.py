@@ -20,7 +20,11 @@ from collections.abc import Iterable, Sequence
 
 def percentile(values: Iterable[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..100); None without values."""
-    ordered = sorted(values)
+    return percentile_of_sorted(sorted(values), q)
+
+
+def percentile_of_sorted(ordered: Sequence[float], q: float) -> float | None:
+    """`percentile` of values already in ascending order (a window kept sorted as it moves)."""
     if not ordered:
         return None
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]

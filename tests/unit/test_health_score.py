@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from router.percentile import percentile
 from router.resilience.health_score import ScoreSettings, TargetScore, latency_component, score
 from tests.fakes import FakeClock
 
@@ -55,3 +58,19 @@ def test_violations_and_cost_and_too_few_samples() -> None:
     for _ in range(4):
         target.observe(ok=True, latency_s=0.5)
     assert target.score(cost=0.0) == pytest.approx(score(0.8, 1.0, 0.8, 0.0))
+
+
+def test_the_kept_counts_and_order_match_a_recount_as_the_window_moves() -> None:
+    # the score reads counts and a sorted latency list kept as outcomes enter and leave the window
+    # (window_s and the 10,000 cap); a recount from the outcomes themselves must agree at every step
+    rng = random.Random(7)
+    clock = FakeClock()
+    target = TargetScore(ScoreSettings(window_s=5.0), clock)
+    for _ in range(3000):
+        clock.advance(rng.choice((0.0, 0.01, 0.5)))
+        ok = rng.random() < 0.8
+        target.observe(ok=ok, violation=not ok and rng.random() < 0.5, latency_s=rng.choice((0.1, 0.2, rng.random())))
+        kept = list(target._outcomes)
+        assert target._ok == sum(1 for _, good, _, _ in kept if good)
+        assert target._violations == sum(1 for _, _, bad, _ in kept if bad)
+        assert target.p95() == percentile([x[3] for x in kept if x[3] is not None], 95)
