@@ -61,6 +61,7 @@ from router.errors import (
 )
 from router.routing.capabilities import provider_model_name
 from serve_apps.backend import BackendReply
+from serve_apps.providers.aiohttp_transport import default_transport
 from serve_apps.providers.bounded import ERROR_BODY_BYTES, loads, read_body, read_prefix
 from serve_apps.providers.capability_errors import context_exceeded
 from serve_apps.providers.sse import ProviderEventStream
@@ -125,7 +126,9 @@ class OpenAICompatProvider:
         self._clock = clock  # wall time: the `created` of translated replies
         self._on_headers = on_headers
         self._client = httpx.AsyncClient(
-            base_url=provider.base_url, timeout=httpx.Timeout(provider.timeout_s), transport=transport
+            base_url=provider.base_url,
+            timeout=httpx.Timeout(provider.timeout_s),
+            transport=transport or default_transport(),
         )
 
     @property
