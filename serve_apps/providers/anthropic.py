@@ -67,7 +67,7 @@ class AnthropicProvider(OpenAICompatProvider):
         headers.update(self._auth_headers(key))
         headers[hdr.REQUEST_ID] = request_id
         headers["accept"] = "text/event-stream" if stream else "application/json"
-        request = self._client.build_request("POST", "messages", json=payload, headers=headers)
+        request = self._client.build("POST", "messages", json_body=payload, headers=headers)
         response = await self._send(request, redact)
         try:
             return await self._translated(response, stream, _include_usage(body), redact)
@@ -79,7 +79,7 @@ class AnthropicProvider(OpenAICompatProvider):
         """Liveness: `GET models` with our key (a refused key is `provider_auth_failed`)."""
         key = self._api_key()
         redact = _redactor(key)
-        request = self._client.build_request("GET", "models", headers=self._auth_headers(key))
+        request = self._client.build("GET", "models", headers=self._auth_headers(key))
         response = await self._send(request, redact)
         content = await self._read(response, error=True)  # only an error's start is ever read
         if not 200 <= response.status_code < 300:

@@ -61,9 +61,9 @@ from router.errors import (
 )
 from router.routing.capabilities import provider_model_name
 from serve_apps.backend import BackendReply
-from serve_apps.providers.aiohttp_transport import default_transport
 from serve_apps.providers.bounded import ERROR_BODY_BYTES, loads, read_body, read_prefix
 from serve_apps.providers.capability_errors import context_exceeded
+from serve_apps.providers.http_client import ProviderClient
 from serve_apps.providers.sse import ProviderEventStream
 
 log = logging.getLogger("spillover.providers")
@@ -125,11 +125,7 @@ class OpenAICompatProvider:
         self._env = env
         self._clock = clock  # wall time: the `created` of translated replies
         self._on_headers = on_headers
-        self._client = httpx.AsyncClient(
-            base_url=provider.base_url,
-            timeout=httpx.Timeout(provider.timeout_s),
-            transport=transport or default_transport(),
-        )
+        self._client = ProviderClient(provider.base_url, provider.timeout_s, transport)
 
     @property
     def name(self) -> str:
@@ -167,7 +163,7 @@ class OpenAICompatProvider:
         headers["accept"] = "text/event-stream" if stream else "application/json"
         if key:
             headers["authorization"] = f"Bearer {key}"
-        request = self._client.build_request("POST", "chat/completions", json=payload, headers=headers)
+        request = self._client.build("POST", "chat/completions", json_body=payload, headers=headers)
         response = await self._send(request, redact)
         try:
             return await self._reply(response, stream, redact)
@@ -182,7 +178,7 @@ class OpenAICompatProvider:
         key = self._api_key()
         redact = _redactor(key)
         headers = {"authorization": f"Bearer {key}"} if key else {}
-        response = await self._send(self._client.build_request("GET", "models", headers=headers), redact)
+        response = await self._send(self._client.build("GET", "models", headers=headers), redact)
         content = await self._read(response, error=True)  # only an error's start is ever read
         if not 200 <= response.status_code < 300:
             raise self._status_error(response.status_code, response.headers, content, redact)
@@ -190,7 +186,7 @@ class OpenAICompatProvider:
     async def _send(self, request: httpx.Request, redact: Callable[[str], str]) -> httpx.Response:
         """Send and return once the status line arrived; transport failures become errors here."""
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._client.send(request)
         except httpx.TimeoutException as exc:
             message = f"cloud provider {self.name!r} did not answer within {self._provider.timeout_s:g} s"
             raise TargetUnavailable(f"{message} ({type(exc).__name__})", code=ErrorCode.PROVIDER_TIMEOUT) from None
