@@ -127,6 +127,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             )
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise _httpx_error(exc, request, sent=False) from exc
+        except ValueError as exc:  # a header aiohttp will not send (CR/LF in a value): h11 refuses it too
+            raise httpx.LocalProtocolError(str(exc), request=request) from exc
         version = response.version or aiohttp.HttpVersion11
         return httpx.Response(
             status_code=response.status,

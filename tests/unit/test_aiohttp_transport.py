@@ -169,6 +169,17 @@ async def test_a_body_left_unread_frees_the_pool_for_the_next_request(upstream: 
         assert (await c.get(f"{base}/echo")).status_code == 200
 
 
+async def test_a_header_that_cannot_be_sent_is_httpx_local_protocol_error(upstream: Served) -> None:
+    # an API key read from a file with its newline: httpx's transport refuses it the same way, before sending
+    base, state = upstream
+    transport = AiohttpTransport()
+    request = httpx.Request("GET", f"{base}/echo", headers={"authorization": "Bearer k\nx-injected: 1"})
+    with pytest.raises(httpx.LocalProtocolError):
+        await transport.handle_async_request(request)
+    await transport.aclose()
+    assert not state.seen
+
+
 def test_an_environment_proxy_keeps_httpx_own_transport(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
