@@ -1,7 +1,8 @@
 """The gateway replica's own HTTP listener (`gateway.direct_port`): the gateway served without Serve's proxy.
 
 Every request through Serve's HTTP proxy crosses a Python process before it reaches the gateway replica
-(bench/reports/cpu-smollm2-overhead: the hop alone +23 ms at p50 on a 2-core box). With `gateway.direct_port`
+(bench/reports/cpu-smollm2-overhead: +22 ms at p50 on a 1-token chat, and a third of the throughput, on a 2-core
+box). With `gateway.direct_port`
 each gateway replica also serves the same ASGI app from a uvicorn of its own, on `gateway.host:direct_port`:
 
 * one stable address per node: the socket is bound with SO_REUSEPORT, so every gateway replica on a node binds
