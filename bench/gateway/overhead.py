@@ -13,6 +13,8 @@ shuffled order, along three paths to the *same* model replica:
 
     vllm          (`--vllm-url`) a plain vLLM OpenAI server of the same model, dtype and engine args
     gateway-http  (with `--http-region`) the gateway to that same server through its HTTP-provider path
+    gateway-direct-http  (with `--http-region` and `--gateway-direct-url`) the same through the gateway
+              replica's own listener
     litellm       (`--litellm-url`) a LiteLLM proxy in front of the plain server, when one runs
 
 Interleaving puts every path under the same machine noise; the report gives p50/p95 per path and
@@ -149,6 +151,7 @@ def comparisons(stats: list[PathStats]) -> list[dict[str, Any]]:
         ("gateway-direct", "ray"),
         ("gateway-direct", "direct"),
         ("gateway-http", "vllm"),
+        ("gateway-direct-http", "vllm"),
         ("litellm", "vllm"),
     )
     for a, b in pairs:
@@ -206,7 +209,8 @@ def render_markdown(run: OverheadRun) -> str:
         "vllm = a plain vLLM OpenAI server of the same model and dtype; gateway-http = spillover's gateway to "
         "that same server through its HTTP-provider path; litellm = a LiteLLM proxy in front of it; "
         "gateway-direct = spillover's gateway through its replica's own listener (`gateway.direct_port`), without "
-        "Serve's proxy: *gateway-direct vs gateway* is the proxy hop.",
+        "Serve's proxy: *gateway-direct vs gateway* is the proxy hop; gateway-direct-http = the HTTP-provider path "
+        "through that listener.",
         "",
         *store_markdown(run.stats),
         *(stream_markdown(run.streams) if run.streams else []),
@@ -319,6 +323,8 @@ def http_paths(opts: OverheadOptions) -> dict[str, str]:
         paths["litellm"] = opts.litellm_url.rstrip("/")
     if opts.gateway_direct_url:
         paths["gateway-direct"] = opts.gateway_direct_url.rstrip("/")
+        if opts.vllm_url and opts.http_region:
+            paths["gateway-direct-http"] = opts.gateway_direct_url.rstrip("/")
     return paths
 
 

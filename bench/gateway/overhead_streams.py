@@ -104,8 +104,11 @@ def long_answer(item: WorkItem) -> WorkItem:
     return replace(item, messages=(*rest, {**last, "content": last["content"] + ASK}))
 
 
+HTTP_PROVIDER_PATHS = ("gateway-http", "gateway-direct-http")  # sent to the plain server by x-spillover-residency
+
+
 def extra_headers(name: str, opts: StreamOptions) -> dict[str, str]:
-    if name == "gateway-http" and opts.http_region:
+    if name in HTTP_PROVIDER_PATHS and opts.http_region:
         return {hdr.RESIDENCY: opts.http_region}
     return {}
 
@@ -154,6 +157,7 @@ PAIRS = (
     ("ray", "vllm"),
     ("gateway-direct", "gateway"),
     ("gateway-direct", "vllm"),
+    ("gateway-direct-http", "vllm"),
 )
 
 

@@ -4,8 +4,10 @@ subprocess (two paths to the same simulator: the numbers are structure, not perf
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 
 from bench.cloud_sim.process import running_cloud_sim
+from bench.gateway.overhead import OverheadOptions, http_paths
 from bench.gateway.overhead_streams import (
     LevelStats,
     StreamOptions,
@@ -43,9 +45,10 @@ def test_streams_are_measured_per_path_and_level() -> None:
     assert "| 3 | gateway-http vs vllm |" in "\n".join(stream_markdown(run))
 
 
-def test_only_the_gateway_http_path_carries_the_residency_header() -> None:
+def test_only_the_http_provider_paths_carry_the_residency_header() -> None:
     opts = StreamOptions({}, "m", http_region="bench-vllm")
     assert extra_headers("gateway-http", opts) == {hdr.RESIDENCY: "bench-vllm"}
+    assert extra_headers("gateway-direct-http", opts) == {hdr.RESIDENCY: "bench-vllm"}
     assert extra_headers("gateway", opts) == {} and extra_headers("vllm", opts) == {}
 
 
@@ -59,3 +62,20 @@ def test_tokens_per_second_counts_ok_streams_over_the_batches_wall_time() -> Non
     assert level.tokens_per_s == 10.0 and level.errors == 1
     run = StreamRun(StreamOptions({}, "m"), [level])
     assert run.to_dict()["levels"][0]["error_codes"] == ["upstream_error"]
+
+
+def test_the_direct_listener_gets_an_http_provider_path_of_its_own() -> None:
+    opts = OverheadOptions(
+        "http://127.0.0.1:8000/",
+        "m",
+        vllm_url="http://127.0.0.1:8100/v1/",
+        http_region="bench-vllm",
+        gateway_direct_url="http://127.0.0.1:8001/v1/",
+    )
+    assert http_paths(opts) == {
+        "vllm": "http://127.0.0.1:8100/v1",
+        "gateway-http": "http://127.0.0.1:8000/v1",
+        "gateway-direct": "http://127.0.0.1:8001/v1",
+        "gateway-direct-http": "http://127.0.0.1:8001/v1",
+    }
+    assert "gateway-direct-http" not in http_paths(replace(opts, http_region=None))
