@@ -1,7 +1,7 @@
-"""The providers' HTTP transport: httpx's client on aiohttp's connection pool.
+"""The providers' HTTP transport: httpx's requests and responses on aiohttp's connection pool.
 
-Every cloud call crosses an `httpx.AsyncClient` (its request building, timeouts, redirects off, the
-tests' `MockTransport`s); what sends the bytes is this `httpx.AsyncBaseTransport`. httpx's own
+Every cloud call is an `httpx.Request` (built by serve_apps/providers/http_client.py, with its timeouts;
+the tests answer it with `httpx.MockTransport`s); what sends the bytes is this `httpx.AsyncBaseTransport`. httpx's own
 transport (httpcore on anyio, h11 in Python) was the largest single share of the gateway replica's
 CPU per request in a py-spy profile under load; aiohttp parses HTTP in C and keeps the same
 keep-alive pool. The figures are in the overhead report (`docs/bench.md`).

@@ -2,7 +2,7 @@
 
 `httpx.AsyncClient` does work per request that a provider call never needs — merging a base URL and
 default headers, a cookie jar read and written on every exchange, auth and redirect loops that never
-run — about a tenth of the gateway replica's CPU per request in a py-spy profile under load. A
+run — over a tenth of the gateway replica's CPU per request in a py-spy profile under load. A
 provider's adapter needs less: its endpoint's URLs (parsed once), httpx's default headers, its timeout,
 and the transport (`serve_apps/providers/aiohttp_transport.py`, or a test's `httpx.MockTransport`).
 
