@@ -93,7 +93,8 @@ class GatewaySection(StrictModel):
         ge=1,
         le=65535,
         description="each gateway replica also serves the gateway on this port of gateway.host itself, without "
-        "Serve's proxy (shared by a node's gateway replicas: SO_REUSEPORT); same auth and http_limits; null: off",
+        "Serve's proxy (shared by a node's gateway replicas: SO_REUSEPORT; a stopping replica closes it first and "
+        "drains, docs/architecture.md); same auth and http_limits; null: off",
     )
     replicas: int = Field(1, ge=1, description="gateway replicas behind Serve's proxy (without autoscaling)")
     num_cpus: float = Field(0.1, gt=0, description="Ray logical CPUs per gateway replica")
