@@ -38,7 +38,10 @@ def build_app(config: SpilloverConfig, config_path: str = "(config)") -> Applica
     replicas: dict[str, Any] = (
         {"autoscaling_config": scaling.model_dump()} if scaling else {"num_replicas": config.gateway.replicas}
     )
-    gateway = cast(Deployment, Gateway).options(ray_actor_options={"num_cpus": config.gateway.num_cpus}, **replicas)
+    actor: dict[str, Any] = {"num_cpus": config.gateway.num_cpus}
+    if config.gateway.resources:  # places the replicas (and their direct_port) on the nodes that declare them
+        actor["resources"] = dict(config.gateway.resources)
+    gateway = cast(Deployment, Gateway).options(ray_actor_options=actor, **replicas)
     return gateway.bind(dump_config(config), handles)
 
 

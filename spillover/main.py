@@ -90,6 +90,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _serve(config, args)
 
 
+def _client_url(config: SpilloverConfig, proxy_url: str) -> str:
+    """Where clients call: the gateway replicas' own listener (gateway.direct_port, no proxy hop) when set,
+    on the node that runs them (gateway.resources places them; docs/architecture.md "Ingress"), else Serve's
+    proxy."""
+    if config.gateway.direct_port is None:
+        return proxy_url
+    return proxy_url.rsplit(":", 1)[0] + f":{config.gateway.direct_port}"
+
+
 def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
     from serve_apps.runner import deploy  # heavy imports (ray, vllm) only when serving
 
@@ -97,12 +106,12 @@ def _serve(config: SpilloverConfig, args: argparse.Namespace) -> int:
     _say_calibration(config)
     running = deploy(config, args.config, _say)
     first = config.served_names[0]
-    print(f"\nspillover is serving at {running.base_url}/v1  (models: {', '.join(config.served_names)})")
-    if config.gateway.direct_port is not None:
-        direct = running.base_url.rsplit(":", 1)[0] + f":{config.gateway.direct_port}"
-        print(f"  and without Serve's proxy at {direct}/v1 (gateway.direct_port)")
+    url = _client_url(config, running.base_url)
+    print(f"\nspillover is serving at {url}/v1  (models: {', '.join(config.served_names)})")
+    if url != running.base_url:
+        print(f"  and through Serve's proxy at {running.base_url}/v1 (one hop more per request)")
     print("try:")
-    print(f"  curl -s {running.base_url}/v1/chat/completions -H 'content-type: application/json' \\")
+    print(f"  curl -s {url}/v1/chat/completions -H 'content-type: application/json' \\")
     print(
         f'    -d \'{{"model": "{first}", "messages": [{{"role": "user", "content": '
         f'"What is the capital of France?"}}], "temperature": 0}}\''
@@ -136,7 +145,10 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     _say(f"spillover deploy: {args.config} -> Ray at {address}")
     _say_calibration(config)
     running = deploy(config, args.config, _say)
-    print(f"deployed: {running.base_url}/v1 (models: {', '.join(config.served_names)})")
+    url = _client_url(config, running.base_url)
+    print(f"deployed: {url}/v1 (models: {', '.join(config.served_names)})")
+    if url != running.base_url:
+        print(f"  and through Serve's proxy at {running.base_url}/v1 (one hop more per request)")
     print("it keeps running; `serve shutdown` (Ray's CLI) removes it.")
     return 0
 

@@ -97,6 +97,12 @@ class GatewaySection(StrictModel):
         "drains, docs/architecture.md); same auth and http_limits; null: off",
     )
     replicas: int = Field(1, ge=1, description="gateway replicas behind Serve's proxy (without autoscaling)")
+    resources: dict[str, float] = Field(
+        {},
+        description="Ray custom resources each gateway replica needs, which places the replicas on the nodes that "
+        "declare them (ray-cluster.yaml gives the head `spillover_gateway`: configs/gpu.yaml's replicas, and so "
+        "their direct_port, run there, one address for clients); {}: any node",
+    )
     num_cpus: float = Field(0.1, gt=0, description="Ray logical CPUs per gateway replica")
     request_timeout_s: float = Field(
         300,
@@ -130,6 +136,17 @@ class GatewaySection(StrictModel):
     http_limits: HttpLimits = Field(
         HttpLimits(), description="header size and count, and slow or idle clients, bounded where HTTP is served"
     )
+
+    @field_validator("resources")
+    @classmethod
+    def _custom_resources_only(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, amount in value.items():
+            reserved = name in ("CPU", "GPU", "memory", "object_store_memory")
+            if reserved or not re.fullmatch(r"[A-Za-z_][\w.-]{0,63}", name):
+                raise ValueError(f"gateway.resources: {name!r} is not a custom resource name (CPUs: gateway.num_cpus)")
+            if not 0 < amount <= 10_000:
+                raise ValueError(f"gateway.resources.{name}: {amount} is not in (0, 10000]")
+        return value
 
     @model_validator(mode="after")
     def _direct_port_apart_from_the_proxy(self) -> GatewaySection:

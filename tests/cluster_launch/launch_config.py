@@ -5,9 +5,9 @@
   is already at the same path on every host: `~/spillover` becomes that path, and the file mount
   copies the checkout onto itself (rsync finds nothing to send).
 * `spillover_variant`: configs/local.yaml (SmolLM2 on vLLM-CPU) as a cluster deployment: connect to
-  the running cluster, listen beyond loopback with auth on and one tenant whose key comes from the
-  nodes' environment, and a model replica that asks for more CPUs than the head has, so Ray must
-  place it on a worker.
+  the running cluster, listen beyond loopback with auth on, the gateway replicas on the head (as
+  configs/gpu.yaml places them), one tenant whose key comes from the nodes' environment, and a model
+  replica that asks for more CPUs than the head has, so Ray must place it on a worker.
 """
 
 from __future__ import annotations
@@ -44,6 +44,9 @@ def spillover_variant(local: dict[str, Any], *, key_env: str, model_cpus: int, s
     config["gateway"] = {
         **config["gateway"],
         "host": "0.0.0.0",  # every node's Serve proxy binds it; the test calls the head's address
+        # as configs/gpu.yaml: the gateway replicas on the head (ray-cluster.yaml gives it the resource), so its
+        # direct_port (configs/local.yaml's 8001) is where clients call
+        "resources": {"spillover_gateway": 1},
         "auth": True,
         "readiness_timeout_s": 300,
     }

@@ -31,7 +31,9 @@ from tests.cluster_launch.testhosts import Host
 
 pytestmark = pytest.mark.integration
 MODEL = "smollm2-135m-instruct"
-GATEWAY = f"http://{HEAD.ip}:8000"
+GATEWAY = f"http://{HEAD.ip}:8000"  # Serve's proxy (gateway.port)
+DIRECT_PORT = 8001  # the gateway replicas' own listener on the head (configs/local.yaml gateway.direct_port)
+DIRECT = f"http://{HEAD.ip}:{DIRECT_PORT}"
 QUESTION = "What is the capital of France?"
 HEAD_REDIS = "--host auto --port 6380 --password-file ~/.spillover/state_password"  # as ray-cluster.yaml starts it
 
@@ -48,8 +50,8 @@ def model_replicas(report: dict) -> list[dict]:
     return [a for a in report["actors"] if a["class"].startswith("ServeReplica:") and "LLMServer" in a["class"]]
 
 
-def ask(run: Launched) -> str:
-    client = OpenAI(base_url=f"{GATEWAY}/v1", api_key=run.tenant_key, timeout=120, max_retries=0)
+def ask(run: Launched, base: str = DIRECT) -> str:
+    client = OpenAI(base_url=f"{base}/v1", api_key=run.tenant_key, timeout=120, max_retries=0)
     reply = client.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": QUESTION}], temperature=0, max_tokens=32
     )
@@ -204,25 +206,32 @@ def test_spillover_deploy_serves_chat_through_the_gateway_with_the_model_on_a_wo
     output = up.on_head(f"spillover deploy --config {up.spillover_config}", timeout=480)
     said = [line for line in output.splitlines() if line.startswith(("ready after", "deployed:"))]
     say(f"`spillover deploy` on the head took {time.monotonic() - started:.0f}s: {said}")
-    assert httpx.get(f"{GATEWAY}/v1/models", timeout=10).status_code == 401  # auth is on
-    answer = ask(up)
-    say(f"chat through {GATEWAY}: {answer!r}")
-    assert "paris" in answer.lower()
+    for base in (DIRECT, GATEWAY):
+        assert httpx.get(f"{base}/v1/models", timeout=10).status_code == 401  # auth is on
+        answer = ask(up, base)
+        say(f"chat through {base}: {answer!r}")
+        assert "paris" in answer.lower()
     report = cluster_report(up)
     placement = [(a["class"], a["ip"]) for a in report["actors"] if a["class"].startswith("ServeReplica:")]
     say(f"Serve replicas (class, node IP) as Ray reports them: {placement}")
     (replica,) = model_replicas(report)
     assert replica["ip"] == WORKER.ip
+    assert [g["ip"] for g in gateway_replicas(report)] == [HEAD.ip]  # gateway.resources: the head's resource
+    head, worker = _listening(HEAD), _listening(WORKER)
+    say(f"direct port {DIRECT_PORT}: head {head.get(DIRECT_PORT)}, worker {worker.get(DIRECT_PORT)}")
+    assert head[DIRECT_PORT] == {"0.0.0.0"} and DIRECT_PORT not in worker  # gateway.host, with auth on
     assert_proxies_bounded("`spillover deploy`")
 
 
 def assert_proxies_bounded(deployed_by: str) -> None:
-    """Every node's Serve proxy serves with gateway.http_limits (the defaults here): a 32 MiB header is
-    refused and a connection that sends nothing is closed (header_timeout_s, 10 s)."""
-    huge = attack.huge_header(HEAD.ip, 8000, within_s=60)
+    """Every node's Serve proxy, and the gateway replicas' own listener on the head, serve with
+    gateway.http_limits (the defaults here): a 32 MiB header is refused and a connection that sends nothing
+    is closed (header_timeout_s, 10 s)."""
+    huge = {port: attack.huge_header(HEAD.ip, port, within_s=60) for port in (8000, DIRECT_PORT)}
     silent = {host.name: attack.idle(host.ip, 8000, within_s=60) for host in (HEAD, WORKER)}
-    say(f"Serve proxies after {deployed_by}: 32 MiB header {huge}; silent connections {silent}")
-    assert huge.refused and huge.status in (None, 431), huge
+    silent["head direct"] = attack.idle(HEAD.ip, DIRECT_PORT, within_s=60)
+    say(f"after {deployed_by}: 32 MiB header {huge}; silent connections {silent}")
+    assert all(outcome.refused and outcome.status in (None, 431) for outcome in huge.values()), huge
     assert all(outcome.refused for outcome in silent.values()), silent
 
 
@@ -246,11 +255,11 @@ def test_scaling_the_gateway_by_redeploying_keeps_the_engine_running(up: Launche
     gateways = gateway_replicas(report)
     took = time.monotonic() - started
     say(f"redeploy with gateway.replicas 2 took {took:.0f}s; gateways on {[g['ip'] for g in gateways]}")
-    assert len(gateways) == 2
+    assert [g["ip"] for g in gateways] == [HEAD.ip, HEAD.ip]  # both share the head's direct port
     assert model_replicas(report) == [engine]  # the same actor on the same node: not restarted
     answer = ask(up)
     assert "paris" in answer.lower()
-    # both gateway replicas (one per node) reach the head's Redis with the nodes' password: each pushes its
+    # both gateway replicas reach the head's Redis with the nodes' password: each pushes its
     # series there, so one scrape of the address shows both, each with the store up
     deadline = time.monotonic() + 60
     while (seen := store_up_by_replica(httpx.get(f"{GATEWAY}/metrics", timeout=10).text)) != {
@@ -285,7 +294,7 @@ def test_rendered_serve_config_deployed_with_ray_serve_serves_the_same_app(up: L
         raise
     say(f"`serve deploy` of the rendered file ready after {time.monotonic() - started:.0f}s")
     answer = ask(up)
-    say(f"chat through {GATEWAY} (rendered app): {answer!r}")
+    say(f"chat through {DIRECT} (rendered app): {answer!r}")
     assert "paris" in answer.lower()
     (replica,) = model_replicas(cluster_report(up))
     assert replica["ip"] == WORKER.ip
