@@ -20,6 +20,7 @@ Pure: no I/O. File reading is cluster/decision_log_reader.py; the replay itself 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import OrderedDict
@@ -75,10 +76,21 @@ def plan_snapshot(
     unavailable: Mapping[str, str],
     health: Mapping[str, str],
 ) -> tuple[str, dict[str, Any]]:
-    """(id, body) of what the plan saw besides the contract: capabilities, reachable providers, health."""
+    """(id, body) of what the plan saw besides the contract: capabilities, reachable providers, health.
+    The body is shared by every request that saw the same: read it, never change it."""
+    key = (tuple(targets), tuple(sorted(available_providers)), tuple(unavailable.items()), tuple(health.items()))
+    return _snapshot(key)
+
+
+SnapshotKey = tuple[tuple[Target, ...], tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+
+
+@functools.lru_cache(maxsize=256)  # the inputs change when health or capabilities do, not per request
+def _snapshot(key: SnapshotKey) -> tuple[str, dict[str, Any]]:
+    targets, available, unavailable, health = key
     body = {
         "targets": {t.id: _caps(t.caps) for t in targets},
-        "available_providers": sorted(available_providers),
+        "available_providers": list(available),
         "unavailable": dict(unavailable),
         "health": dict(health),
     }
