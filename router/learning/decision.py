@@ -33,6 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any, Literal
 
+import msgspec
+
 from router.learning.decision_inputs import Blob, BlobLog, compact_contract
 from router.request.contract import RequestContract
 from router.routing.capabilities import Target, estimate_cost_usd
@@ -195,7 +197,12 @@ class DecisionRecord:
         return data
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+        """`to_dict` as one JSON line, keys sorted: msgspec walks the dataclasses itself, ~10x faster than
+        `_plain` + `json.dumps` (every request stores one). Non-ASCII text stays UTF-8; a NaN would be null."""
+        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        data["tiers"] = [list(t) for t in self.tiers]
+        data["total_cost_usd"] = self.total_cost_usd
+        return _ENCODER.encode(data).decode()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionRecord:
@@ -223,6 +230,19 @@ class DecisionRecord:
     @classmethod
     def from_json(cls, line: str) -> DecisionRecord:
         return cls.from_dict(json.loads(line))
+
+
+def _json_value(value: Any) -> Any:
+    """What msgspec does not encode itself: read-only mappings (MappingProxyType) and sets."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+_ENCODER = msgspec.json.Encoder(enc_hook=_json_value, order="sorted")
+_RECORD_FIELDS = tuple(f.name for f in fields(DecisionRecord) if f.name != "blobs")
 
 
 def _attempt(data: Mapping[str, Any]) -> Attempt:
