@@ -31,14 +31,24 @@ def _script(ch: str) -> str | None:
     return "latin" if 0x00C0 <= code <= 0x024F else ("other" if ch.isalpha() else None)
 
 
+# every ASCII character that is not a letter, deleted by str.translate: an ASCII text's latin letters counted in C
+_ASCII_NON_LETTERS = str.maketrans("", "", "".join(chr(c) for c in range(128) if not chr(c).isalpha()))
+
+
 def script_of(texts: Iterable[str]) -> str:
     counts: Counter[str] = Counter()
     seen = 0
     for text in texts:
-        for ch in text[: MAX_CHARS - seen]:
-            script = _script(ch)
-            if script is not None:
-                counts[script] += 1
+        part = text[: MAX_CHARS - seen]
+        if part.isascii():  # most prompts: only latin letters to count (the same as the loop below, ~50x faster)
+            letters = len(part.translate(_ASCII_NON_LETTERS))
+            if letters:
+                counts["latin"] += letters
+        else:
+            for ch in part:
+                script = _script(ch)
+                if script is not None:
+                    counts[script] += 1
         seen += min(len(text), MAX_CHARS - seen)
         if seen >= MAX_CHARS:
             break
