@@ -238,9 +238,10 @@ class GatewayHTTP:
         try:
             parsed = parse_body(raw, kind)
             resolve_model(parsed, self._limits)
-            # off the event loop, in the tenant's turn: a client's JSON Schema is checked here, up to ~2 s
+            # off the event loop, in the tenant's turn (a small body without schemas: on it): a client's JSON Schema
+            # is checked here, up to ~2 s
             derive = partial(self._derive, parsed.body, request.headers, self._policy, tenant, request_id)
-            contract = await self._timed(self._checks.derive(owner_of(tenant), parsed.body, derive))
+            contract = await self._timed(self._checks.derive(owner_of(tenant), parsed.body, derive, size=len(raw)))
             if tenant is not None:
                 contract = narrow_for_tenant(contract, tenant)
             if parsed.stream and contract.level == "L1" and (contract.needs_json_schema or contract.needs_json_mode):

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from router.errors import InvalidRequest
-from serve_apps.off_loop.check_pool import CheckPool, RequestChecks
+from serve_apps.off_loop.check_pool import INLINE_DERIVE_BYTES, CheckPool, RequestChecks
 from tests.unit.security_gateway import APPS, BOUND_S, MODEL, OTHER, build
 
 
@@ -171,3 +171,21 @@ async def test_a_derive_over_its_budget_is_a_400_naming_the_schemas() -> None:
     executor.finish(None)
     await settle()
     assert checks.schemas.running() == 0
+
+
+async def test_a_small_body_without_schemas_is_derived_on_the_loop_and_a_large_one_in_the_pool() -> None:
+    """The hop to a thread costs more than deriving a small plain body (serve_apps/off_loop/check_pool.py):
+    such a body never reaches the pool; a larger one, or any with schemas, still does."""
+    plain, schemas = ManualExecutor(), ManualExecutor()
+    checks = RequestChecks(CheckPool(1, 1, executor=schemas), CheckPool(1, 1, executor=plain))
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    assert await checks.derive("a", body, lambda: "inline", size=INLINE_DERIVE_BYTES) == "inline"
+    assert plain.jobs == [] and schemas.jobs == []
+    large = asyncio.create_task(checks.derive("a", body, lambda: "pooled", size=INLINE_DERIVE_BYTES + 1))
+    await until(lambda: plain.labels() == ["pooled"])
+    plain.finish("pooled")
+    assert await large == "pooled"
+    schema = asyncio.create_task(checks.derive("a", with_schema(1), lambda: "schema", size=100))
+    await until(lambda: schemas.labels() == ["schema"])
+    schemas.finish("schema")
+    assert await schema == "schema"
