@@ -42,6 +42,8 @@ Counted = Callable[[RequestError, bytes], None]  # the metrics of a failed gener
 
 def header_text(text: str) -> str:
     """A reason as an HTTP header value: printable ASCII, one line, bounded."""
+    if text.isascii() and text.isprintable():  # most reasons: no character to replace
+        return text[:300]
     return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)[:300]
 
 

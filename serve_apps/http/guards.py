@@ -182,6 +182,10 @@ _PRIVATE_NAME = re.compile(
 _ACCOUNT = re.compile(r"\b(?:org|proj|user|acct|account)[-_](?=[A-Za-z0-9]*\d)[A-Za-z0-9]{6,}\b|\b\d{12}\b")
 
 
+_REMEMBERED_CHARS = 512
+_REMEMBERED_TEXTS = 1024
+
+
 class ClientText:
     """Scrubs the strings of an error body (and of a stream's error events) before a client sees it.
     `words` (key variables, provider hosts, this machine's name) are matched as whole names."""
@@ -190,8 +194,20 @@ class ClientText:
         names = sorted({w for w in words if w and len(w) >= 3}, key=len, reverse=True)
         pattern = "|".join(re.escape(w) for w in names)
         self._words = re.compile(f"(?<![\\w.-])(?:{pattern})(?![\\w-])") if names else None
+        # every answer's x-spillover-reason is scrubbed, and reasons repeat: short texts are remembered
+        self._seen: dict[str, str] = {}
 
     def text(self, value: str) -> str:
+        if len(value) > _REMEMBERED_CHARS:
+            return self._scrub(value)
+        scrubbed = self._seen.get(value)
+        if scrubbed is None:
+            if len(self._seen) >= _REMEMBERED_TEXTS:
+                self._seen.clear()
+            scrubbed = self._seen[value] = self._scrub(value)
+        return scrubbed
+
+    def _scrub(self, value: str) -> str:
         if self._words is not None:
             value = self._words.sub("[configured name]", value)
         value = _URL.sub("[url]", value)

@@ -104,3 +104,14 @@ def test_stream_events_other_than_errors_are_left_alone() -> None:
     assert text.events(content) == content  # an answer is the model's, not an error text
     error = 'data: {"error": {"message": "' + HOSTILE + '"}}\n\n'
     assert not _leaks(text.events(error)) and text.events(error).endswith("\n\n")
+
+
+def test_a_remembered_text_is_scrubbed_the_same_every_time() -> None:
+    """Short texts are remembered (every answer's reason is scrubbed, and reasons repeat); a long one is not."""
+    text = ClientText([HOSTNAME])
+    first = text.text(HOSTILE)
+    assert not _leaks(first) and [text.text(HOSTILE) for _ in range(3)] == [first] * 3
+    many = [f"{HOSTILE} #{i}" for i in range(3000)]  # more than it remembers: it starts afresh, still scrubbing
+    assert all(not _leaks(text.text(t)) for t in many) and all(not _leaks(text.text(t)) for t in many[:10])
+    long = HOSTILE * 20
+    assert len(long) > 512 and not _leaks(text.text(long))
