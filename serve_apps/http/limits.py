@@ -32,13 +32,14 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from cluster.config.gateway import HttpLimits
 from router.error_codes import ErrorCode
 from router.errors import HeadersTooLarge, RequestBodyTimeout, RequestError
+from serve_apps.http.coalesce import CoalescedWrites
 
 log = logging.getLogger("spillover.http_limits")
 
@@ -74,7 +75,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
     # -- uvicorn's protocol hooks ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        # an answer's head and body in one socket write (serve_apps/http/coalesce.py)
+        super().connection_made(cast(asyncio.Transport, CoalescedWrites(transport, self.loop)))
         self._arm(self._limits.header_timeout_s, self._head_late)
 
     def connection_lost(self, exc: Exception | None) -> None:
