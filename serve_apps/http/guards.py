@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 import time
@@ -88,8 +87,9 @@ class BodyLimit:
             if complete or deadline is None:  # after the body, a read waits for the client to leave
                 message = await receive()
             else:
-                try:
-                    message = await asyncio.wait_for(receive(), max(0.0, deadline - self._clock()))
+                try:  # a timer, not wait_for's task per read
+                    async with asyncio.timeout(max(0.0, deadline - self._clock())):
+                        message = await receive()
                 except TimeoutError:
                     raise RequestBodyTimeout(
                         f"the request body did not arrive within gateway.http_limits.body_timeout_s = "
@@ -107,19 +107,38 @@ class BodyLimit:
 
 async def within(work: Awaitable[T], timeout_s: float) -> T:
     """`work`'s result, or TimeoutError after `timeout_s`, once `work` (cancelled with the message
-    `request_timeout`) has unwound: its records, quota and spend are booked before the 504 leaves."""
-    task = asyncio.ensure_future(work)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=timeout_s)
-    except BaseException:  # this request itself was cancelled: so is its work
-        task.cancel()
-        raise
-    if not done:
+    `request_timeout`) has unwound: its records, quota and spend are booked before the 504 leaves.
+
+    `work` runs in the calling task (no task of its own: this wraps every request twice). At the deadline that
+    task is cancelled with the message; the cancellation unwinds `work` and becomes TimeoutError here, taken
+    back as `asyncio.timeout` takes its own back. A cancellation of the request itself (its client left)
+    passes through as it is."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("within() runs in a task")
+    cancelling = task.cancelling()
+    fired = False
+
+    def cut() -> None:
+        nonlocal fired
+        fired = True
         task.cancel(RequestTimeout.code)
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+
+    deadline = asyncio.get_running_loop().call_later(timeout_s, cut)
+    try:
+        result = await work
+    except BaseException:
+        if not fired:
+            raise
+        if task.uncancel() > cancelling:
+            raise  # the request was cancelled as well: that one goes on
+        raise TimeoutError from None  # however the work ended, the cut ended it
+    finally:
+        deadline.cancel()
+    if fired:  # the work swallowed the cut and returned: still past the deadline
+        task.uncancel()
         raise TimeoutError
-    return task.result()
+    return result
 
 
 PROXY_HEADERS = 4  # fields a proxy in front adds to what a client sent (Serve's adds x-request-id)
