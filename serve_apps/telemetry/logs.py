@@ -7,11 +7,13 @@ Fields: `time`, `level`, `logger`, `message`, and whatever the call passed in `e
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from typing import TextIO
 
+import msgspec
+
+_ENCODER = msgspec.json.Encoder(enc_hook=str)  # what JSON has no type for is written as its str(), as before
 LOGGED_FIELDS = ("request_id", "model", "route", "target", "reason", "status", "code", "waited_s")
 
 
@@ -26,7 +28,7 @@ class JsonLineFormatter(logging.Formatter):
         data.update({k: getattr(record, k) for k in LOGGED_FIELDS if hasattr(record, k)})
         if record.exc_info:
             data["error"] = self.formatException(record.exc_info).splitlines()[-1]
-        return json.dumps(data, separators=(",", ":"), default=str)
+        return _ENCODER.encode(data).decode()  # one line a request ("routed"): msgspec, several times json's speed
 
 
 def configure_json_logs(name: str = "spillover", stream: TextIO | None = None, level: int = logging.INFO) -> None:
