@@ -79,7 +79,10 @@ def plan_snapshot(
     """(id, body) of what the plan saw besides the contract: capabilities, reachable providers, health.
     The body is shared by every request that saw the same: read it, never change it."""
     key = (tuple(targets), tuple(sorted(available_providers)), tuple(unavailable.items()), tuple(health.items()))
-    return _snapshot(key)
+    try:
+        return _snapshot(key)
+    except TypeError:  # an unhashable value somewhere: made afresh, not remembered
+        return _snapshot.__wrapped__(key)
 
 
 SnapshotKey = tuple[tuple[Target, ...], tuple[str, ...], tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
