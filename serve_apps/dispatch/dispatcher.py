@@ -283,7 +283,7 @@ class Dispatcher:
         target, planned_reason = candidates[cursor.index]
         has_next = cursor.index + 1 < len(candidates)
         if cursor.delay_s > 0:  # before the gate: a Retry-After waited out has cooled the target's domain till now
-            await self._sleep(cursor.delay_s)
+            await self._resilience.sleep_out(target, cursor.delay_s, self._sleep)
         gate = await self._gate(walk, target, has_next)
         if gate.refused is not None:
             walk.skipped(target, gate.refused)

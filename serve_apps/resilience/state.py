@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ from router.limits.rate_headers import read_rate_limits
 from router.resilience.breaker import Breakers
 from router.resilience.failure import Rule, rule_for
 from router.resilience.health import Health, HealthBoard, HealthMachine
-from router.resilience.retry import Backoff, RetryBudget
+from router.resilience.retry import WAIT_OUT_MARGIN_S, WAIT_OUT_SLACK_S, Backoff, RetryBudget
 from router.routing.capabilities import Target, local_id
 from router.routing.policy import Policy
 from router.routing.snapshot import ClusterSnapshot
@@ -117,6 +117,20 @@ class Resilience:
         """Seconds until the breakers of `target` and of its failure domain stop refusing it (0: they do not)."""
         waits = (self.breakers.domain(self.domain(target)).retry_in_s(), self.breakers.target(target.id).retry_in_s())
         return max((w for w in waits if w is not None), default=0.0)
+
+    async def sleep_out(self, target: Target, delay_s: float, sleep: Callable[[float], Awaitable[None]]) -> None:
+        """Sleep `delay_s` before retrying `target`; then, while a 429's cool-down holds it shut for only a little
+        longer (router/resilience/retry.py WAIT_OUT_SLACK_S), that too. The sleep ends on the event loop's clock
+        and the cool-down on the breakers' own: uvloop reads its clock once per loop turn, so on a busy loop a
+        timer ends a few ms early, and a retry that early is refused ("cooling after 429 (retry in 0.0s)") and
+        fails over, which waiting out the Retry-After was meant to avoid."""
+        await sleep(delay_s)
+        for _ in range(3):
+            breakers = (self.breakers.domain(self.domain(target)), self.breakers.target(target.id))
+            left = max((b.retry_in_s() or 0.0 for b in breakers if b.cause == "cooling"), default=0.0)
+            if not 0 < left <= WAIT_OUT_SLACK_S:
+                return
+            await sleep(left + WAIT_OUT_MARGIN_S)
 
     def watch_local(self, alias: str, snapshot: ClusterSnapshot, now: float) -> None:
         """Stale stats divert traffic while they last; only sustained staleness reddens health.

@@ -135,6 +135,25 @@ async def test_the_wait_lasts_until_the_domain_stops_cooling() -> None:
     assert [a.outcome for a in w.record("r1").attempts] == ["error", "ok"]
 
 
+class EarlyTimers(World):
+    """Its sleeps end 5 ms early on the breakers' clock, as uvloop's timers do against `time.monotonic` on a busy
+    loop (uvloop reads its clock once per loop turn)."""
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += max(0.0, seconds - 0.005)
+
+
+async def test_a_wait_that_ends_a_few_ms_early_sleeps_out_the_rest_of_the_cool_down() -> None:
+    """An integration run (fresh clone, loaded machine) retried a Retry-After of 1 s into "cooling after 429
+    (retry in 0.0s)" and failed over: the retry must wait for the cool-down the 429 started, not fail over."""
+    w = EarlyTimers()
+    w.providers["a"].script = [rate_limited(2)]
+    done = await send(w, "r1", "chat")
+    assert done.target == "cloud:a" and w.sleeps == [2, pytest.approx(0.015, abs=1e-4)]
+    assert [a.outcome for a in w.record("r1").attempts] == ["error", "ok"]
+
+
 async def test_a_cool_down_much_longer_than_the_wait_is_not_waited_for() -> None:
     w = World()
     w.providers["a"].script = [rate_limited(1)]
