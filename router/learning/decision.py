@@ -30,7 +30,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 import msgspec
@@ -86,26 +86,6 @@ class Candidate:
     reason: str | None = None
     scores: Mapping[str, Mapping[str, float]] | None = None  # scorer -> {raw, score, weight}
     total: float | None = None
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready copy of dataclasses, mappings and sequences. `dataclasses.asdict` does the same
-    but deep-copies every leaf: on the gateway's profile it was the largest single cost of a
-    request (`bench/gateway/cpu_profile.py`). Leaves and plain dicts are checked first (most nodes)."""
-    if isinstance(value, _LEAVES):
-        return value
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
-_LEAVES = (str, int, float, type(None))
 
 
 @dataclass(frozen=True)
@@ -188,21 +168,21 @@ class DecisionRecord:
         """Every attempt's known cost, failed attempts included."""
         return sum(a.cost_usd for a in self.attempts if a.cost_usd is not None)
 
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = _plain(replace(self, blobs={}))
-        del data["blobs"]
-        data["tiers"] = [list(t) for t in self.tiers]
-        data["health"] = dict(self.health)
+    def _fields(self) -> dict[str, Any]:
+        """What `to_dict` and `to_json` render: every field but the blobs (logged once, apart), and the total."""
+        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
         data["total_cost_usd"] = self.total_cost_usd
         return data
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values (dataclasses as dicts, tuples as lists), as `to_json` writes them."""
+        data: dict[str, Any] = msgspec.to_builtins(self._fields(), enc_hook=_json_value)
+        return data
+
     def to_json(self) -> str:
-        """`to_dict` as one JSON line, keys sorted: msgspec walks the dataclasses itself, ~10x faster than
-        `_plain` + `json.dumps` (every request stores one). Non-ASCII text stays UTF-8; a NaN would be null."""
-        data = {name: getattr(self, name) for name in _RECORD_FIELDS}
-        data["tiers"] = [list(t) for t in self.tiers]
-        data["total_cost_usd"] = self.total_cost_usd
-        return _ENCODER.encode(data).decode()
+        """One JSON line, keys sorted: msgspec walks the dataclasses itself, ~10x faster than a Python copy and
+        `json.dumps` (every request stores one). Non-ASCII text stays UTF-8; a NaN would be null."""
+        return _ENCODER.encode(self._fields()).decode()
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DecisionRecord:
