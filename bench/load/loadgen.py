@@ -13,6 +13,9 @@ Schedules
     run_open     requests start at given offsets (e.g. `workload.poisson_arrivals`), whatever
                  is still in flight.
 
+With `request_id_prefix` every request carries `x-request-id: <prefix>-<item index>`, so a result can be
+looked up in the gateway's decision records (`GET /v1/spillover/decisions/{request_id}`).
+
 Bounds: the number of requests is the number of items; `time_limit_s` ends a level (no new
 requests, the ones in flight are cancelled and recorded as `cancelled`); `request_timeout_s`
 bounds one request (`timeout`). The client talks only to the base URL it was made for: no
@@ -109,8 +112,10 @@ class LoadGenerator:
         progress: ProgressSink | None = None,
         extra_body: Mapping[str, Any] | None = None,
         request_timeout_s: float = 300.0,
+        request_id_prefix: str | None = None,
     ) -> None:
         self._client = client
+        self._request_id_prefix = request_id_prefix
         self._model = model
         self._clock = clock
         self._sleep = sleep
@@ -210,6 +215,8 @@ class LoadGenerator:
         status: int | None = None
         answered: Mapping[str, str] = {}
         error: str | None
+        if self._request_id_prefix is not None:
+            headers = {**(headers or {}), hdr.REQUEST_ID: f"{self._request_id_prefix}-{item.index}"}
         try:
             request = self._client.stream("POST", "chat/completions", json=self.body(item), headers=headers)
             async with request as response:

@@ -3,7 +3,8 @@
     [gateway c=4]  37/40 done  1 errors  12.3s
 
 On a terminal (`live`) the line is rewritten in place (carriage return) at most every
-`interval_s`; elsewhere (CI logs) only the final line of each level is written. `finish` ends
+`interval_s`; elsewhere (CI logs) only the final line of each level is written, and with `log_every_s` a
+line at most that often as requests finish (long runs). `finish` ends
 the line. The clock is injected; `NullProgress` shows nothing.
 """
 
@@ -39,11 +40,13 @@ class LineProgress:
         clock: Callable[[], float] = time.monotonic,
         live: bool | None = None,
         interval_s: float = 0.1,
+        log_every_s: float | None = None,
     ) -> None:
         self._stream = stream
         self._clock = clock
         self._live = stream.isatty() if live is None else live
         self._interval_s = interval_s
+        self._log_every_s = log_every_s
         self._label = ""
         self._total = 0
         self._done = 0
@@ -55,7 +58,7 @@ class LineProgress:
     def start(self, label: str, total: int) -> None:
         self._label, self._total, self._done, self._errors = label, total, 0, 0
         self._started = self._clock()
-        self._last_draw = float("-inf")
+        self._last_draw = float("-inf") if self._live else self._started
         if self._live:
             self._draw()
 
@@ -64,6 +67,10 @@ class LineProgress:
         self._errors += 0 if ok else 1
         if self._live and (self._clock() - self._last_draw >= self._interval_s or self._done == self._total):
             self._draw()
+        elif not self._live and self._log_every_s is not None and self._clock() - self._last_draw >= self._log_every_s:
+            self._stream.write(self.line() + "\n")
+            self._stream.flush()
+            self._last_draw = self._clock()
 
     def finish(self) -> None:
         if self._live:

@@ -241,3 +241,19 @@ def test_progress_line_live_and_in_logs() -> None:
     quiet.advance(True)
     quiet.finish()
     assert log.getvalue() == "[model c=1]  1/1 done  0 errors  0.0s\n"
+
+
+def test_progress_in_logs_every_few_seconds_for_long_runs() -> None:
+    now = [0.0]
+    log = io.StringIO()
+    progress = LineProgress(log, clock=lambda: now[0], live=False, log_every_s=10)
+    progress.start("replay shipped", 4)
+    for t in (1.0, 11.0, 12.0, 25.0):
+        now[0] = t
+        progress.advance(True)
+    progress.finish()
+    assert log.getvalue().splitlines() == [
+        "[replay shipped]  2/4 done  0 errors  11.0s",
+        "[replay shipped]  4/4 done  0 errors  25.0s",
+        "[replay shipped]  4/4 done  0 errors  25.0s",
+    ]
