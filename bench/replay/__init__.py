@@ -1,0 +1,1 @@
+"""`bench replay`: replay a production arrival trace through the gateway per policy (bench/replay/run.py)."""
