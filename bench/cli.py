@@ -64,6 +64,7 @@ from bench.cli_gateway import (
     cmd_faults,
     cmd_overhead,
 )
+from bench.cli_replay import add_replay_subcommand
 from bench.cli_trust import add_trust_subcommands
 from bench.load.workload import WorkloadError
 from bench.overload.metrics import MODES
@@ -304,6 +305,7 @@ def add_bench_subcommands(subparsers: Any) -> None:
     add_affinity_arguments(affinity_parser)
     affinity_parser.set_defaults(func=cmd_affinity)
     add_trust_subcommands(subparsers)
+    add_replay_subcommand(subparsers)
 
 
 def add_bench_parser(subparsers: Any) -> argparse.ArgumentParser:
