@@ -82,6 +82,13 @@ class AdmissionSection(StrictModel):
     )
     queue_max: int = Field(64, ge=0, description="requests per model that may wait for local room")
     queue_timeout_s: float = Field(30, gt=0, description="longest wait for local room without x-spillover-deadline-ms")
+    deadline_spill: bool = Field(
+        True,
+        description="where a model's perf (with its fit matching the replicas' CPU and precision) predicts a request "
+        "would finish locally after its deadline (x-spillover-deadline-ms, else the scenario's deadline_ms, else "
+        "perf.slo_e2e_p95_s), a request that may burst goes to the cloud at once, and at the admission limit one "
+        "predicted to finish in time waits for local room (router/routing/deadline.py); false: the limit alone",
+    )
     lease_ttl_s: float = Field(
         10,
         ge=1,

@@ -11,6 +11,11 @@ a clock, awaits, or touches the network.
         └── same two branches
     otherwise                                                              -> local
 
+With a deadline forecast (router/routing/deadline.py: the model's fitted compute model describes its replicas and
+the request has a deadline), a request that may burst goes to the cloud at once when local room would not
+finish it in time, and waits for local room at the admission limit when the forecast says it would still finish
+in time (re-planned as the queue moves); without one, the rules above, unchanged.
+
 Hysteresis: a replica that reached saturation >= 1.0 stays "latched" (counted as saturated)
 until its saturation falls below `release_ratio` = watermarks.low / watermarks.kv_cache
 (0.75 / 0.85 ≈ 0.88 by default), so traffic does not flap around the watermark.
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from router.routing.capabilities import local_id, provider_key
+from router.routing.deadline import LocalForecast
 from router.routing.saturation import Saturation, replica_saturation
 from router.routing.snapshot import ClusterSnapshot
 from router.routing.watermarks import Watermarks
@@ -39,6 +45,7 @@ class BurstInputs:
     local_only: bool
     providers: Sequence[str]  # enabled cloud providers that map this alias, in preference order
     admission_detail: str = ""  # calibrated models: which bound and which inputs set the admission limit
+    forecast: LocalForecast | None = None  # deadline-aware spill: will it finish locally in time?
 
 
 @dataclass(frozen=True)
@@ -71,6 +78,7 @@ def _local_pressure_reason(sats: dict[str, Saturation], latched: frozenset[str],
 def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous: frozenset[str]) -> RouteDecision:
     replicas = snapshot.for_model(inputs.model)
     ratio = release_ratio(inputs.watermarks)
+    limited = False
     sats = {r.replica_id: replica_saturation(r, inputs.watermarks, snapshot=snapshot, now=now) for r in replicas}
     latched = _latches(sats, previous, ratio)
 
@@ -79,6 +87,7 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
     elif len(latched) == len(sats):
         reason = _local_pressure_reason(sats, latched, ratio)
     elif inputs.admission_limit is not None and inputs.inflight >= inputs.admission_limit:
+        limited = True
         reason = f"inflight {inputs.inflight} >= admission limit {inputs.admission_limit}"
         if inputs.admission_detail:
             reason += f" ({inputs.admission_detail})"
@@ -92,10 +101,20 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
             reason += (
                 f"; inflight {inputs.inflight} < admission limit {inputs.admission_limit} ({inputs.admission_detail})"
             )
+        forecast = inputs.forecast
+        if forecast is not None and not forecast.meets and not inputs.local_only and inputs.providers:
+            reason = f"deadline: {forecast.line()}; local has room but would finish late"
+            return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)
         return RouteDecision("local", local_id(inputs.model), reason, latched)
 
     if inputs.local_only:
         return RouteDecision("wait", "", f"{reason}; local_only: waiting for local capacity", latched)
     if not inputs.providers:
         return RouteDecision("wait", "", f"{reason}; no cloud provider serves {inputs.model}", latched)
+    forecast = inputs.forecast
+    if forecast is not None and limited:
+        if forecast.meets and forecast.can_wait:
+            return RouteDecision("wait", "", f"{reason}; deadline: waiting for local room, {forecast.line()}", latched)
+        why = "the waiting room is full" if forecast.meets else "it would finish late"
+        reason = f"{reason}; deadline: {forecast.line()}: {why}"
     return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)

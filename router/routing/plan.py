@@ -28,6 +28,7 @@ from router.errors import NoTargetFitsContext, TargetUnavailable
 from router.request.contract import RequestContract
 from router.routing.burst import BurstInputs, Route, decide
 from router.routing.capabilities import Registry, Target, is_local_id
+from router.routing.deadline import LocalForecast
 from router.routing.pipeline import PipelineResult, no_capable_model, run_pipeline
 from router.routing.plugins import TargetState
 from router.routing.policy import Policy
@@ -68,6 +69,7 @@ class PlanInputs:
     quality: Mapping[str, float] = field(
         default_factory=dict
     )  # target id -> learned quality (router/learning/quality.py)
+    forecast: LocalForecast | None = None  # deadline-aware spill (router/routing/deadline.py)
 
 
 def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
@@ -120,6 +122,7 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         admission_detail=inputs.admission_detail,
         local_only=contract.local_only,
         providers=tuple(t.provider or "" for t in cloud),
+        forecast=inputs.forecast,
     )
     decision = decide(burst, snapshot, now, latched)
     return Plan(decision.route, decision.reason, local, cloud, decision.latched, result, inputs.unavailable)

@@ -29,6 +29,8 @@ from cluster.capacity.memory import admission_limit, max_concurrent_sequences
 from cluster.config.deployment import SpilloverConfig
 from cluster.config.model_spec import ModelSpec
 from router.errors import LocalCapacityExhausted
+from router.request.contract import RequestContract
+from router.routing.deadline import Load, LocalForecast, StepModel, forecast
 from router.routing.plan import Plan
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
@@ -116,6 +118,44 @@ class Admission:
             )
             total += admission_limit(predicted, adm.fraction)
         return Limit(total, unfitted + "admission.fraction of the KV bound" if unfitted else "")
+
+    def forecast(
+        self, model: str, contract: RequestContract, snapshot: ClusterSnapshot, now: float, arrived: float | None
+    ) -> LocalForecast | None:
+        """Will the request, here since `arrived` (this clock; None: now), finish locally before its deadline
+        (router/routing/deadline.py)? None where that cannot be told: `admission.deadline_spill` off, no deadline
+        (the contract's, else perf.slo_e2e_p95_s), no fresh replica, or no fit that describes the replicas (another
+        CPU class or precision). Call after `limit`."""
+        spec = self._config.model(model)
+        if not self._config.admission.deadline_spill or spec is None or spec.perf is None:
+            return None
+        perf = spec.perf
+        deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms is not None else perf.slo_e2e_p95_s
+        fresh = [r for r in snapshot.for_model(model) if snapshot.unusable(r, now) is None]
+        if deadline_s is None or not fresh or any(perf.mismatch(r.cpu_class, r.precision) for r in fresh):
+            return None
+        adm, hit = self._config.admission, _hit_rate(fresh)
+        mix = self.mix.mean(model)
+        prompt, output = (
+            (mix.prompt_tokens, mix.output_tokens) if mix else (adm.mean_prompt_tokens, adm.mean_output_tokens)
+        )
+        load = Load(
+            inflight=self.inflight(model),
+            replicas=len(fresh),
+            limit=self._last_limit.get(model),
+            ahead=self._waiting[model],
+            mean_prompt_tokens=prompt * (1 - hit),
+            mean_output_tokens=output,
+        )
+        p = perf.params
+        return forecast(
+            StepModel(p.request_overhead_s, p.step_s, p.per_sequence_s, p.per_prefill_token_s, p.tail_e2e),
+            load,
+            prefill_tokens=contract.est_prompt_tokens * (1 - hit),
+            output_tokens=contract.max_output_tokens,
+            left_s=deadline_s - (0.0 if arrived is None else self._clock() - arrived),
+            can_wait=self._waiting[model] < adm.queue_max,
+        )
 
     def warm(self, snapshot: ClusterSnapshot, now: float) -> None:
         """Ask for every calibrated model's plan on a fresh snapshot, so that it is made before a request needs it."""

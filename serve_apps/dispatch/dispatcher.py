@@ -148,10 +148,10 @@ class Dispatcher:
         """The targets of `model` an answer marked `x-spillover-target: <endpoint>` may come from."""
         return tuple(t for t in self._registry.for_alias(model) if t.endpoint == endpoint)
 
-    def plan(self, contract: RequestContract, kind: Kind, *, peek: bool = False) -> Plan:
+    def plan(self, contract: RequestContract, kind: Kind, *, peek: bool = False, arrived: float | None = None) -> Plan:
         """The request's plan. A route's local model (router/routing/capabilities.py): its replicas, admission and
         latches decide. `peek`: what the plan would be now, leaving the hysteresis latches and the `decided`
-        metric alone (the tiered dispatch's look before it dispatches, serve_apps/traffic/deferral.py)."""
+        metric alone (the tiered dispatch's look, serve_apps/traffic/deferral.py). `arrived`: when it came."""
         snapshot, now, model = self._snapshot(), self._wall(), self._registry.local_model(contract.model)
         self._resilience.watch_local(model, snapshot, now)
         limit = self._admission.limit_with_reason(model, snapshot, now)
@@ -170,6 +170,7 @@ class Dispatcher:
                 **self._resilience.windows.unavailable(self._registry.for_alias(contract.model), contract.min_context),
             },
             quality=self._learned(contract),
+            forecast=self._admission.forecast(model, contract, snapshot, now, arrived),
         )
         if peek:
             return plan_request(inputs, snapshot, now, self._latched[model])
@@ -201,7 +202,7 @@ class Dispatcher:
         self._admission.observe(local_model, contract.est_prompt_tokens, contract.max_output_tokens)
         turn = await self.sessions.open(contract, body, request_id)
         contract, body = turn.contract, turn.body  # with the session's stored turns (sessions.store)
-        planned = turn.planner(partial(self.plan, kind=kind))
+        planned = turn.planner(partial(self.plan, kind=kind, arrived=started))
         # the body asks for usage once (a stream's tokens are reported at its end); the client's own wish is kept
         walk = Walk(planned(), kind, asking_usage(body), request_id, contract, started + deadline_s, turn)
         walk.client_usage = wants_usage(body)

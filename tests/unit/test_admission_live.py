@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cluster.config.deployment import SpilloverConfig, parse_config
+from router.request.contract import RequestContract
 from router.routing.burst import BurstInputs, decide
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from router.routing.watermarks import Watermarks
@@ -164,3 +165,37 @@ def test_a_fit_from_another_cpu_or_precision_is_never_applied() -> None:
     unstated = admission(config(perf=PERF))  # a fit that does not say where it was made is not checked
     unstated.observe("m", 300, 64)
     assert unstated.limit("m", _on("avx2", "float32 compiled"), T0) == 3
+
+
+def contract(deadline_ms: int | None = None, prompt: int = 300, output: int = 64) -> RequestContract:
+    return RequestContract(
+        model="m", scenario="default", level="L2", strategy="quality", est_prompt_tokens=prompt,
+        max_output_tokens=output, deadline_ms=deadline_ms,
+    )  # fmt: skip
+
+
+def cpu_snapshot(cpu_class: str | None) -> ClusterSnapshot:
+    stats = ReplicaStats("m", "r0", "n1", T0, 0.1, 0, 0, 0, 0, 364, 128, precision="float32 eager", cpu_class=cpu_class)
+    return ClusterSnapshot(taken_at=T0, replicas=(stats,), max_age_s=1.0)
+
+
+def test_the_deadline_forecast_uses_the_fit_only_where_it_describes_the_replicas() -> None:
+    fitted = {**PERF, "cpu": "avx2", "precision": "float32 eager"}
+    adm = admission(config(perf=fitted))
+    adm.observe("m", 300, 64)
+    adm.limit("m", cpu_snapshot("avx2"), T0)
+    # the model's SLO (10 s) is the deadline; 2 s of it gone (the admission's clock reads T0)
+    forecast = adm.forecast("m", contract(), cpu_snapshot("avx2"), T0, arrived=T0 - 2)
+    assert forecast is not None and forecast.left_s == pytest.approx(8)
+    # nothing in flight: n = 1, TPOT = 0.075 + 0.0085 = 0.0835; e2e = 1.05 × (0.3 + 0.0835 + 0.63 + 63 × 0.0835)
+    assert forecast.e2e_s == pytest.approx(1.05 * (0.3 + 0.0835 + 0.63 + 63 * 0.0835))
+    header = adm.forecast("m", contract(deadline_ms=1500), cpu_snapshot("avx2"), T0, arrived=None)
+    assert header is not None and header.left_s == pytest.approx(1.5) and not header.meets
+    assert adm.forecast("m", contract(), cpu_snapshot("amx-bf16"), T0, arrived=None) is None  # another CPU's fit
+    no_slo = admission(config(perf={k: v for k, v in fitted.items() if k != "slo_e2e_p95_s"}))
+    assert no_slo.forecast("m", contract(), cpu_snapshot("avx2"), T0, arrived=None) is None  # no deadline at all
+    assert no_slo.forecast("m", contract(deadline_ms=900), cpu_snapshot("avx2"), T0, arrived=None) is not None
+    off = parse_config({"models": [{"alias": "m", "source": "prepared:x", "family": "llama", "perf": fitted}],
+                        "admission": {"deadline_spill": False}}, "test")  # fmt: skip
+    assert admission(off).forecast("m", contract(), cpu_snapshot("avx2"), T0, arrived=None) is None
+    assert admission(config()).forecast("m", contract(deadline_ms=900), cpu_snapshot("avx2"), T0, None) is None
