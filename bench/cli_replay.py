@@ -67,6 +67,9 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-ignore-eos", action="store_true", help="let answers stop early (default: ignore_eos: the trace's lengths)"
     )
     add("--api-key-env", default=None, metavar="NAME", help="send the key held in env var NAME as a bearer token")
+    add("--perf-from", default=None, metavar="PATH",
+        help="a config or overlay with the fitted perf: adds the offline lower bound on the cloud share")  # fmt: skip
+    add("--replicas", type=number(int, 1), default=1, help="local replicas, for the offline bound (1)")
     add("--out", default=None, help="report directory (default bench/results/replay-<time>)")
     add("--seed", type=int, default=0, help="spreading, thinning and prompt seed (default 0)")
     add("--no-progress", action="store_true", help="no progress lines on stderr")
@@ -114,6 +117,8 @@ def replay_options_from_args(args: argparse.Namespace) -> ReplayOptions:
         out_dir=args.out,
         progress=not args.no_progress,
         api_key_env=args.api_key_env,
+        perf_from=args.perf_from,
+        replicas=args.replicas,
     )
 
 

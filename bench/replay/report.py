@@ -46,6 +46,7 @@ def results_dict(run: ReplayRun) -> dict[str, Any]:
         "drain_s": o.drain,
         "prices": {"in_per_mtok": o.prices.in_per_mtok, "out_per_mtok": o.prices.out_per_mtok},
         "environment": run.environment,
+        "offline_bound": run.bound.to_dict() if run.bound is not None else None,
         "policies": [{**r.to_dict(), "requests": [row.to_dict() for row in r.rows]} for r in run.runs],
     }
 
@@ -108,6 +109,15 @@ def render_markdown(run: ReplayRun, plots: list[str]) -> str:
             f"{share} | {m.spend_usd:.5f} | {m.unanswered} | {codes} | {_s(m.ttft_p50_s)} | {_s(m.e2e_p50_s)} | "
             f"{_s(m.e2e_p95_s)} |"
         )
+    if run.bound is not None:
+        b = run.bound
+        where = f" (the window {b.window[0]:.1f}–{b.window[1]:.1f} s asks the most)" if b.window else ""
+        lines += [
+            "",
+            f"Offline lower bound (bench/replay/bound.py, the fit in `{o.perf_from}`, {o.replicas} replica(s)): "
+            f"no scheduler meets the SLO for every request with fewer than **{b.requests} requests ({b.share:.1%})** "
+            f"in the cloud — {b.alone} too slow even alone{where}; {b.method}.",
+        ]
     lines += [
         "",
         "SLO attainment counts every request sent: an error or a request unanswered when its policy's time ran "

@@ -10,7 +10,8 @@ same arrivals, and measure SLO attainment against cloud spend.
        of the same lengths at the same offsets, with the same prefix sharing, in words of its own (salted with
        the run's start time and the policy: no policy finds another's, or an earlier run's, prompts in the
        engine's prefix cache; bench/replay/prompts.py)
-    4. per request and per policy (bench/replay/metrics.py), then the report directory (bench/replay/report.py)
+    4. per request and per policy (bench/replay/metrics.py), then the report directory (bench/replay/report.py),
+       with the offline lower bound on the cloud share when `perf_from` gives the fit (bench/replay/bound.py)
 
 Programmatic use: `run_replay(ReplayOptions(...))` → `ReplayOutcome` (raises `ReplayError` with the exit code).
 The HTTP transport, clock and sleep are injected for tests.
@@ -27,12 +28,15 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import httpx
+import yaml
+from pydantic import ValidationError
 
 from bench.calibrate.report import environment
 from bench.load.loadgen import BadBaseUrl, LoadGenerator, check_base_url, make_client
 from bench.load.progress import LineProgress, NullProgress, ProgressSink
 from bench.load.target import BenchError, api_key_from_env, preflight
 from bench.load.workload import WorkItem
+from bench.replay.bound import CloudBound, StepTerms, cloud_bound
 from bench.replay.metrics import PolicyMetrics, Prices, RequestRow, measure, rows
 from bench.replay.policies import POLICIES, Policy, policy, slug
 from bench.replay.prompts import PromptBuilder
@@ -65,6 +69,8 @@ class ReplayOptions:
     out_dir: str | None = None
     progress: bool = True
     api_key_env: str | None = None
+    perf_from: str | None = None  # a config or overlay whose models[] entry for `model` has the fitted perf
+    replicas: int = 1  # local replicas, for the offline bound
 
     @property
     def drain(self) -> float:
@@ -85,6 +91,8 @@ class ReplayOptions:
             problems.append("cloud prices must be >= 0")
         if self.label is not None and not self.label.strip():
             problems.append("--label must not be empty")
+        if self.replicas < 1:
+            problems.append("--replicas must be >= 1")
         if problems:
             raise ReplayError("; ".join(problems), 2)
 
@@ -115,6 +123,7 @@ class ReplayRun:
     runs: tuple[PolicyRun, ...]
     started_at: str
     environment: dict[str, Any]
+    bound: CloudBound | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,29 @@ def prepare(options: ReplayOptions) -> tuple[Trace, ScaledTrace]:
         raise ReplayError(exc.message, 2) from None
 
 
+def offline_bound(options: ReplayOptions, scaled: ScaledTrace) -> CloudBound | None:
+    """The clairvoyant lower bound on the cloud share (bench/replay/bound.py), from `perf_from`'s fit."""
+    if options.perf_from is None:
+        return None
+    from cluster.config.perf import PerfSection
+
+    path = Path(options.perf_from)
+    try:
+        if path.stat().st_size > 1 << 20:
+            raise ReplayError(f"--perf-from {path}: larger than 1 MiB, not a config", 2)
+        data = yaml.safe_load(path.read_text())
+        entry = next(m for m in data["models"] if isinstance(m, dict) and m.get("alias") == options.model)
+        perf = PerfSection.model_validate(entry["perf"])
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ReplayError(f"--perf-from {path}: cannot read it ({type(exc).__name__})", 2) from None
+    except (TypeError, KeyError, StopIteration):
+        raise ReplayError(f"--perf-from {path}: no models[] entry with alias {options.model!r} and a perf", 2) from None
+    except ValidationError as exc:
+        raise ReplayError(f"--perf-from {path}: its perf is not valid ({exc.error_count()} errors)", 2) from None
+    terms = StepTerms(perf.request_overhead_s, perf.step_s, perf.per_sequence_s, perf.per_prefill_token_s)
+    return cloud_bound(scaled.requests, terms, options.slo_s, options.replicas)
+
+
 def prompts(scaled: ScaledTrace, seed: int, salt: str) -> list[WorkItem]:
     """One policy's requests: the trace's lengths and prefix sharing, words of the policy's own (its salt)."""
     builder = PromptBuilder(seed, salt)
@@ -156,6 +188,7 @@ async def run_replay_async(
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> ReplayOutcome:
     trace, scaled = prepare(options)
+    bound = offline_bound(options, scaled)
     try:
         url = check_base_url(options.url)
     except BadBaseUrl as exc:
@@ -193,7 +226,7 @@ async def run_replay_async(
     finally:
         await client.aclose()
     out_dir = Path(options.out_dir) if options.out_dir else Path("bench/results") / f"replay-{started:%Y%m%d-%H%M%S}"
-    run = ReplayRun(options, trace, scaled, tuple(runs), started.isoformat(timespec="seconds"), environment())
+    run = ReplayRun(options, trace, scaled, tuple(runs), started.isoformat(timespec="seconds"), environment(), bound)
     from bench.replay.report import write_replay_report  # matplotlib: only when writing
 
     return ReplayOutcome(run, write_replay_report(run, out_dir))
@@ -245,5 +278,7 @@ def summary_lines(outcome: ReplayOutcome) -> list[str]:
             f"  {policy_run.policy.label}: SLO attainment {m.slo_attainment:.1%} ({m.in_slo}/{m.sent}), "
             f"cloud share {share}, spend ${m.spend_usd:.4f}, unanswered {m.unanswered}, errors {m.errors}"
         )
+    if run.bound is not None:
+        lines.append(f"  offline lower bound on the cloud share: {run.bound.share:.1%} ({run.bound.requests} requests)")
     lines.append(f"  report: {outcome.paths['report.md']}")
     return lines

@@ -181,3 +181,26 @@ def test_cli_errors_are_one_line(tmp_path: Path, flags: list[str], message: str)
     )
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.realtime
+def test_the_offline_bound_from_a_fit_and_bad_fits(tmp_path: Path) -> None:
+    perf = {"request_overhead_s": 0.0, "step_s": 0.1, "per_sequence_s": 0.01, "per_prefill_token_s": 0.002}
+    fit = tmp_path / "overlay.yaml"
+    fit.write_text(json.dumps({"models": [{"alias": "m", "perf": perf}]}))  # JSON is YAML
+    outcome = run_replay(options(tmp_path, perf_from=str(fit), policies=("local",)), transport=scripted_gateway([]))
+    bound = outcome.run.bound
+    assert bound is not None and bound.requests == 0 and bound.share == 0  # 6 small requests, 20 ms apart
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["offline_bound"]["requests"] == 0 and "fluid" in data["offline_bound"]["method"]
+    assert "Offline lower bound" in (tmp_path / "out" / "report.md").read_text()
+    for content, message in (
+        ("models: [{alias: other, perf: {}}]", "no models\\[\\] entry with alias 'm'"),
+        ("models: [{alias: m, perf: {step_s: -1}}]", "its perf is not valid"),
+        ("[unclosed", "cannot read it"),
+        ("just text", "no models\\[\\] entry"),
+    ):
+        fit.write_text(content)
+        with pytest.raises(ReplayError, match=message) as caught:
+            run_replay(options(tmp_path, perf_from=str(fit)), transport=scripted_gateway([]))
+        assert caught.value.exit_code == 2

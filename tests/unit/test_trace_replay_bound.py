@@ -1,0 +1,76 @@
+"""The offline lower bound on the cloud share (bench/replay/bound.py), by hand: requests too slow even alone,
+windows whose local work cannot fit (the fewest, largest first), prefix blocks credited once, and against a brute
+force over every subset on small random traces (the bound never exceeds the true minimum of its own relaxation)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from bench.replay.bound import StepTerms, cloud_bound, unshared_prompts
+from bench.replay.scaling import ScaledRequest
+
+TERMS = StepTerms(request_overhead_s=0.0, step_s=0.1, per_sequence_s=0.01, per_prefill_token_s=0.001)
+
+
+def req(
+    arrival: float, prompt: int, output: int, blocks: tuple[int, ...] = (), block_words: int | None = None
+) -> ScaledRequest:
+    return ScaledRequest(arrival, prompt, output, blocks, block_words, 0, prompt, output)
+
+
+def test_a_request_too_slow_alone_must_leave() -> None:
+    # 100 outputs × (0.1 + 0.01) = 11 s > 10 s; 50 outputs: 5.5 s
+    bound = cloud_bound((req(0, 10, 100), req(1, 10, 50)), TERMS, slo_s=10)
+    assert (bound.requests, bound.alone, bound.share) == (1, 1, 0.5)
+
+
+def test_a_window_that_cannot_hold_its_work() -> None:
+    # each: b·O + g·P = 0.01 × 50 + 0.001 × 1000 = 1.5 s of engine work; 10 arriving at once, due in 10 s: 15 s
+    # of work in a 10 s window: 4 must leave (3 would leave 10.5 s)
+    burst = tuple(req(0, 1000, 50) for _ in range(10))
+    bound = cloud_bound(burst, TERMS, slo_s=10)
+    assert bound.requests == 4 and bound.window == (0, 10) and bound.alone == 0
+    assert cloud_bound(burst, TERMS, slo_s=10, replicas=2).requests == 0  # two replicas: 20 s of room
+    spread = tuple(req(5.0 * i, 1000, 50) for i in range(10))  # one every 5 s: always room
+    assert cloud_bound(spread, TERMS, slo_s=10).requests == 0
+
+
+def test_shared_blocks_are_prefilled_once() -> None:
+    a = req(0, 30, 5, (1, 2, 3), block_words=10)
+    b = req(1, 30, 5, (1, 2, 4), block_words=10)
+    c = req(2, 25, 5, (5, 6, 7), block_words=10)
+    assert unshared_prompts((a, b, c)) == [30, 10, 25]
+    assert unshared_prompts((req(0, 40, 1), req(0, 40, 1))) == [40, 40]  # no blocks: no credit
+
+
+def brute_force(requests: list[ScaledRequest], slo_s: float) -> int:
+    """The fewest requests to remove so that every window's work fits, by trying every subset."""
+    works = [TERMS.per_sequence_s * r.output_tokens + TERMS.per_prefill_token_s * r.input_tokens for r in requests]
+    for k in range(len(requests) + 1):
+        for removed in itertools.combinations(range(len(requests)), k):
+            kept = [i for i in range(len(requests)) if i not in removed]
+            ok = all(
+                sum(works[i] for i in kept if requests[i].arrival_s >= s and requests[i].arrival_s + slo_s <= t)
+                <= t - s + 1e-12
+                for s in (requests[i].arrival_s for i in kept)
+                for t in (requests[i].arrival_s + slo_s for i in kept)
+                if t > s
+            )
+            if ok:
+                return k
+    return len(requests)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_never_more_than_the_relaxations_own_minimum(seed: int) -> None:
+    rng = random.Random(seed)
+    requests = sorted(
+        (req(round(rng.uniform(0, 6), 1), rng.randint(100, 3000), rng.randint(1, 30)) for _ in range(7)),
+        key=lambda r: r.arrival_s,
+    )
+    bound = cloud_bound(tuple(requests), TERMS, slo_s=8)
+    assert bound.alone == 0  # at most 30 × 0.11 + 3,000 × 0.001 = 6.3 s alone
+    assert bound.requests <= brute_force(requests, 8)
