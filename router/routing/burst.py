@@ -103,7 +103,8 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
             )
         forecast = inputs.forecast
         if forecast is not None and not forecast.meets and not inputs.local_only and inputs.providers:
-            reason = f"deadline: {forecast.line()}; local has room but would finish late"
+            late = "would make running requests late" if forecast.harms else "would finish late"
+            reason = f"deadline: {forecast.line()}; local has room but {late}"
             return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)
         return RouteDecision("local", local_id(inputs.model), reason, latched)
 
@@ -116,5 +117,6 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
         if forecast.meets and forecast.can_wait:
             return RouteDecision("wait", "", f"{reason}; deadline: waiting for local room, {forecast.line()}", latched)
         why = "the waiting room is full" if forecast.meets else "it would finish late"
+        why = "it would make running requests late" if forecast.harms else why
         reason = f"{reason}; deadline: {forecast.line()}: {why}"
     return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)

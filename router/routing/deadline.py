@@ -20,8 +20,12 @@ one token a step and the others' prompts prefilled in their share of the steps (
     wait  = (ahead + 1) / X,  X = R · L / E2E(L)                   (at the limit L per replica, R replicas: the
                                                                    rate requests leave, Little's law)
 
-It ignores requests that arrive after this one (they slow it: the admission limit bounds how much), so it is
-optimistic in a growing burst and the re-check while waiting is what keeps a waiting request honest.
+No harm: a newcomer also slows the requests already running — its prefill adds g·P_u to one step of each, its
+decode b to every step they share. The gateway keeps each local request's deadline and predicted finish
+(`Running`); `harm` counts the running requests that would finish in time without the newcomer and late with it,
+and a request that may burst and would make one late goes to the cloud, as if it were late itself. Each admission
+moves the running requests' predicted finishes by the delay it adds (`delayed`), so the forecasts follow the
+batch as it grows.
 """
 
 from __future__ import annotations
@@ -47,6 +51,9 @@ class LocalForecast:
     left_s: float  # time left before the request's deadline
     can_wait: bool  # room in the gateway's waiting room
     detail: str  # the inputs, for the reason and the decision record
+    harms: int = 0  # running requests it would make late
+    prefill_tokens: float = 0.0
+    output_tokens: float = 0.0
 
     @property
     def finish_s(self) -> float:
@@ -54,11 +61,41 @@ class LocalForecast:
 
     @property
     def meets(self) -> bool:
-        return self.finish_s <= self.left_s
+        """In time itself, and no running request made late."""
+        return self.finish_s <= self.left_s and self.harms == 0
 
     def line(self) -> str:
         wait = f" after a {self.wait_s:.1f} s wait" if self.wait_s > 0 else ""
-        return f"predicted local e2e {self.e2e_s:.1f} s{wait}, {self.left_s:.1f} s to the deadline ({self.detail})"
+        hurt = f"; it would make {self.harms} running request(s) late" if self.harms else ""
+        left = f"{self.left_s:.1f} s to the deadline"
+        return f"predicted local e2e {self.e2e_s:.1f} s{wait}, {left}{hurt} ({self.detail})"
+
+
+@dataclass(frozen=True)
+class Running:
+    """A request running locally: when its deadline falls and when it is predicted to finish (the same clock)."""
+
+    deadline_at: float
+    finish_at: float
+
+
+def delay(params: StepModel, running: Running, now: float, *, prefill_tokens: float, output_tokens: float) -> float:
+    """What a newcomer adds to a running request's finish: one step carries its prefill, and every step the two
+    share one more sequence (as many as the newcomer's outputs, at most the running one's steps left)."""
+    tpot = params.step_s + params.per_sequence_s
+    steps_left = max(0.0, running.finish_at - now) / tpot if tpot > 0 else 0.0
+    shared = min(output_tokens, steps_left)
+    return params.tail_e2e * (params.per_prefill_token_s * prefill_tokens + params.per_sequence_s * shared)
+
+
+def harm(params: StepModel, running: list[Running], now: float, *, prefill_tokens: float, output_tokens: float) -> int:
+    """How many running requests, in time now, the newcomer would make late."""
+    late = 0
+    for r in running:
+        if r.finish_at <= r.deadline_at:
+            added = delay(params, r, now, prefill_tokens=prefill_tokens, output_tokens=output_tokens)
+            late += r.finish_at + added > r.deadline_at
+    return late
 
 
 @dataclass(frozen=True)
@@ -87,6 +124,8 @@ def forecast(
     output_tokens: float,
     left_s: float,
     can_wait: bool,
+    running: list[Running] | None = None,
+    now: float = 0.0,
 ) -> LocalForecast:
     """The forecast of one request (see the module docstring)."""
     replicas = max(1, load.replicas)
@@ -105,4 +144,5 @@ def forecast(
         + (f", limit {load.limit}, {load.ahead} waiting" if load.limit is not None else "")
         + f"; prompt {prefill_tokens:.0f} to prefill, {output_tokens:.0f} to generate"
     )
-    return LocalForecast(e2e, wait, left_s, can_wait, detail)
+    harms = harm(params, running or [], now, prefill_tokens=prefill_tokens, output_tokens=output_tokens)
+    return LocalForecast(e2e, wait, left_s, can_wait, detail, harms, prefill_tokens, output_tokens)

@@ -47,6 +47,7 @@ class Plan:
     pipeline: PipelineResult
     unavailable: Mapping[str, str] = field(default_factory=dict)  # target id -> why, from the inputs
     local_last: bool = False  # route cloud, with local (which had room) as the last fall-back: a session's pin
+    forecast: LocalForecast | None = None  # the deadline forecast it was decided with (router/routing/deadline.py)
 
     @property
     def first(self) -> Target | None:
@@ -125,4 +126,7 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         forecast=inputs.forecast,
     )
     decision = decide(burst, snapshot, now, latched)
-    return Plan(decision.route, decision.reason, local, cloud, decision.latched, result, inputs.unavailable)
+    return Plan(
+        decision.route, decision.reason, local, cloud, decision.latched, result, inputs.unavailable,
+        forecast=inputs.forecast,
+    )  # fmt: skip

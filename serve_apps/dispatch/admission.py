@@ -16,6 +16,9 @@ The gateway's own counters, per model, on the gateway's event loop:
     waiting   requests in the bounded waiting room (`admission.queue_max`) for a local-only or
               no-cloud request while the model is saturated; each re-plans every `poll_s` until
               it may run, the deadline passes, or the room is full (429 local_capacity_exhausted)
+    forecast  deadline-aware spill (router/routing/deadline.py): the request's predicted local finish against its
+              deadline, from the fit and the live load, and the running requests it would make late (each local
+              request admitted with a forecast is kept, by its lease, with its deadline and predicted finish)
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from cluster.capacity.compute_model import PerfParams
 from cluster.capacity.memory import admission_limit, max_concurrent_sequences
 from cluster.config.deployment import SpilloverConfig
 from cluster.config.model_spec import ModelSpec
 from router.errors import LocalCapacityExhausted
 from router.request.contract import RequestContract
-from router.routing.deadline import Load, LocalForecast, StepModel, forecast
+from router.routing.deadline import Load, LocalForecast, Running, StepModel, delay, forecast
 from router.routing.plan import Plan
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
@@ -78,6 +82,7 @@ class Admission:
         self.reservations = reservations or Reservations(MemoryStore(clock=clock), "replica", sleep=sleep)
         self._waiting: dict[str, int] = defaultdict(int)
         self._last_limit: dict[str, int | None] = {}
+        self._running: dict[str, dict[str, Running]] = defaultdict(dict)  # model -> lease holder -> its deadline
         self.mix = WorkloadMix()
         self._plans = plans or AdmissionPlans()  # made off the request path in the gateway
 
@@ -147,15 +152,37 @@ class Admission:
             mean_prompt_tokens=prompt * (1 - hit),
             mean_output_tokens=output,
         )
-        p = perf.params
         return forecast(
-            StepModel(p.request_overhead_s, p.step_s, p.per_sequence_s, p.per_prefill_token_s, p.tail_e2e),
+            _step_model(perf.params),
             load,
             prefill_tokens=contract.est_prompt_tokens * (1 - hit),
             output_tokens=contract.max_output_tokens,
             left_s=deadline_s - (0.0 if arrived is None else self._clock() - arrived),
             can_wait=self._waiting[model] < adm.queue_max,
+            running=self._live_running(model),
+            now=self._clock(),
         )
+
+    def _live_running(self, model: str) -> list[Running]:
+        """The local requests of `model` still holding their lease (a stream until consumed); the others forgotten."""
+        running = self._running[model]
+        for holder in [h for h in running if not self.reservations.live(h)]:
+            del running[holder]
+        return list(running.values())
+
+    def _track(self, model: str, request_id: str, plan: Plan) -> None:
+        """A request admitted locally with a forecast: its deadline and predicted finish are kept until it is done,
+        and the running ones' predicted finishes move by the delay it adds (router/routing/deadline.py)."""
+        spec, fc, holder = self._config.model(model), plan.forecast, self.reservations.holder_of(request_id)
+        if fc is None or spec is None or spec.perf is None or holder is None:
+            return
+        now, params = self._clock(), _step_model(spec.perf.params)
+        self._live_running(model)
+        running = self._running[model]
+        for other, r in running.items():
+            added = delay(params, r, now, prefill_tokens=fc.prefill_tokens, output_tokens=fc.output_tokens)
+            running[other] = Running(r.deadline_at, r.finish_at + added)
+        running[holder] = Running(now + fc.left_s, now + fc.e2e_s)
 
     def warm(self, snapshot: ClusterSnapshot, now: float) -> None:
         """Ask for every calibrated model's plan on a fresh snapshot, so that it is made before a request needs it."""
@@ -251,6 +278,7 @@ class Admission:
                 return waited
             snapshot_limit = self._last_limit.get(model)
             if await self.reservations.reserve(model, request_id, snapshot_limit):
+                self._track(model, request_id, waited.plan)
                 return waited
             waited = Waited(replan(), waited.waited_s, waited.replans + 1)
 
@@ -279,6 +307,10 @@ class Admission:
             self.reservations.release(reservation)
             return reply
         return BackendReply(chunks=self.reservations.until_done(reservation, reply.chunks))
+
+
+def _step_model(p: PerfParams) -> StepModel:
+    return StepModel(p.request_overhead_s, p.step_s, p.per_sequence_s, p.per_prefill_token_s, p.tail_e2e)
 
 
 def _hit_rate(replicas: list[ReplicaStats]) -> float:

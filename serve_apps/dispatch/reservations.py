@@ -71,6 +71,15 @@ class Reservations:
     def inflight(self, model: str) -> int:
         return self._count.get(model, 0)
 
+    def holder_of(self, request_id: str) -> str | None:
+        """The lease `request_id`'s dispatch holds (None: none)."""
+        reservation = self._held.get(request_id)
+        return None if reservation is None else reservation.holder
+
+    def live(self, holder: str) -> bool:
+        """Whether that lease is still held (a local stream keeps it until consumed)."""
+        return holder in self._active
+
     def _new(self, model: str) -> Reservation:
         reservation = Reservation(model, f"{self._replica}:{next(self._seq)}")
         self._active[reservation.holder] = reservation

@@ -4,13 +4,15 @@ and uncalibrated models keep the KV-derived limit."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from cluster.config.deployment import SpilloverConfig, parse_config
 from router.request.contract import RequestContract
 from router.routing.burst import BurstInputs, decide
+from router.routing.pipeline import PipelineResult
+from router.routing.plan import Plan
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from router.routing.watermarks import Watermarks
 from serve_apps.dispatch.admission import Admission
@@ -199,3 +201,23 @@ def test_the_deadline_forecast_uses_the_fit_only_where_it_describes_the_replicas
                         "admission": {"deadline_spill": False}}, "test")  # fmt: skip
     assert admission(off).forecast("m", contract(), cpu_snapshot("avx2"), T0, arrived=None) is None
     assert admission(config()).forecast("m", contract(deadline_ms=900), cpu_snapshot("avx2"), T0, None) is None
+
+
+async def test_admitted_requests_are_tracked_until_their_lease_goes() -> None:
+    fitted = {**PERF, "cpu": "avx2", "precision": "float32 eager"}
+    adm = admission(config(perf=fitted))
+    snap = cpu_snapshot("avx2")
+    adm.limit("m", snap, T0)
+    first = adm.forecast("m", contract(), snap, T0, arrived=None)
+    assert first is not None and first.harms == 0
+    pipeline = PipelineResult((), (), (), (), {}, ((), ()), {})
+    plan = Plan("local", "room", cast(Any, "local:m"), (), frozenset(), pipeline, forecast=first)  # any local target
+    await adm.admit("m", plan, lambda: plan, T0 + 60, "r1")
+    # r1 runs, due at T0 + 10, predicted at T0 + 6.59 (79 steps left): a 1,500-token prompt would add
+    # 1.05 × (1,500 × 0.0021 + 64 × 0.0085) = 3.88 s: late
+    big = adm.forecast("m", contract(prompt=1500, output=64), snap, T0, arrived=None)
+    assert big is not None and big.harms == 1 and not big.meets
+    small = adm.forecast("m", contract(prompt=20, output=8), snap, T0, arrived=None)
+    assert small is not None and small.harms == 0
+    adm.finish("r1")  # its lease goes: nothing left to harm
+    assert adm.forecast("m", contract(prompt=1500, output=64), snap, T0, arrived=None).harms == 0  # type: ignore[union-attr]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from router.routing.burst import BurstInputs, decide
-from router.routing.deadline import Load, LocalForecast, StepModel, forecast
+from router.routing.deadline import Load, LocalForecast, Running, StepModel, delay, forecast, harm
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from router.routing.watermarks import Watermarks
 
@@ -89,3 +89,23 @@ ROOM_FULL = LocalForecast(e2e_s=3, wait_s=4, left_s=10, can_wait=False, detail="
 def test_decisions(fc: LocalForecast | None, kw: dict[str, object], route: str, reason: str) -> None:
     got_route, got_reason = decide_with(fc, **kw)
     assert got_route == route and reason in got_reason, got_reason
+
+
+def test_a_newcomer_that_would_make_a_running_request_late_does_harm() -> None:
+    # TPOT alone = 0.11 s; a request finishing in 2.2 s has 20 steps left
+    in_time = Running(deadline_at=NOW + 3.0, finish_at=NOW + 2.2)
+    tight = Running(deadline_at=NOW + 2.5, finish_at=NOW + 2.2)
+    already_late = Running(deadline_at=NOW + 1.0, finish_at=NOW + 2.2)
+    # 100 prompt tokens and 10 outputs: 0.002·100 + 0.01·10 = 0.3 s more for each
+    assert delay(MODEL, in_time, NOW, prefill_tokens=100, output_tokens=10) == pytest.approx(0.3)
+    assert delay(MODEL, in_time, NOW, prefill_tokens=0, output_tokens=500) == pytest.approx(0.01 * 20)  # 20 shared
+    running = [in_time, tight, already_late]
+    assert harm(MODEL, running, NOW, prefill_tokens=100, output_tokens=10) == 0  # 2.5 <= 2.5: still in time
+    assert harm(MODEL, running, NOW, prefill_tokens=300, output_tokens=10) == 1  # 0.7 s more: the tight one
+    assert harm(MODEL, running, NOW, prefill_tokens=1000, output_tokens=10) == 2  # the late one is not counted
+    f = forecast(MODEL, load(), prefill_tokens=1000, output_tokens=10, left_s=60, can_wait=True, running=running,
+                 now=NOW)  # fmt: skip
+    assert f.harms == 2 and not f.meets and "it would make 2 running request(s) late" in f.line()
+    route, reason = decide_with(f)
+    assert route == "cloud" and "local has room but would make running requests late" in reason
+    assert decide_with(f, local_only=True)[0] == "local"
