@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.load.request_result import RequestResult
 from bench.load.stats import summarize
-from bench.overload.metrics import route_counts, route_of
+from bench.overload.metrics import answered_in_slo, cloud_cost_usd, route_counts, route_of
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ def rows(
 def measure(results: Sequence[RequestResult], sent: int, slo_s: float, prices: Prices) -> PolicyMetrics:
     """`sent` counts every request of the replay: one the time limit kept from starting is unanswered too."""
     summary = summarize(results)
-    in_slo = sum(1 for r in results if r.ok and r.e2e_s <= slo_s)
-    cloud = [r for r in results if r.ok and route_of(r) == "cloud"]
+    in_slo = answered_in_slo(results, slo_s)
+    spend, unpriced = cloud_cost_usd(results, prices.in_per_mtok, prices.out_per_mtok)
     routes = route_counts(results)
     answered = sum(routes.values())
     return PolicyMetrics(
@@ -116,8 +116,8 @@ def measure(results: Sequence[RequestResult], sent: int, slo_s: float, prices: P
         error_codes=dict(summary.error_codes),
         routes=routes,
         cloud_share=routes["cloud"] / answered if answered else None,
-        spend_usd=sum(prices.cost(r) for r in cloud),
-        unpriced_cloud=sum(1 for r in cloud if r.prompt_tokens is None),
+        spend_usd=spend,
+        unpriced_cloud=unpriced,
         ttft_p50_s=summary.ttft_p50_s,
         ttft_p95_s=summary.ttft_p95_s,
         e2e_p50_s=summary.e2e_p50_s,

@@ -242,13 +242,14 @@ async def _one_policy(
     run_id: str,
 ) -> PolicyRun:
     extra = {"ignore_eos": True} if options.ignore_eos else {}
+    prefix = request_id_prefix(run_id, chosen.label)
     generator = LoadGenerator(
         client,
         options.model,
         progress=progress,
         extra_body=extra,
         request_timeout_s=options.request_timeout_s,
-        request_id_prefix=request_id_prefix(run_id, chosen.label),
+        request_id_prefix=prefix,
     )
     limit = arrivals[-1] + options.drain
     loop = asyncio.get_running_loop()
@@ -256,7 +257,6 @@ async def _one_policy(
     results = await generator.run_open(items, arrivals, time_limit_s=limit, label=f"replay {chosen.label}")
     wall = loop.time() - began
     metrics = measure(results, len(items), options.slo_s, options.prices)
-    prefix = request_id_prefix(run_id, chosen.label)
     return PolicyRun(chosen, metrics, tuple(rows(results, arrivals, options.slo_s, options.prices, prefix)), wall)
 
 

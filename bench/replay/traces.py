@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -120,7 +121,7 @@ def read_trace(path: str | Path, fmt: str | None = None, columns: ColumnMap | No
             if first is None:
                 raise TraceError(f"{path}: the file is empty")
             chosen = fmt or _detect(path, first, columns)
-            rows = _chain(first, lines)
+            rows = itertools.chain([first], lines)
             if chosen == "mooncake":
                 return _collect("mooncake", _mooncake_rows(rows), block_tokens=512)
             mapping = {"azure": AZURE, "burstgpt": BURSTGPT}.get(chosen) or columns
@@ -142,11 +143,6 @@ def _bounded_lines(text: io.TextIOWrapper, path: Path) -> Iterator[str]:
         if len(line) > MAX_LINE_BYTES:
             raise TraceError(f"{path}: a line is longer than {MAX_LINE_BYTES} bytes: not a trace")
         yield line
-
-
-def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
-    yield first
-    yield from rest
 
 
 def _detect(path: Path, first: str, columns: ColumnMap | None) -> str:

@@ -140,10 +140,7 @@ class Admission:
         if deadline_s is None or not fresh or any(perf.mismatch(r.cpu_class, r.precision) for r in fresh):
             return None
         adm, hit = self._config.admission, _hit_rate(fresh)
-        mix = self.mix.mean(model)
-        prompt, output = (
-            (mix.prompt_tokens, mix.output_tokens) if mix else (adm.mean_prompt_tokens, adm.mean_output_tokens)
-        )
+        prompt, output, _ = self._mix(model)
         load = Load(
             inflight=self.inflight(model),
             replicas=len(fresh),
@@ -162,6 +159,13 @@ class Admission:
             running=self._live_running(model),
             now=self._clock(),
         )
+
+    def _mix(self, model: str) -> tuple[float, float, str]:
+        """The model's mean prompt and output tokens (its recent requests, else admission.mean_*) and their source."""
+        mix, adm = self.mix.mean(model), self._config.admission
+        if mix is not None:
+            return mix.prompt_tokens, mix.output_tokens, f"the last {mix.requests} requests"
+        return adm.mean_prompt_tokens, adm.mean_output_tokens, "admission.mean_* (no request yet)"
 
     def _live_running(self, model: str) -> list[Running]:
         """The local requests of `model` still holding their lease (a stream until consumed); the others forgotten."""
@@ -196,15 +200,7 @@ class Admission:
         kv_tokens = [r.kv_budget_tokens for r in replicas]
         if any(tokens is None for tokens in kv_tokens):
             return Limit(None)
-        mix = self.mix.mean(spec.alias)
-        if mix is not None:
-            prompt, output, source = mix.prompt_tokens, mix.output_tokens, f"the last {mix.requests} requests"
-        else:
-            prompt, output, source = (
-                adm.mean_prompt_tokens,
-                adm.mean_output_tokens,
-                "admission.mean_* (no request yet)",
-            )
+        prompt, output, source = self._mix(spec.alias)
         # the inputs to two significant digits (prefix share to 0.05): the limit need not follow a mix
         # that moved by a token, and the plan (an engine simulation) is memoised on them
         prompt, output, prefix_share = _sig2(prompt), max(1, _sig2(output)), min(0.95, round(prefix_share * 20) / 20)
