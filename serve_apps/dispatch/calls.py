@@ -1,7 +1,7 @@
 """How the dispatcher reaches a target: the local models through their backend — with only the body fields
 a local engine may receive (router/request/engine_fields.py), abandoned when every replica of the model goes stale
-before the first byte (Serve holds a dead replica's requests until a new one starts) — or a cloud provider
-through its chat API."""
+before the first byte (Serve holds a dead replica's requests until a new one starts) while another attempt could
+still start — or a cloud provider through its chat API."""
 
 from __future__ import annotations
 
@@ -38,8 +38,10 @@ class Calls:
         self._poll_s = poll_s
 
     async def call(
-        self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: bool
+        self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: float | None
     ) -> BackendReply:
+        """`watch_stale`: the clock reading until which a local call is abandoned when its model goes stale
+        (the last moment another attempt could start); None: never abandoned."""
         if target.kind == "local":
             body = engine_body(kind, body)  # only the fields a local engine may get (router/request/engine_fields.py)
             body["model"] = target.alias  # a route's name becomes its local model's
@@ -48,16 +50,18 @@ class Calls:
 
     async def continuation(self, target: Target, body: dict[str, Any], request_id: str) -> BackendReply:
         """A stream continuation's call (serve_apps/streams/continuation.py): chat, no stale watch."""
-        return await self.call(target, "chat", body, request_id, watch_stale=False)
+        return await self.call(target, "chat", body, request_id, watch_stale=None)
 
     async def _local_unless_stale(
-        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: bool
+        self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: float | None
     ) -> BackendReply:
-        """The local call; with `watch`, abandoned (TargetUnavailable) if every replica of the
-        model goes stale before the first byte arrives."""
+        """The local call; abandoned (TargetUnavailable) if every replica of the model goes stale before the
+        first byte arrives and before `watch`. Past it no other attempt could start (the request's deadline, or its
+        last attempt): the call is waited on, since abandoning it could only end the request in an error — a slow
+        machine's late stats are not a hung engine's (the engine's own health marks that: serve_apps/resilience/)."""
         reply = self._local.call(model, kind, body, request_id)
         call = asyncio.ensure_future(self._admission.counted(model, reply, request_id))
-        if not watch:
+        if watch is None:
             return await call
         try:
             while True:
@@ -65,6 +69,8 @@ class Calls:
                 if done:
                     return call.result()
                 snapshot, now = self._snapshot(), self._clock()
+                if now >= watch:
+                    return await call
                 replicas = snapshot.for_model(model)
                 if replicas and all(snapshot.unusable(r, now) for r in replicas):
                     faults = {r.fault for r in replicas if r.fault and not snapshot.is_stale(r, now)}

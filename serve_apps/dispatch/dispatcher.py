@@ -331,10 +331,10 @@ class Dispatcher:
 
     async def _call(self, walk: Walk, target: Target, gate: Gate, began: float, has_next: bool) -> Called:
         """One attempt: the body shaped for `target` and the session's turn, the call, the output checks."""
-        body = walk.body
         try:
-            sent = await walk.turn.body_for(target, self._body_for(walk, target, body))
-            reply = await self._calls.call(target, walk.kind, sent, walk.request_id, watch_stale=has_next)
+            sent = await walk.turn.body_for(target, self._body_for(walk, target, walk.body))
+            watch = walk.abandon_by(has_next, self._resilience.max_attempts)
+            reply = await self._calls.call(target, walk.kind, sent, walk.request_id, watch_stale=watch)
             flagged: list[str] = []
             if reply.chunks is not None and holds_back(walk.kind, walk.contract):
                 reply = await held_until_checked(reply, walk.contract, target, self.checks)

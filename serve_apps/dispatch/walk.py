@@ -81,6 +81,11 @@ class Walk:
         """Attempts started so far (skips do not count)."""
         return sum(a.outcome != "skipped" for a in self.trail)
 
+    def abandon_by(self, has_next: bool, max_attempts: int) -> float | None:
+        """Until when an attempt starting now may be abandoned for another (its model gone stale before the first
+        byte: serve_apps/dispatch/calls.py): the deadline while a candidate and an attempt are left, else None."""
+        return self.deadline if has_next and self.made() + 1 < max_attempts else None
+
     def skipped(self, target: Target, why: str) -> None:
         self.passed(target, why)
         self.refusals.append(why)

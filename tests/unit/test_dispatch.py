@@ -272,6 +272,39 @@ async def test_waiting_for_first_byte_fails_over_when_model_goes_stale(world: Wo
     assert local.cancelled and d.inflight("m") == 0 and cloud.calls == ["r-12"]
 
 
+class SlowLocal(FakeEngine):
+    """A local call whose first byte comes late but comes (an engine on a machine too busy to report its stats in
+    time: its stats go stale while it works)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = asyncio.Event()
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        await self.go.wait()
+        return await super().call(alias, kind, body, request_id)
+
+
+async def test_a_stale_model_is_waited_on_once_no_other_attempt_could_start(world: World) -> None:
+    """Stats stale while the local call waits, but past the request's deadline: abandoning the call could only end
+    in an error (no attempt may start after the deadline), so the call is waited on and answers."""
+    local, cloud, calls = SlowLocal(), FakeProvider(), {"n": 0}
+
+    def snapshot() -> ClusterSnapshot:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            world.now += 10  # past the 5 s deadline, the stats 5 s old
+            asyncio.get_running_loop().call_later(0.1, local.go.set)  # the first byte, ten polls later
+        read_at = world.now if calls["n"] == 1 else world.now - 5
+        return ClusterSnapshot(taken_at=world.now, replicas=(replace(world.replica, read_at=read_at),), max_age_s=1.0)
+
+    d = Dispatcher(
+        make_config(), local, {"sim": cloud}, snapshot, poll_s=0.01, clocks=Clocks.of(world.clock, sleep=world.sleep)
+    )
+    done = await run(d, "chat", CHAT, "r-12b", deadline_s=5)
+    assert done.route == "local" and cloud.calls == [] and d.inflight("m") == 0
+
+
 async def test_a_fall_over_left_out_is_named_in_the_error(world: World) -> None:
     """The local call goes stale and, meanwhile, the cloud it would fall over to was shut (black: its key was
     refused by another request): the client's error names both, not the stale wait alone."""
