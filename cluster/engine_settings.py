@@ -44,14 +44,16 @@ class EngineSettings:
 
 def stall_bound_s(spec: ModelSpec) -> float:
     """`models[].stall_s`, else 30 s or `STALL_STEPS` of the fitted model's slowest step (a full prefill
-    chunk beside a full batch), whichever is longer."""
+    chunk beside a full batch; with fits for several machines, the slowest machine's), whichever is longer."""
     if spec.stall_s is not None:
         return spec.stall_s
-    if spec.perf is None:
+    if not spec.perf:
         return STALL_FLOOR_S
     limits = default_limits("cpu" if spec.runs_vllm_cpu else "gpu", dict(spec.engine_args))
-    p = spec.perf
-    slowest = p.step_s + p.per_sequence_s * limits.max_num_seqs + p.per_prefill_token_s * limits.max_num_batched_tokens
+    slowest = max(
+        p.step_s + p.per_sequence_s * limits.max_num_seqs + p.per_prefill_token_s * limits.max_num_batched_tokens
+        for p in spec.perf
+    )
     return max(STALL_FLOOR_S, round(STALL_STEPS * slowest, 1))
 
 

@@ -30,6 +30,7 @@ from cluster.capacity.memory import CapacityReport, format_bytes, parse_bytes
 from cluster.capacity.plan import DEFAULT_GPU_OVERHEAD, PlanWorkload, plan_model
 from cluster.config.deployment import default_config_path, load_config
 from cluster.config.model_spec import ModelSpec
+from cluster.config.perf import PerfSection
 from cluster.hardware.cpu_caps import CpuCaps
 from cluster.hardware.nvml import GpuInventory, GpuReader, PynvmlReader
 from cluster.models import model_dir
@@ -126,12 +127,11 @@ def _gpu_memory(
     return smallest.memory_total, text, inventory
 
 
-def _perf_mismatch(spec: ModelSpec, caps: CpuCaps | None) -> str | None:
-    """Why the model's fit does not describe its engine on this machine's CPU (None: it does)."""
-    assert spec.perf is not None
+def _local_fit(spec: ModelSpec, caps: CpuCaps | None) -> tuple[PerfSection | None, str | None]:
+    """The model's fit for its engine on this machine's CPU and precision, else None and why."""
     source = str(model_dir(spec.prepared_name)) if spec.is_prepared_source else spec.source
     choice, caps, _ = local_choice(spec.precision, spec.engine_args, source, spec.numerics, caps)
-    return spec.perf.mismatch(caps.cpu_class, choice.label)
+    return spec.fit_for([(caps.cpu_class, choice.label)])
 
 
 def cmd_capacity(
@@ -155,11 +155,12 @@ def cmd_capacity(
         workload = PlanWorkload(args.prompt_tokens, args.output_tokens, args.prefix_share, args.overhead)
         status, notes, report = plan_model(spec, workload, gpu_mem, cpu_caps)
         admission = None
-        perf = spec.perf
-        mismatch = _perf_mismatch(spec, cpu_caps) if perf is not None and spec.runs_vllm_cpu else None
-        if mismatch is not None:
+        perf: PerfSection | None = None
+        mismatch: str | None = None
+        if spec.perf:  # a GPU model's fit has no CPU class to tell: its first
+            perf, mismatch = _local_fit(spec, cpu_caps) if spec.runs_vllm_cpu else (spec.perf[0], None)
+        if mismatch is not None:  # never a fit from another CPU or precision silently applied (nor by the gateway)
             notes = [*notes, f"compute bound off on this machine: {mismatch} (run bench calibrate here)"]
-            perf = None  # never a fit from another CPU or precision silently applied (the gateway does the same)
         if report is not None:
             mix = Workload(args.prompt_tokens, max(1, args.output_tokens), args.prefix_share)
             gib = gpu_mem / 2**30 if gpu_mem and spec.accelerator != "cpu" else None

@@ -150,7 +150,10 @@ def offline_bound(options: ReplayOptions, scaled: ScaledTrace) -> CloudBound | N
     """The clairvoyant lower bound on the cloud share (bench/replay/bound.py), from `perf_from`'s fit."""
     if options.perf_from is None:
         return None
-    from cluster.config.perf import PerfSection
+    from pydantic import TypeAdapter
+
+    from cluster.config.perf import PerfSection, fit_for, one_or_many
+    from cluster.hardware.cpu_caps import read_cpu_caps
 
     path = Path(options.perf_from)
     try:
@@ -158,7 +161,10 @@ def offline_bound(options: ReplayOptions, scaled: ScaledTrace) -> CloudBound | N
             raise ReplayError(f"--perf-from {path}: larger than 1 MiB, not a config", 2)
         data = yaml.safe_load(path.read_text())
         entry = next(m for m in data["models"] if isinstance(m, dict) and m.get("alias") == options.model)
-        perf = PerfSection.model_validate(entry["perf"])
+        fits = one_or_many(entry["perf"], TypeAdapter(list[PerfSection]).validate_python)
+        perf, why = fit_for(fits, [(read_cpu_caps().cpu_class, None)])  # several: the one for this machine's CPU
+        if perf is None:
+            raise ReplayError(f"--perf-from {path}: {why}", 2)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ReplayError(f"--perf-from {path}: cannot read it ({type(exc).__name__})", 2) from None
     except (TypeError, KeyError, StopIteration):

@@ -14,6 +14,7 @@ Pure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -88,18 +89,24 @@ def plan_admission(
     return AdmissionPlan(limit.admission_limit, limit.bound, "calibrated", memory_limit, knee, tuple(notes))
 
 
-def calibration_line(alias: str, perf: PerfSection | None, admission_limit: int | None) -> str:
-    """What `spillover serve` says about one model's admission limit."""
-    if perf is None or not perf.has_slo:
-        why = "no models[].perf" if perf is None else "models[].perf is fitted but has no SLO to keep"
-        limit = f"admission_limit {admission_limit}" if admission_limit is not None else "the KV-memory bound"
+def calibration_line(alias: str, fits: Sequence[PerfSection], admission_limit: int | None) -> str:
+    """What `spillover serve` says about one model's admission limit (`fits`: its models[].perf)."""
+    held = [perf for perf in fits if perf.has_slo]
+    limit = f"admission_limit {admission_limit}" if admission_limit is not None else "the KV-memory bound"
+    if not held:
+        why = "no models[].perf" if not fits else "models[].perf is fitted but has no SLO to keep"
         return (
             f"{alias}: uncalibrated ({why}): the admission limit is {limit}, whatever the workload; "
             "`spillover bench calibrate --fit-shapes ...` fits its compute model"
         )
+    perf = held[0]
     slos = [f"e2e p95 <= {perf.slo_e2e_p95_s:g} s"] if perf.slo_e2e_p95_s is not None else []
     slos += [f"TTFT p95 <= {perf.slo_ttft_p95_s:g} s"] if perf.slo_ttft_p95_s is not None else []
-    return (
+    line = (
         f"{alias}: calibrated ({perf.fitted or 'models[].perf'}): the admission limit follows the live workload "
         f"as min(memory, compute) for {' and '.join(slos)}"
     )
+    machines = [f"{p.cpu} with {p.precision or 'any precision'}" for p in held if p.cpu is not None]
+    if machines and len(machines) == len(held):
+        line += f" on replicas fitted for ({'; '.join(machines)}); elsewhere {limit}"
+    return line

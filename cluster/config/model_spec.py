@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidatorFunctionWrapHandler, field_validator, model_validator
 
 from cluster.config.base import StrictModel
 from cluster.config.numerics import NumericsSettings
-from cluster.config.perf import PerfSection
+from cluster.config.perf import PerfSection, distinct_machines, fit_for, one_or_many
 from cluster.config.resilience import GoldenProbe
 from router.routing.watermarks import Watermarks
 
@@ -69,10 +70,12 @@ class ModelSpec(StrictModel):
         "admission.fraction of the maximum predicted from the engine's KV blocks; with `perf` that has an SLO, "
         "the gateway computes the limit from the live workload instead and this value is not used",
     )
-    perf: PerfSection | None = Field(
-        None,
-        description="fitted compute model (bench calibrate --fit-shapes): the admission limit becomes "
-        "min(memory bound, compute bound) for the live workload; null: uncalibrated, memory bound only",
+    perf: list[PerfSection] = Field(
+        default_factory=list,
+        description="fitted compute model (bench calibrate --fit-shapes), or a list of them, one per CPU class and "
+        "precision (each fit's `cpu` and `precision`): with the SLO of the first fit that describes every replica, "
+        "the admission limit becomes min(memory bound, compute bound) for the live workload and requests spill by "
+        "deadline; null, or no fit for the replicas' machine: uncalibrated, memory bound only",
     )
     golden: GoldenProbe | None = Field(
         default_factory=lambda: GoldenProbe(prompt=DEFAULT_GOLDEN_PROMPT, expect=DEFAULT_GOLDEN_EXPECT),
@@ -90,6 +93,26 @@ class ModelSpec(StrictModel):
         4, ge=0, description="prefix_affinity: queue-length spread above which power-of-two decides instead"
     )
     prefix_chars: int = Field(2000, ge=1, description="prefix_affinity: prompt characters that key a request")
+
+    @field_validator("perf", mode="wrap")
+    @classmethod
+    def _perf_one_or_many(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return one_or_many(value, handler)
+
+    @field_validator("perf")
+    @classmethod
+    def _perf_distinct(cls, value: list[PerfSection]) -> list[PerfSection]:
+        distinct_machines(value)
+        return value
+
+    def fit_for(self, machines: Iterable[tuple[str | None, str | None]]) -> tuple[PerfSection | None, str | None]:
+        """The fit (`perf`) for replicas on these (CPU class, precision), or None and why (cluster/config/perf.py)."""
+        return fit_for(self.perf, machines)
+
+    @property
+    def has_slo(self) -> bool:
+        """A fit with an SLO: the gateway admits by the compute bound where it describes the replicas."""
+        return any(fit.has_slo for fit in self.perf)
 
     @field_validator("engine_args")
     @classmethod

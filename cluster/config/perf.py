@@ -1,6 +1,10 @@
-"""`models[].perf`: a model's fitted compute model (cluster/capacity/compute_model.py) and the SLO it is held to.
+"""`models[].perf`: a model's fitted compute models (cluster/capacity/compute_model.py) and the SLO each is held to.
 The engine's scheduler limits the predictions also need come from the model's `engine_args`
 (cluster/capacity/engine_sim.py `default_limits`), not from here.
+
+A fit holds for the CPU class and the precision it was measured with (`cpu`, `precision`); a model may carry
+one fit per class and precision, and its replicas are admitted by the first that describes all of them
+(`fit_for`) — never by a fit from another machine.
 
 `bench calibrate --fit-shapes ...` writes this section into its overlay; with it (and an SLO), the
 gateway's admission limit follows the live workload through min(memory, compute), and
@@ -9,7 +13,10 @@ gateway's admission limit follows the live workload through min(memory, compute)
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from pydantic import Field, ValidationError, model_validator
 
 from cluster.capacity.compute_model import PerfParams
 from cluster.config.base import StrictModel
@@ -93,3 +100,46 @@ class PerfSection(StrictModel):
     @property
     def has_slo(self) -> bool:
         return self.slo_e2e_p95_s is not None or self.slo_ttft_p95_s is not None
+
+
+def fit_for(
+    fits: Sequence[PerfSection], machines: Iterable[tuple[str | None, str | None]]
+) -> tuple[PerfSection | None, str | None]:
+    """The first of `fits` that describes every replica in `machines` (its CPU class and precision), and None;
+    else None and why none does."""
+    machines = list(machines)
+    for fit in fits:
+        if all(fit.mismatch(cpu, precision) is None for cpu, precision in machines):
+            return fit, None
+    if not fits:
+        return None, "no models[].perf"
+    if len(fits) == 1:
+        return None, next(m for cpu, precision in machines if (m := fits[0].mismatch(cpu, precision)))
+    runs = sorted({f"{cpu or '?'} with {precision or '?'}" for cpu, precision in machines})
+    fitted = ", ".join(f"{f.cpu or 'any CPU'} with {f.precision or 'any precision'}" for f in fits)
+    return None, f"no perf fit for replicas on {' and '.join(runs)} (fitted: {fitted})"
+
+
+def one_or_many(value: Any, validate: Callable[[Any], Any]) -> Any:
+    """`models[].perf` as written: one fit (a mapping: its errors named `perf.<field>`), a list of them
+    (`perf[i].<field>`), or null (none), validated as a list by `validate`."""
+    if not isinstance(value, dict):
+        return validate([] if value is None else value)
+    try:
+        return validate([value])
+    except ValidationError as exc:
+        errors: list[Any] = [
+            {"type": e["type"], "loc": e["loc"][1:], "input": e["input"], **({"ctx": e["ctx"]} if "ctx" in e else {})}
+            for e in exc.errors()
+        ]
+        raise ValidationError.from_exception_data(exc.title, errors) from None
+
+
+def distinct_machines(fits: Sequence[PerfSection]) -> None:
+    """Two fits for the same CPU class and precision would leave which one admits to their order: refused."""
+    seen: set[tuple[str | None, str | None]] = set()
+    for fit in fits:
+        key = (fit.cpu, fit.precision)
+        if key in seen:
+            raise ValueError(f"two perf fits for cpu {fit.cpu} with precision {fit.precision}: keep one")
+        seen.add(key)

@@ -32,6 +32,7 @@ from cluster.capacity.compute_model import PerfParams
 from cluster.capacity.memory import admission_limit, max_concurrent_sequences
 from cluster.config.deployment import SpilloverConfig
 from cluster.config.model_spec import ModelSpec
+from cluster.config.perf import PerfSection
 from router.errors import LocalCapacityExhausted
 from router.request.contract import RequestContract
 from router.routing.deadline import Load, LocalForecast, Running, StepModel, delay, forecast
@@ -83,6 +84,7 @@ class Admission:
         self._waiting: dict[str, int] = defaultdict(int)
         self._last_limit: dict[str, int | None] = {}
         self._running: dict[str, dict[str, Running]] = defaultdict(dict)  # model -> lease holder -> its deadline
+        self._fits: dict[str, PerfSection] = {}  # model -> the fit its last forecast used
         self.mix = WorkloadMix()
         self._plans = plans or AdmissionPlans()  # made off the request path in the gateway
 
@@ -105,12 +107,13 @@ class Admission:
         if spec is None or not fresh:
             return Limit(None)
         unfitted = ""
-        if spec.perf is not None and spec.perf.has_slo:
-            mismatch = next((m for r in fresh if (m := spec.perf.mismatch(r.cpu_class, r.precision))), None)
-            if mismatch is None:
-                return self._live_limit(spec, fresh, _hit_rate(fresh))
+        if spec.has_slo:
+            fit, mismatch = spec.fit_for((r.cpu_class, r.precision) for r in fresh)
+            if fit is not None and fit.has_slo:
+                return self._live_limit(spec, fit, fresh, _hit_rate(fresh))
             # never a fit from another CPU or precision silently applied: the uncalibrated limit, and why
-            unfitted = f"compute bound off: {mismatch} (run bench calibrate on this machine); "
+            why = mismatch or "the fit for this machine has no SLO"
+            unfitted = f"compute bound off: {why} (run bench calibrate on this machine); "
         if spec.admission_limit is not None:
             return Limit(spec.admission_limit * len(fresh), unfitted + "models[].admission_limit" if unfitted else "")
         adm = self._config.admission
@@ -132,13 +135,16 @@ class Admission:
         (the contract's, else perf.slo_e2e_p95_s), no fresh replica, or no fit that describes the replicas (another
         CPU class or precision). Call after `limit`."""
         spec = self._config.model(model)
-        if not self._config.admission.deadline_spill or spec is None or spec.perf is None:
+        if not self._config.admission.deadline_spill or spec is None or not spec.perf:
             return None
-        perf = spec.perf
-        deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms is not None else perf.slo_e2e_p95_s
         fresh = [r for r in snapshot.for_model(model) if snapshot.unusable(r, now) is None]
-        if deadline_s is None or not fresh or any(perf.mismatch(r.cpu_class, r.precision) for r in fresh):
+        perf, _ = spec.fit_for((r.cpu_class, r.precision) for r in fresh)
+        if perf is None or not fresh:
             return None
+        deadline_s = contract.deadline_ms / 1000 if contract.deadline_ms is not None else perf.slo_e2e_p95_s
+        if deadline_s is None:
+            return None
+        self._fits[model] = perf
         adm, hit = self._config.admission, _hit_rate(fresh)
         prompt, output, _ = self._mix(model)
         load = Load(
@@ -177,10 +183,10 @@ class Admission:
     def _track(self, model: str, request_id: str, plan: Plan) -> None:
         """A request admitted locally with a forecast: its deadline and predicted finish are kept until it is done,
         and the running ones' predicted finishes move by the delay it adds (router/routing/deadline.py)."""
-        spec, fc, holder = self._config.model(model), plan.forecast, self.reservations.holder_of(request_id)
-        if fc is None or spec is None or spec.perf is None or holder is None:
+        fit, fc, holder = self._fits.get(model), plan.forecast, self.reservations.holder_of(request_id)
+        if fc is None or fit is None or holder is None:
             return
-        now, params = self._clock(), _step_model(spec.perf.params)
+        now, params = self._clock(), _step_model(fit.params)
         self._live_running(model)
         running = self._running[model]
         for other, r in running.items():
@@ -191,12 +197,11 @@ class Admission:
     def warm(self, snapshot: ClusterSnapshot, now: float) -> None:
         """Ask for every calibrated model's plan on a fresh snapshot, so that it is made before a request needs it."""
         for spec in self._config.models:
-            if spec.perf is not None and spec.perf.has_slo:
+            if spec.has_slo:
                 self.limit_with_reason(spec.alias, snapshot, now)
 
-    def _live_limit(self, spec: ModelSpec, replicas: list[ReplicaStats], prefix_share: float) -> Limit:
-        perf, adm = spec.perf, self._config.admission
-        assert perf is not None
+    def _live_limit(self, spec: ModelSpec, perf: PerfSection, replicas: list[ReplicaStats], share: float) -> Limit:
+        adm, prefix_share = self._config.admission, share
         kv_tokens = [r.kv_budget_tokens for r in replicas]
         if any(tokens is None for tokens in kv_tokens):
             return Limit(None)
@@ -204,10 +209,10 @@ class Admission:
         # the inputs to two significant digits (prefix share to 0.05): the limit need not follow a mix
         # that moved by a token, and the plan (an engine simulation) is memoised on them
         prompt, output, prefix_share = _sig2(prompt), max(1, _sig2(output)), min(0.95, round(prefix_share * 20) / 20)
-        total, first = 0, None
+        total, first, fit = 0, None, spec.perf.index(perf)
         for replica, tokens in zip(replicas, kv_tokens, strict=True):
             memory = admission_limit(max_concurrent_sequences(tokens or 0, prompt, output, prefix_share), adm.fraction)
-            key = PlanKey(spec.alias, memory, prompt, output, prefix_share, replica_gpu_gib(spec, replica))
+            key = PlanKey(spec.alias, memory, prompt, output, prefix_share, replica_gpu_gib(spec, replica), fit)
             planned = self._plans.plan(spec, key)
             if planned.plan is None or planned.key is None:  # none made yet for this model: the floor until it is
                 total += perf.min_admission_limit

@@ -42,6 +42,7 @@ class PlanKey:
     output_tokens: float
     prefix_share: float
     gpu_memory_gib: float | None  # the replica's first GPU (None: a CPU replica, or no GPU reported)
+    fit: int  # which of the model's fits (models[].perf) describes the replica's machine
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class AdmissionPlans:
             return Planned(last.plan, last.key, pending=True) if last is not None else Planned(None, None, True)
 
     def _queue(self, spec: ModelSpec, key: PlanKey) -> None:
-        perf = spec.perf
+        perf = spec.perf[key.fit]
         workload = Workload(key.prompt_tokens, key.output_tokens, key.prefix_share)
         limits = default_limits(spec.accelerator, spec.engine_args, key.gpu_memory_gib)
 

@@ -171,7 +171,8 @@ def integration_config(cloud_port: int, spare_port: int, ledger: Path, anthropic
     # SmolLM2 calibrated (configs/local.yaml's fitted perf) with an SLO so loose that no test's load
     # reaches the compute bound: the gateway computes it for the live mix (tests/integration/test_compute_admission.py)
     (smol,) = [m for m in raw["models"] if m["alias"] == SMOL]
-    smol["perf"]["slo_e2e_p95_s"] = COMPUTE_SLO_S
+    for fit in smol["perf"]:  # each CPU class's fit
+        fit["slo_e2e_p95_s"] = COMPUTE_SLO_S
     # a route whose order is not the ranking: cloud-sim-b is dearer than cloud-sim (tests/integration/test_routes.py)
     raw["routes"] = [{"alias": ROUTE, "targets": [f"local:{SMOL}", *(f"cloud:{p}/{SMOL}" for p in ROUTE_CLOUDS)]}]
     raw["spend"] = {"ledger": str(ledger)}

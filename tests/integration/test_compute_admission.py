@@ -44,13 +44,13 @@ def test_the_gateways_limit_is_the_fitted_models_for_the_live_mix(stack: Stack) 
     reason = raw.headers["x-spillover-reason"]
     assert raw.headers["x-spillover-route"] == "local", reason
     spec = stack.config.model(SMOL)
-    assert spec is not None and spec.perf is not None
+    assert spec is not None and spec.perf
     (replica,) = [r for r in httpx.get(f"{stack.base_url}/v1/spillover/cluster", timeout=10).json()["replicas"]
                   if r["model"] == SMOL and not r["stale"]]  # fmt: skip
-    mismatch = spec.perf.mismatch(replica["cpu_class"], replica["precision"])
-    if mismatch is not None:  # a fit from another CPU or precision is never applied: the reason says so
+    fit, mismatch = spec.fit_for([(replica["cpu_class"], replica["precision"])])
+    if fit is None:  # a fit from another CPU or precision is never applied: the reason says so
         assert f"compute bound off: {mismatch}" in reason, reason
-        pytest.skip(f"the committed fit does not describe this machine: {mismatch}")
+        pytest.skip(f"no committed fit describes this machine: {mismatch}")
     found = DETAIL.search(reason)
     assert found is not None, reason
     assert float(found["slo"]) == COMPUTE_SLO_S
@@ -60,7 +60,7 @@ def test_the_gateways_limit_is_the_fitted_models_for_the_live_mix(stack: Stack) 
 
     workload = Workload(int(found["prompt"]), int(found["output"]), float(found["prefix"]))
     limits = default_limits(spec.accelerator, spec.engine_args)
-    plan = plan_admission(spec.perf, int(found["memory"]), workload, limits=limits)
+    plan = plan_admission(fit, int(found["memory"]), workload, limits=limits)
     assert (plan.admission_limit, plan.bound) == (int(found["limit"]), found["bound"]), reason
     compute = plan.compute.concurrency if plan.compute else None
     assert found["compute"] == (">= memory" if compute is None else str(compute)), reason

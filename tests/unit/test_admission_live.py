@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 
 from cluster.config.deployment import SpilloverConfig, parse_config
+from router.errors import ConfigError
 from router.request.contract import RequestContract
 from router.routing.burst import BurstInputs, decide
 from router.routing.pipeline import PipelineResult
@@ -167,6 +168,38 @@ def test_a_fit_from_another_cpu_or_precision_is_never_applied() -> None:
     unstated = admission(config(perf=PERF))  # a fit that does not say where it was made is not checked
     unstated.observe("m", 300, 64)
     assert unstated.limit("m", _on("avx2", "float32 compiled"), T0) == 3
+
+
+def test_each_machine_is_admitted_by_its_own_fit() -> None:
+    """One fit per CPU class and precision (the shipped default carries an AVX2 float32 and an AMX bf16 fit): each
+    replica's limit comes from the fit for its machine; a machine no fit describes gets the KV-derived limit, and
+    the reason names the machines the fits are for."""
+    slow = {**PERF, "cpu": "avx2", "precision": "float32 eager", "per_prefill_token_s": 0.0042}
+    fast = {**PERF, "cpu": "amx-bf16", "precision": "bfloat16 compiled"}
+    adm = admission(config(perf=[slow, fast]))
+    adm.observe("m", 300, 64)
+    assert adm.limit("m", _on("amx-bf16", "bfloat16 compiled"), T0) == 3  # as with the one fit above
+    # ⌊(10 / 1.05 − 5.1) / (64 × 0.0085 + 300 × 0.0042)⌋ = ⌊4.4238 / 1.804⌋ = 2
+    assert adm.limit("m", _on("avx2", "float32 eager"), T0) == 2
+    neither = adm.limit_with_reason("m", _on("avx512", "float32 eager"), T0)
+    assert neither.value == 48 and neither.detail.startswith(
+        "compute bound off: no perf fit for replicas on avx512 with float32 eager (fitted: avx2 with float32 eager, "
+        "amx-bf16 with bfloat16 compiled)"
+    ), neither.detail
+    slower = adm.forecast("m", contract(), cpu_snapshot("avx2"), T0, arrived=None)  # the AVX2 fit: slower prefill
+    faster = admission(config(perf=fast)).forecast("m", contract(), _on("amx-bf16", "bfloat16 compiled"), T0, None)
+    assert slower is not None and faster is not None and slower.e2e_s > faster.e2e_s
+
+
+def test_a_model_with_two_fits_for_one_machine_is_refused() -> None:
+    fit = {**PERF, "cpu": "avx2", "precision": "float32 eager"}
+    with pytest.raises(ConfigError, match=r"models\[0\]\.perf.*two perf fits for cpu avx2 with precision float32"):
+        config(perf=[fit, {**fit, "step_s": 0.1}])
+    with pytest.raises(ConfigError, match=r"models\[0\]\.perf\[1\]\.step_s"):
+        config(perf=[fit, {**fit, "cpu": "amx-bf16", "step_s": -1}])
+    with pytest.raises(ConfigError, match=r"models\[0\]\.perf\.step_s"):  # one mapping: its fields by name
+        config(perf={**fit, "step_s": -1})
+    assert config(perf=None).models[0].perf == [] and len(config(perf=[fit]).models[0].perf) == 1
 
 
 def contract(deadline_ms: int | None = None, prompt: int = 300, output: int = 64) -> RequestContract:

@@ -117,8 +117,8 @@ def test_the_engine_simulated_is_the_one_of_the_gpu_the_replica_reports() -> Non
     for gib in (24.0, 141.0):
         # the same plan `spillover capacity` makes for that GPU (spillover/capacity.py passes NVML's total)
         limits = default_limits("gpu", spec.engine_args, gib)
-        expected = plan_admission(spec.perf, memory, Workload(300, 64, 0.0), limits=limits)
-        assert plans.plan(spec, PlanKey("m", memory, 300, 64, 0.0, gib)) == Planned(
-            expected, PlanKey("m", memory, 300, 64, 0.0, gib), pending=False
+        expected = plan_admission(spec.perf[0], memory, Workload(300, 64, 0.0), limits=limits)
+        assert plans.plan(spec, PlanKey("m", memory, 300, 64, 0.0, gib, 0)) == Planned(
+            expected, PlanKey("m", memory, 300, 64, 0.0, gib, 0), pending=False
         )
     assert default_limits("gpu", spec.engine_args, 141.0) != default_limits("gpu", spec.engine_args, 24.0)

@@ -126,8 +126,11 @@ def test_local_config_table(prepared_smollm2: Path) -> None:
     assert "93,184" in text
     assert "kv_cache_space_gib = 2 GiB (VLLM_CPU_KVCACHE_SPACE)" in text
     # shared 256, per sequence 256 + 256 = 512: ⌊(93,184 − 256) / 512⌋ = 181; ⌊0.8 × 181⌋ = 144
-    # a fresh machine with native bf16 would run bf16 first; the committed fit is float32 eager, so it is off
-    assert "compute bound off on this machine: perf was fitted with float32 eager" in text
+    # a fresh machine with native bf16 would run bf16 first; the committed fits are float32 eager, so they are off
+    assert (
+        "compute bound off on this machine: no perf fit for replicas on amx-bf16 with bfloat16 compiled (fitted: "
+        "amx-bf16 with float32 eager, avx2 with float32 eager)" in text
+    ), text
     assert "uncalibrated: the fit is from another CPU or precision" in text
     assert "no models[].perf" not in text
     assert (

@@ -70,10 +70,17 @@ def test_plan_admission_calibrated_uncalibrated_and_without_slo() -> None:
 
 
 def test_calibration_line_says_uncalibrated() -> None:
-    assert "uncalibrated (no models[].perf)" in calibration_line("m", None, None)
-    assert "admission_limit 4" in calibration_line("m", None, 4)
-    assert "calibrated" in calibration_line("m", perf(slo_e2e_p95_s=10, fitted="here"), None)
-    assert "uncalibrated (models[].perf is fitted but has no SLO to keep)" in calibration_line("m", perf(), None)
+    assert "uncalibrated (no models[].perf)" in calibration_line("m", [], None)
+    assert "admission_limit 4" in calibration_line("m", [], 4)
+    assert "calibrated" in calibration_line("m", [perf(slo_e2e_p95_s=10, fitted="here")], None)
+    assert "uncalibrated (models[].perf is fitted but has no SLO to keep)" in calibration_line("m", [perf()], None)
+
+
+def test_calibration_line_names_the_machines_its_fits_hold_for() -> None:
+    fits = [perf(slo_e2e_p95_s=10, cpu="avx2", precision="float32 eager"), perf(slo_e2e_p95_s=10, cpu="amx-bf16")]
+    line = calibration_line("m", fits, None)
+    assert "on replicas fitted for (avx2 with float32 eager; amx-bf16 with any precision)" in line, line
+    assert line.endswith("elsewhere the KV-memory bound"), line
 
 
 @pytest.mark.parametrize(

@@ -167,3 +167,16 @@ def test_state_password_env_must_be_a_variable_name() -> None:
     with pytest.raises(ConfigError) as refused:
         parse_config({**MINIMAL, "state": {"url": "redis://h:6380/0", "password_env": "X=1; rm -rf /"}}, "t")
     assert "state.password_env" in str(refused.value)
+
+
+def test_the_cpu_default_is_calibrated_on_each_cpu_class_and_the_calibrating_overlay_removes_it() -> None:
+    """configs/local.yaml routes with a fit and an SLO on either CPU these machines come with (an Intel Xeon with
+    AMX, an AVX2-only AMD EPYC), both running float32 eager; `bench calibrate` serves it without them."""
+    (spec,) = load_config(REPO / "configs/local.yaml").models
+    for cpu in ("amx-bf16", "avx2"):
+        fit, why = spec.fit_for([(cpu, "float32 eager")])
+        assert fit is not None and fit.has_slo and fit.cpu == cpu, why
+    fit, why = spec.fit_for([("avx512", "float32 eager")])
+    assert fit is None and why is not None and "no perf fit for replicas on avx512" in why
+    (bare,) = load_config(REPO / "configs/local.yaml", [REPO / "configs/overlays/calibrating.yaml"]).models
+    assert bare.perf == [] and not bare.has_slo
