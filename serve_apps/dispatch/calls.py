@@ -17,6 +17,7 @@ from router.request.openai_request import Kind
 from router.routing.capabilities import Target
 from router.routing.snapshot import ClusterSnapshot
 from serve_apps.backend import BackendReply, CloudBackend, ModelBackend
+from serve_apps.clocks import Clocks
 from serve_apps.dispatch.admission import Admission
 
 
@@ -27,20 +28,21 @@ class Calls:
         providers: Mapping[str, CloudBackend],
         admission: Admission,
         snapshot: Callable[[], ClusterSnapshot],
-        clock: Callable[[], float],
+        clocks: Clocks,
         poll_s: float,
     ) -> None:
         self._local = local
         self._providers = providers
         self._admission = admission
         self._snapshot = snapshot
-        self._clock = clock
+        self._clock = clocks.wall  # the snapshot's stats are read at wall-clock times
+        self._deadline_clock = clocks.clock  # a request's deadline is on the monotonic clock
         self._poll_s = poll_s
 
     async def call(
         self, target: Target, kind: Kind, body: dict[str, Any], request_id: str, *, watch_stale: float | None
     ) -> BackendReply:
-        """`watch_stale`: the clock reading until which a local call is abandoned when its model goes stale
+        """`watch_stale`: the (monotonic) clock reading until which a local call is abandoned when its model goes stale
         (the last moment another attempt could start); None: never abandoned."""
         if target.kind == "local":
             body = engine_body(kind, body)  # only the fields a local engine may get (router/request/engine_fields.py)
@@ -69,7 +71,7 @@ class Calls:
                 if done:
                     return call.result()
                 snapshot, now = self._snapshot(), self._clock()
-                if now >= watch:
+                if self._deadline_clock() >= watch:
                     return await call
                 replicas = snapshot.for_model(model)
                 if replicas and all(snapshot.unusable(r, now) for r in replicas):

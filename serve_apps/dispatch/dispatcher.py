@@ -106,16 +106,11 @@ class Dispatcher:
         self.decisions = parts.decisions if parts.decisions is not None else DecisionStore()  # an empty one is falsy
         self._resilience = parts.resilience or Resilience(config, clock=clocks.clock, wall=clocks.wall)
         self._admission = Admission(
-            config,
-            self._observer,
-            clock=clocks.clock,
-            sleep=clocks.sleep,
-            poll_s=poll_s,
-            plans=parts.admission_plans,
-            reservations=parts.reservations,
-        )
+            config, self._observer, clock=clocks.clock, sleep=clocks.sleep, poll_s=poll_s,
+            plans=parts.admission_plans, reservations=parts.reservations,
+        )  # fmt: skip
         self._latched: dict[str, frozenset[str]] = defaultdict(frozenset)
-        self._calls = Calls(local, self._providers, self._admission, snapshot, self._wall, poll_s)
+        self._calls = Calls(local, self._providers, self._admission, snapshot, clocks, poll_s)
         self._loops = LoopCheck(config)
         self._refusals: tuple[Refusal, ...] = (over_cost_ceiling, self._too_small)  # the door `refuse a target`
         self._traffic = parts.traffic
@@ -235,8 +230,8 @@ class Dispatcher:
         kind: Kind,
         streams: list[StreamedAttempt],
     ) -> None:
-        """The executed plan's record (serve_apps/dispatch/record.py): stored, and shown to the observer
-        (metrics); a stream's is stored unfinished and booked when the stream ends."""
+        """The executed plan's record (serve_apps/dispatch/record.py), stored and shown to the observer (metrics)
+        (a stream's is stored unfinished and booked when the stream ends)."""
         finished = executed_record(
             request_id,
             self._config.policy,

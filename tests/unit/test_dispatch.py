@@ -255,19 +255,24 @@ class HangingLocal(FakeEngine):
         raise AssertionError("unreachable")
 
 
+EPOCH = 1.7e9  # the wall clock's reading when the monotonic one reads 0: stats are read at wall-clock times
+
+
 async def test_waiting_for_first_byte_fails_over_when_model_goes_stale(world: World) -> None:
+    """On real clocks: the stats' ages on the wall clock, the request's deadline on the monotonic one (a wall
+    reading compared with a monotonic deadline would never let the call be abandoned)."""
     calls = {"n": 0}
 
     def snapshot() -> ClusterSnapshot:
         calls["n"] += 1
-        read_at = world.now if calls["n"] == 1 else world.now - 5  # fresh at decision time, stale after
-        return ClusterSnapshot(taken_at=world.now, replicas=(replace(world.replica, read_at=read_at),), max_age_s=1.0)
+        wall = EPOCH + world.now
+        read_at = wall if calls["n"] == 1 else wall - 5  # fresh at decision time, stale after
+        return ClusterSnapshot(taken_at=wall, replicas=(replace(world.replica, read_at=read_at),), max_age_s=1.0)
 
     local, cloud = HangingLocal(), FakeProvider()
-    d = Dispatcher(
-        make_config(), local, {"sim": cloud}, snapshot, poll_s=0.01, clocks=Clocks.of(world.clock, sleep=world.sleep)
-    )
-    done = await run(d, "chat", CHAT, "r-12", deadline_s=5)
+    clocks = Clocks.of(world.clock, wall=lambda: EPOCH + world.now, sleep=world.sleep)
+    d = Dispatcher(make_config(), local, {"sim": cloud}, snapshot, poll_s=0.01, clocks=clocks)
+    done = await asyncio.wait_for(run(d, "chat", CHAT, "r-12", deadline_s=5), timeout=10)
     assert done.route == "cloud" and "went stale while waiting for the first byte" in done.reason
     assert local.cancelled and d.inflight("m") == 0 and cloud.calls == ["r-12"]
 
