@@ -8,14 +8,17 @@ replay --url http://127.0.0.1:8001/v1 --model NAME --trace FILE [--format moonca
        [--slo-s 10] [--send-deadline] [--drain-s S] [--cooldown-s 10] [--cloud-price-in 0.15]
        [--cloud-price-out 0.60] [--request-timeout-s 300] [--no-ignore-eos] [--api-key-env NAME]
        [--out DIR] [--seed 0] [--no-progress]
+replay --merge DIR DIR... [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from bench.cli_args import choices, number, run
+from bench.replay.merge import merge_summary_lines, run_merge
 from bench.replay.metrics import Prices
 from bench.replay.policies import POLICIES
 from bench.replay.run import ReplayError, ReplayOptions, run_replay, summary_lines
@@ -29,9 +32,9 @@ def _window_at(text: str) -> float | str:
 
 def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
-    add("--url", required=True, help="OpenAI-compatible base URL of the gateway, e.g. http://127.0.0.1:8001/v1")
-    add("--model", required=True, help="model name to request")
-    add("--trace", required=True, metavar="FILE", help="the arrival trace (Mooncake JSONL, Azure or BurstGPT CSV, CSV)")
+    add("--url", help="OpenAI-compatible base URL of the gateway, e.g. http://127.0.0.1:8001/v1")
+    add("--model", help="model name to request")
+    add("--trace", metavar="FILE", help="the arrival trace (Mooncake JSONL, Azure or BurstGPT CSV, CSV)")
     add("--format", choices=FORMATS, default=None, help="the trace's format (default: from the file)")
     add("--columns", default=None, metavar="time=COL,input=COL,output=COL[,blocks=COL]",
         help="the columns of a generic CSV trace (implies --format csv)")  # fmt: skip
@@ -73,6 +76,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     add("--out", default=None, help="report directory (default bench/results/replay-<time>)")
     add("--seed", type=int, default=0, help="spreading, thinning and prompt seed (default 0)")
     add("--no-progress", action="store_true", help="no progress lines on stderr")
+    add("--merge", nargs="+", default=None, metavar="DIR",
+        help="replay nothing: merge replays of the same arrivals (each a gateway config) into one report")  # fmt: skip
 
 
 def replay_options_from_args(args: argparse.Namespace) -> ReplayOptions:
@@ -123,7 +128,14 @@ def replay_options_from_args(args: argparse.Namespace) -> ReplayOptions:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Handler of `replay`: runs it, prints the summary; errors (bad flags or trace included) are one line."""
+    """Handler of `replay`: runs it (or merges earlier runs), prints the summary; errors (bad flags or trace
+    included) are one line."""
+    if args.merge is not None:
+        return run(lambda: run_merge(args.merge, args.out), merge_summary_lines)
+    missing = [flag for flag in ("url", "model", "trace") if getattr(args, flag) is None]
+    if missing:
+        print(f"error: bench replay needs --{', --'.join(missing)} (or --merge DIR...)", file=sys.stderr, flush=True)
+        return 2
     return run(lambda: run_replay(replay_options_from_args(args)), summary_lines)
 
 

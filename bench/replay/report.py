@@ -27,6 +27,9 @@ ROW_FIELDS = tuple(RequestRow.__dataclass_fields__)
 
 def results_dict(run: ReplayRun) -> dict[str, Any]:
     o, s = run.options, run.scaled
+    bound = None
+    if run.bound is not None:
+        bound = {**run.bound.to_dict(), "perf_from": o.perf_from, "replicas": o.replicas}
     return {
         "started_at": run.started_at,
         "url": o.url,
@@ -46,24 +49,29 @@ def results_dict(run: ReplayRun) -> dict[str, Any]:
         "drain_s": o.drain,
         "prices": {"in_per_mtok": o.prices.in_per_mtok, "out_per_mtok": o.prices.out_per_mtok},
         "environment": run.environment,
-        "offline_bound": run.bound.to_dict() if run.bound is not None else None,
+        "offline_bound": bound,
         "policies": [{**r.to_dict(), "requests": [row.to_dict() for row in r.rows]} for r in run.runs],
     }
 
 
 def write_replay_report(run: ReplayRun, out_dir: Path) -> dict[str, Path]:
+    return write_results(results_dict(run), out_dir)
+
+
+def write_results(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """results.json, one CSV per policy, the plot and report.md, all from `results` (one run's, or merged ones')."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"results.json": out_dir / "results.json", "report.md": out_dir / "report.md"}
-    paths["results.json"].write_text(json.dumps(results_dict(run), indent=2) + "\n")
-    for policy_run in run.runs:
-        path = out_dir / f"requests-{slug(policy_run.policy.label)}.csv"
+    paths["results.json"].write_text(json.dumps(results, indent=2) + "\n")
+    for policy_run in results["policies"]:
+        path = out_dir / f"requests-{slug(policy_run['label'])}.csv"
         with path.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=ROW_FIELDS)
             writer.writeheader()
-            writer.writerows(row.to_dict() for row in policy_run.rows)
+            writer.writerows(policy_run["requests"])
         paths[path.name] = path
-    paths["replay_curve.png"] = plot_curve(run, out_dir / "replay_curve.png")
-    paths["report.md"].write_text(render_markdown(run, ["replay_curve.png"]))
+    paths["replay_curve.png"] = plot_curve(results, out_dir / "replay_curve.png")
+    paths["report.md"].write_text(render_markdown(results, ["replay_curve.png"]))
     return paths
 
 
@@ -71,75 +79,80 @@ def _s(value: float | None) -> str:
     return "–" if value is None else f"{value:.2f}"
 
 
-def render_markdown(run: ReplayRun, plots: list[str]) -> str:
-    o, s, t = run.options, run.scaled, run.trace
-    sc = o.scaling
-    window = "the whole trace" if sc.window_s is None else f"{sc.window_s:g} s from {s.window_start_s:.1f} s"
-    if sc.window_s is not None and sc.window_at == "busiest":
+def render_markdown(r: dict[str, Any], plots: list[str]) -> str:
+    sc, t, w, prices = r["scaling"], r["trace"], r["window"], r["prices"]
+    window = "the whole trace" if sc["window_s"] is None else f"{sc['window_s']:g} s from {w['start_s']:.1f} s"
+    if sc["window_s"] is not None and sc["window_at"] == "busiest":
         window += " (the busiest window)"
+    rate = w["requests"] / w["length_s"] if w["length_s"] > 0 else 0.0
     lines = [
-        f"# Replay of `{Path(o.trace).name}` — `{o.model}`",
+        f"# Replay of `{Path(t['path']).name}` — `{r['model']}`",
         "",
-        f"Started {run.started_at} against {o.url}. Trace: {t.format}, {len(t.requests)} requests over "
-        f"{t.duration_s:.0f} s ({t.skipped} rows with 0 output tokens skipped).",
+        f"Started {r['started_at']} against {r['url']}. Trace: {t['format']}, {t['requests']} requests over "
+        f"{t['duration_s']:.0f} s ({t['skipped_zero_output']} rows with 0 output tokens skipped).",
         "",
-        f"Scaling (bench/replay/scaling.py, seed {sc.seed}): timestamps spread over {sc.spread_s:g} s buckets; "
-        f"window {window}; keep {sc.keep:g} of the requests; time × {sc.stretch:g}; prompt tokens × "
-        f"{sc.input_scale:g} (cap {sc.max_input or '–'}), output tokens × {sc.output_scale:g} (cap "
-        f"{sc.max_output or '–'}), within a {sc.context_window}-token window ({s.capped} prompts capped). "
-        f"Replayed: **{len(s.requests)} requests over {s.window_s:.0f} s ({s.rate_rps:.2f} req/s)**, every policy "
-        f"requests of the same lengths and prefix sharing at the same offsets (words of its own, so no policy "
-        f"finds another's prompts in the prefix cache), each ending {o.drain:g} s after the last arrival.",
+        f"Scaling (bench/replay/scaling.py, seed {sc['seed']}): timestamps spread over {sc['spread_s']:g} s buckets; "
+        f"window {window}; keep {sc['keep']:g} of the requests; time × {sc['stretch']:g}; prompt tokens × "
+        f"{sc['input_scale']:g} (cap {sc['max_input'] or '–'}), output tokens × {sc['output_scale']:g} (cap "
+        f"{sc['max_output'] or '–'}), within a {sc['context_window']}-token window ({r['prompts_capped']} prompts "
+        f"capped). Replayed: **{w['requests']} requests over {w['length_s']:.0f} s ({rate:.2f} req/s)**, every "
+        "policy requests of the same lengths and prefix sharing at the same offsets (words of its own, so no policy "
+        f"finds another's prompts in the prefix cache), each ending {r['drain_s']:g} s after the last arrival.",
         "",
-        f"SLO: end-to-end ≤ {o.slo_s:g} s"
-        + (f", sent as `x-spillover-deadline-ms: {round(o.slo_s * 1000)}`" if o.send_deadline else "")
-        + f". Cloud prices: ${o.prices.in_per_mtok:g} / ${o.prices.out_per_mtok:g} per million tokens in / out; "
+        f"SLO: end-to-end ≤ {r['slo_s']:g} s"
+        + (f", sent as `x-spillover-deadline-ms: {round(r['slo_s'] * 1000)}`" if r["send_deadline"] else "")
+        + f". Cloud prices: ${prices['in_per_mtok']:g} / ${prices['out_per_mtok']:g} per million tokens in / out; "
         "a local answer costs nothing here.",
         "",
         "| policy | what | sent | in SLO | SLO attainment | cloud share | cloud spend $ | unanswered | errors "
         "| TTFT p50 s | e2e p50 s | e2e p95 s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in run.runs:
-        m = r.metrics
-        share = "–" if m.cloud_share is None else f"{m.cloud_share:.1%}"
-        codes = ", ".join(f"{code} ×{n}" for code, n in sorted(m.error_codes.items())) or "0"
+    for p in r["policies"]:
+        m = p["metrics"]
+        share = "–" if m["cloud_share"] is None else f"{m['cloud_share']:.1%}"
+        codes = ", ".join(f"{code} ×{n}" for code, n in sorted(m["error_codes"].items())) or "0"
         lines.append(
-            f"| {r.policy.label} | {r.policy.description} | {m.sent} | {m.in_slo} | {m.slo_attainment:.1%} | "
-            f"{share} | {m.spend_usd:.5f} | {m.unanswered} | {codes} | {_s(m.ttft_p50_s)} | {_s(m.e2e_p50_s)} | "
-            f"{_s(m.e2e_p95_s)} |"
+            f"| {p['label']} | {p['description']} | {m['sent']} | {m['in_slo']} | {m['slo_attainment']:.1%} | "
+            f"{share} | {m['spend_usd']:.5f} | {m['unanswered']} | {codes} | {_s(m['ttft_p50_s'])} | "
+            f"{_s(m['e2e_p50_s'])} | {_s(m['e2e_p95_s'])} |"
         )
-    if run.bound is not None:
-        b = run.bound
-        where = f" (the window {b.window[0]:.1f}–{b.window[1]:.1f} s asks the most)" if b.window else ""
+    b = r["offline_bound"]
+    if b is not None:
+        where = f" (the window {b['window'][0]:.1f}–{b['window'][1]:.1f} s asks the most)" if b["window"] else ""
         lines += [
             "",
-            f"Offline lower bound (bench/replay/bound.py, the fit in `{o.perf_from}`, {o.replicas} replica(s)): "
-            f"no scheduler meets the SLO for every request with fewer than **{b.requests} requests ({b.share:.1%})** "
-            f"in the cloud — {b.alone} too slow even alone{where}; {b.method}.",
+            f"Offline lower bound (bench/replay/bound.py, the fit in `{b['perf_from']}`, {b['replicas']} replica(s)): "
+            f"no scheduler meets the SLO for every request with fewer than **{b['requests']} requests "
+            f"({b['share']:.1%})** in the cloud — {b['too_slow_alone']} too slow even alone{where}; {b['method']}.",
         ]
     lines += [
         "",
         "SLO attainment counts every request sent: an error or a request unanswered when its policy's time ran "
         "out misses. Per-request rows: `requests-<policy>.csv` and results.json.",
     ]
-    lines += environment_and_plots(run.environment, plots)
+    if r.get("merged_from"):
+        lines += [
+            "",
+            "Merged (`bench replay --merge`) from the runs in: " + ", ".join(f"`{m}`" for m in r["merged_from"]),
+        ]
+    lines += environment_and_plots(r["environment"], plots)
     return "\n".join(lines) + "\n"
 
 
-def plot_curve(run: ReplayRun, path: Path) -> Path:
+def plot_curve(r: dict[str, Any], path: Path) -> Path:
     fig = Figure(figsize=(7, 4.2), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    for r in run.runs:
-        m = r.metrics
-        ax.scatter([m.spend_usd], [m.slo_attainment], s=40)
-        share = "–" if m.cloud_share is None else f"{m.cloud_share:.0%}"
-        ax.annotate(f"{r.policy.label} (cloud {share})", (m.spend_usd, m.slo_attainment),
+    for p in r["policies"]:
+        m = p["metrics"]
+        ax.scatter([m["spend_usd"]], [m["slo_attainment"]], s=40)
+        share = "–" if m["cloud_share"] is None else f"{m['cloud_share']:.0%}"
+        ax.annotate(f"{p['label']} (cloud {share})", (m["spend_usd"], m["slo_attainment"]),
                     textcoords="offset points", xytext=(4, 4), fontsize="small")  # fmt: skip
     ax.set_xlabel("cloud spend (USD)")
-    ax.set_ylabel(f"SLO attainment (e2e ≤ {run.options.slo_s:g} s)")
-    ax.set_title(f"SLO attainment vs cloud spend — {len(run.scaled.requests)} requests")
+    ax.set_ylabel(f"SLO attainment (e2e ≤ {r['slo_s']:g} s)")
+    ax.set_title(f"SLO attainment vs cloud spend — {r['window']['requests']} requests")
     ax.set_ylim(-0.02, 1.05)
     ax.set_xlim(left=0)
     ax.grid(True, alpha=0.3)

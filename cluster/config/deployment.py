@@ -27,6 +27,7 @@ from cluster.config.session import SessionsSection
 from cluster.config.traffic import TrafficSection
 from router.errors import ConfigError
 from router.routing.capabilities import cloud_id
+from router.routing.local_share import LocalShareSettings
 from router.routing.policy import Policy
 from router.routing.watermarks import Watermarks
 
@@ -88,6 +89,12 @@ class AdmissionSection(StrictModel):
         "would finish locally after its deadline (x-spillover-deadline-ms, else the scenario's deadline_ms, else "
         "perf.slo_e2e_p95_s), a request that may burst goes to the cloud at once, and at the admission limit one "
         "predicted to finish in time waits for local room (router/routing/deadline.py); false: the limit alone",
+    )
+    local_share: LocalShareSettings = Field(
+        LocalShareSettings(),
+        description="load-proportional spill (router/routing/local_share.py): the share of burstable requests kept "
+        "local, cut after a window of slow or failing local answers and raised after a good one; a policy to compare "
+        "(bench replay), off by default",
     )
     lease_ttl_s: float = Field(
         10,

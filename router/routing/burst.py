@@ -14,7 +14,9 @@ a clock, awaits, or touches the network.
 With a deadline forecast (router/routing/deadline.py: the model's fitted compute model describes its replicas and
 the request has a deadline), a request that may burst goes to the cloud at once when local room would not
 finish it in time, and waits for local room at the admission limit when the forecast says it would still finish
-in time (re-planned as the queue moves); without one, the rules above, unchanged.
+in time (re-planned as the queue moves); without one, the rules above, unchanged. With a load-proportional
+share (router/routing/local_share.py, off by default), a request that may burst and whose turn is not a local one
+goes to the cloud although local has room.
 
 Hysteresis: a replica that reached saturation >= 1.0 stays "latched" (counted as saturated)
 until its saturation falls below `release_ratio` = watermarks.low / watermarks.kv_cache
@@ -29,6 +31,7 @@ from typing import Literal
 
 from router.routing.capabilities import local_id, provider_key
 from router.routing.deadline import LocalForecast
+from router.routing.local_share import ShareDraw
 from router.routing.saturation import Saturation, replica_saturation
 from router.routing.snapshot import ClusterSnapshot
 from router.routing.watermarks import Watermarks
@@ -46,6 +49,7 @@ class BurstInputs:
     providers: Sequence[str]  # enabled cloud providers that map this alias, in preference order
     admission_detail: str = ""  # calibrated models: which bound and which inputs set the admission limit
     forecast: LocalForecast | None = None  # deadline-aware spill: will it finish locally in time?
+    share: ShareDraw | None = None  # load-proportional spill: is this request's turn a local one?
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,10 @@ def decide(inputs: BurstInputs, snapshot: ClusterSnapshot, now: float, previous:
         if forecast is not None and not forecast.meets and not inputs.local_only and inputs.providers:
             late = "would make running requests late" if forecast.harms else "would finish late"
             reason = f"deadline: {forecast.line()}; local has room but {late}"
+            return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)
+        share = inputs.share
+        if share is not None and not share.local and not inputs.local_only and inputs.providers:
+            reason = f"{share.line()}; local has room, this turn is the cloud's"
             return RouteDecision("cloud", provider_key(inputs.providers[0]), reason, latched)
         return RouteDecision("local", local_id(inputs.model), reason, latched)
 

@@ -29,6 +29,7 @@ from router.request.contract import RequestContract
 from router.routing.burst import BurstInputs, Route, decide
 from router.routing.capabilities import Registry, Target, is_local_id
 from router.routing.deadline import LocalForecast
+from router.routing.local_share import ShareDraw
 from router.routing.pipeline import PipelineResult, no_capable_model, run_pipeline
 from router.routing.plugins import TargetState
 from router.routing.policy import Policy
@@ -71,6 +72,7 @@ class PlanInputs:
         default_factory=dict
     )  # target id -> learned quality (router/learning/quality.py)
     forecast: LocalForecast | None = None  # deadline-aware spill (router/routing/deadline.py)
+    share: ShareDraw | None = None  # load-proportional spill (router/routing/local_share.py)
 
 
 def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latched: frozenset[str]) -> Plan:
@@ -124,6 +126,7 @@ def plan_request(inputs: PlanInputs, snapshot: ClusterSnapshot, now: float, latc
         local_only=contract.local_only,
         providers=tuple(t.provider or "" for t in cloud),
         forecast=inputs.forecast,
+        share=inputs.share,
     )
     decision = decide(burst, snapshot, now, latched)
     return Plan(

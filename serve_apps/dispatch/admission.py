@@ -16,6 +16,8 @@ The gateway's own counters, per model, on the gateway's event loop:
     waiting   requests in the bounded waiting room (`admission.queue_max`) for a local-only or
               no-cloud request while the model is saturated; each re-plans every `poll_s` until
               it may run, the deadline passes, or the room is full (429 local_capacity_exhausted)
+    share     load-proportional spill (router/routing/local_share.py, off by default): the share of burstable
+              requests kept local, moved by the latency and failures of the model's local calls
     forecast  deadline-aware spill (router/routing/deadline.py): the request's predicted local finish against its
               deadline, from the fit and the live load, and the running requests it would make late (each local
               request admitted with a forecast is kept, by its lease, with its deadline and predicted finish)
@@ -36,6 +38,7 @@ from cluster.config.perf import PerfSection
 from router.errors import LocalCapacityExhausted
 from router.request.contract import RequestContract
 from router.routing.deadline import Load, LocalForecast, Running, StepModel, delay, forecast
+from router.routing.local_share import LocalShare, ShareDraw
 from router.routing.plan import Plan
 from router.routing.snapshot import ClusterSnapshot, ReplicaStats
 from serve_apps.backend import BackendReply
@@ -85,6 +88,7 @@ class Admission:
         self._last_limit: dict[str, int | None] = {}
         self._running: dict[str, dict[str, Running]] = defaultdict(dict)  # model -> lease holder -> its deadline
         self._fits: dict[str, PerfSection] = {}  # model -> the fit its last forecast used
+        self._shares: dict[str, LocalShare] = {}  # model -> its load-proportional share (admission.local_share)
         self.mix = WorkloadMix()
         self._plans = plans or AdmissionPlans()  # made off the request path in the gateway
 
@@ -165,6 +169,16 @@ class Admission:
             running=self._live_running(model),
             now=self._clock(),
         )
+
+    def share(self, model: str, *, peek: bool = False) -> ShareDraw | None:
+        """The request's turn in the model's load-proportional spill (router/routing/local_share.py); None where
+        `admission.local_share` is off, or for a peek (which takes no turn)."""
+        settings = self._config.admission.local_share
+        if not settings.enabled or peek:
+            return None
+        if model not in self._shares:
+            self._shares[model] = LocalShare(settings, self._clock())
+        return self._shares[model].draw(self._clock())
 
     def _mix(self, model: str) -> tuple[float, float, str]:
         """The model's mean prompt and output tokens (its recent requests, else admission.mean_*) and their source."""
@@ -292,18 +306,24 @@ class Admission:
         self.mix.observe(model, prompt_tokens, output_tokens)
 
     async def counted(self, model: str, call: Awaitable[BackendReply], request_id: str) -> BackendReply:
-        """Run a local call counted in flight until its answer (or its stream) is done."""
+        """Run a local call counted in flight until its answer (or its stream) is done; its latency (a stream's
+        to the first byte) or its failure moves the model's load-proportional share when that is on."""
         try:
             reservation = await self.reservations.counted(model, request_id)
         except BaseException:
             if asyncio.iscoroutine(call):
                 call.close()  # never started
             raise
+        began, share = self._clock(), self._shares.get(model)
         try:
             reply = await call
-        except BaseException:
+        except BaseException as exc:
             self.reservations.release(reservation)
+            if share is not None and isinstance(exc, Exception):  # a cut (cancellation) says nothing of the engine
+                share.observe(self._clock(), None)
             raise
+        if share is not None:
+            share.observe(self._clock(), self._clock() - began)
         if reply.chunks is None:
             self.reservations.release(reservation)
             return reply

@@ -166,6 +166,7 @@ class Dispatcher:
             },
             quality=self._learned(contract),
             forecast=self._admission.forecast(model, contract, snapshot, now, arrived),
+            share=self._admission.share(model, peek=peek),
         )
         if peek:
             return plan_request(inputs, snapshot, now, self._latched[model])
