@@ -126,6 +126,14 @@ def render_markdown(r: dict[str, Any], plots: list[str]) -> str:
             f"no scheduler meets the SLO for every request with fewer than **{b['requests']} requests "
             f"({b['share']:.1%})** in the cloud — {b['too_slow_alone']} too slow even alone{where}; {b['method']}.",
         ]
+        schedule = b.get("clairvoyant")
+        if schedule is not None:
+            lines += [
+                "",
+                f"A clairvoyant schedule (bench/replay/clairvoyant.py: {schedule['method']}) meets the SLO with "
+                f"**{schedule['requests']} requests ({schedule['share']:.1%})** in the cloud: the fewest any scheduler "
+                f"needs under this fit lies between {b['share']:.1%} and {schedule['share']:.1%}.",
+            ]
     lines += [
         "",
         "SLO attainment counts every request sent: an error or a request unanswered when its policy's time ran "

@@ -11,7 +11,8 @@ same arrivals, and measure SLO attainment against cloud spend.
        the run's start time and the policy: no policy finds another's, or an earlier run's, prompts in the
        engine's prefix cache; bench/replay/prompts.py)
     4. per request and per policy (bench/replay/metrics.py), then the report directory (bench/replay/report.py),
-       with the offline lower bound on the cloud share when `perf_from` gives the fit (bench/replay/bound.py)
+       with the offline lower bound on the cloud share when `perf_from` gives the fit (bench/replay/bound.py) and,
+       for one replica, a clairvoyant schedule's share (bench/replay/clairvoyant.py): the optimum lies between
 
 Programmatic use: `run_replay(ReplayOptions(...))` → `ReplayOutcome` (raises `ReplayError` with the exit code).
 The HTTP transport, clock and sleep are injected for tests.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -37,6 +38,7 @@ from bench.load.progress import LineProgress, NullProgress, ProgressSink
 from bench.load.target import BenchError, api_key_from_env, preflight
 from bench.load.workload import WorkItem
 from bench.replay.bound import CloudBound, StepTerms, cloud_bound
+from bench.replay.clairvoyant import clairvoyant
 from bench.replay.metrics import PolicyMetrics, Prices, RequestRow, measure, rows
 from bench.replay.policies import POLICIES, Policy, policy, slug
 from bench.replay.prompts import PromptBuilder
@@ -172,7 +174,10 @@ def offline_bound(options: ReplayOptions, scaled: ScaledTrace) -> CloudBound | N
     except ValidationError as exc:
         raise ReplayError(f"--perf-from {path}: its perf is not valid ({exc.error_count()} errors)", 2) from None
     terms = StepTerms(perf.request_overhead_s, perf.step_s, perf.per_sequence_s, perf.per_prefill_token_s)
-    return cloud_bound(scaled.requests, terms, options.slo_s, options.replicas)
+    bound = cloud_bound(scaled.requests, terms, options.slo_s, options.replicas)
+    if options.replicas > 1:  # the clairvoyant schedule runs one engine
+        return bound
+    return replace(bound, clairvoyant=clairvoyant(scaled.requests, terms, options.slo_s).to_dict())
 
 
 def prompts(scaled: ScaledTrace, seed: int, salt: str) -> list[WorkItem]:
@@ -286,5 +291,9 @@ def summary_lines(outcome: ReplayOutcome) -> list[str]:
         )
     if run.bound is not None:
         lines.append(f"  offline lower bound on the cloud share: {run.bound.share:.1%} ({run.bound.requests} requests)")
+        if run.bound.clairvoyant is not None:
+            schedule = run.bound.clairvoyant
+            share, count = schedule["share"], schedule["requests"]
+            lines.append(f"  a clairvoyant schedule's cloud share: {share:.1%} ({count} requests)")
     lines.append(f"  report: {outcome.paths['report.md']}")
     return lines

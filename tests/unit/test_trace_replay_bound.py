@@ -28,11 +28,12 @@ def test_a_request_too_slow_alone_must_leave() -> None:
 
 
 def test_a_window_that_cannot_hold_its_work() -> None:
-    # each: b·O + g·P = 0.01 × 50 + 0.001 × 1000 = 1.5 s of engine work; 10 arriving at once, due in 10 s: 15 s
-    # of work in a 10 s window: 4 must leave (3 would leave 10.5 s)
+    # each: b·O + g·P = 0.01 × 50 + 0.001 × 1000 = 1.5 s of engine work, and 50 steps of a = 0.1 s for any batch
+    # of them; 10 arriving at once, due in 10 s: 5 s of steps + 15 s of work in a 10 s window: 7 must leave (6
+    # would leave 5 + 6 s)
     burst = tuple(req(0, 1000, 50) for _ in range(10))
     bound = cloud_bound(burst, TERMS, slo_s=10)
-    assert bound.requests == 4 and bound.window == (0, 10) and bound.alone == 0
+    assert bound.requests == 7 and bound.window == (0, 10) and bound.alone == 0
     assert cloud_bound(burst, TERMS, slo_s=10, replicas=2).requests == 0  # two replicas: 20 s of room
     spread = tuple(req(5.0 * i, 1000, 50) for i in range(10))  # one every 5 s: always room
     assert cloud_bound(spread, TERMS, slo_s=10).requests == 0
@@ -46,20 +47,22 @@ def test_shared_blocks_are_prefilled_once() -> None:
     assert unshared_prompts((req(0, 40, 1), req(0, 40, 1))) == [40, 40]  # no blocks: no credit
 
 
-def brute_force(requests: list[ScaledRequest], slo_s: float) -> int:
-    """The fewest requests to remove so that every window's work fits, by trying every subset."""
-    works = [TERMS.per_sequence_s * r.output_tokens + TERMS.per_prefill_token_s * r.input_tokens for r in requests]
+def brute_force(requests: list[ScaledRequest], slo_s: float, terms: StepTerms = TERMS) -> int:
+    """The fewest requests to remove so that every window's steps and work fit, by trying every subset."""
+    b, g = terms.per_sequence_s, terms.per_prefill_token_s
+    works = [b * r.output_tokens + g * r.input_tokens for r in requests]
+
+    def fits(kept: list[int], s: float, t: float) -> bool:
+        inside = [i for i in kept if requests[i].arrival_s >= s and requests[i].arrival_s + slo_s <= t]
+        steps = max((requests[i].output_tokens for i in inside), default=0)
+        return terms.step_s * steps + sum(works[i] for i in inside) <= t - s + 1e-12
+
     for k in range(len(requests) + 1):
         for removed in itertools.combinations(range(len(requests)), k):
             kept = [i for i in range(len(requests)) if i not in removed]
-            ok = all(
-                sum(works[i] for i in kept if requests[i].arrival_s >= s and requests[i].arrival_s + slo_s <= t)
-                <= t - s + 1e-12
-                for s in (requests[i].arrival_s for i in kept)
-                for t in (requests[i].arrival_s + slo_s for i in kept)
-                if t > s
-            )
-            if ok:
+            starts = [requests[i].arrival_s for i in kept]
+            ends = [requests[i].arrival_s + slo_s for i in kept]
+            if all(fits(kept, s, t) for s in starts for t in ends if t > s):
                 return k
     return len(requests)
 
@@ -74,3 +77,14 @@ def test_never_more_than_the_relaxations_own_minimum(seed: int) -> None:
     bound = cloud_bound(tuple(requests), TERMS, slo_s=8)
     assert bound.alone == 0  # at most 30 × 0.11 + 3,000 × 0.001 = 6.3 s alone
     assert bound.requests <= brute_force(requests, 8)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_tight_where_it_is_exact_on_a_burst_in_two_waves(seed: int) -> None:
+    """Two bursts far apart, each of a few requests: the windows share no request, so the bound is the sum of
+    each burst's exact fewest — the relaxation's own minimum, no less."""
+    rng = random.Random(seed)
+    waves = [round(rng.uniform(0, 1), 2) for _ in range(4)] + [round(rng.uniform(30, 31), 2) for _ in range(4)]
+    requests = [req(t, rng.randint(500, 3000), rng.randint(5, 40)) for t in sorted(waves)]
+    bound = cloud_bound(tuple(requests), TERMS, slo_s=6)
+    assert bound.requests == brute_force(requests, 6)

@@ -192,8 +192,10 @@ def test_the_offline_bound_from_a_fit_and_bad_fits(tmp_path: Path) -> None:
     bound = outcome.run.bound
     assert bound is not None and bound.requests == 0 and bound.share == 0  # 6 small requests, 20 ms apart
     data = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert data["offline_bound"]["requests"] == 0 and "fluid" in data["offline_bound"]["method"]
-    assert "Offline lower bound" in (tmp_path / "out" / "report.md").read_text()
+    assert data["offline_bound"]["requests"] == 0 and "a·O_max" in data["offline_bound"]["method"]
+    assert data["offline_bound"]["clairvoyant"]["requests"] == 0  # one replica: the schedule beside the bound
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Offline lower bound" in report and "A clairvoyant schedule" in report
     for content, message in (
         ("models: [{alias: other, perf: {}}]", "no models\\[\\] entry with alias 'm'"),
         ("models: [{alias: m, perf: {step_s: -1}}]", "its perf is not valid"),
