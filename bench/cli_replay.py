@@ -9,6 +9,7 @@ replay --url http://127.0.0.1:8001/v1 --model NAME --trace FILE [--format moonca
        [--cloud-price-out 0.60] [--request-timeout-s 300] [--no-ignore-eos] [--api-key-env NAME]
        [--out DIR] [--seed 0] [--no-progress]
 replay --merge DIR DIR... [--out DIR]
+replay --bound-only --model NAME --trace FILE --perf-from PATH [scaling flags]
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from bench.cli_args import choices, number, run
 from bench.replay.merge import merge_summary_lines, run_merge
 from bench.replay.metrics import Prices
 from bench.replay.policies import POLICIES
-from bench.replay.run import ReplayError, ReplayOptions, run_replay, summary_lines
+from bench.replay.run import ReplayError, ReplayOptions, bound_lines, bound_only, run_replay, summary_lines
 from bench.replay.scaling import BUSIEST, Scaling
 from bench.replay.traces import FORMATS, TIME_UNITS, ColumnMap
 
@@ -76,6 +77,8 @@ def add_replay_arguments(parser: argparse.ArgumentParser) -> None:
     add("--out", default=None, help="report directory (default bench/results/replay-<time>)")
     add("--seed", type=int, default=0, help="spreading, thinning and prompt seed (default 0)")
     add("--no-progress", action="store_true", help="no progress lines on stderr")
+    add("--bound-only", action="store_true",
+        help="send nothing: print the offline bound and the clairvoyant schedule for --perf-from's fit")  # fmt: skip
     add("--merge", nargs="+", default=None, metavar="DIR",
         help="replay nothing: merge replays of the same arrivals (each a gateway config) into one report")  # fmt: skip
 
@@ -132,6 +135,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     included) are one line."""
     if args.merge is not None:
         return run(lambda: run_merge(args.merge, args.out), merge_summary_lines)
+    if args.bound_only:
+        if args.model is None or args.trace is None:
+            print("error: --bound-only needs --model and --trace", file=sys.stderr, flush=True)
+            return 2
+        args.url = args.url or "http://127.0.0.1:8001/v1"  # nothing is sent
+        return run(lambda: bound_only(replay_options_from_args(args)), bound_lines)
     missing = [flag for flag in ("url", "model", "trace") if getattr(args, flag) is None]
     if missing:
         print(f"error: bench replay needs --{', --'.join(missing)} (or --merge DIR...)", file=sys.stderr, flush=True)

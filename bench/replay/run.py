@@ -180,6 +180,36 @@ def offline_bound(options: ReplayOptions, scaled: ScaledTrace) -> CloudBound | N
     return replace(bound, clairvoyant=clairvoyant(scaled.requests, terms, options.slo_s).to_dict())
 
 
+@dataclass(frozen=True)
+class BoundOutcome:
+    """`--bound-only`: the scaled trace and its offline bound (and clairvoyant schedule), nothing sent."""
+
+    scaled: ScaledTrace
+    bound: CloudBound
+    exit_code: int = 0
+
+
+def bound_only(options: ReplayOptions) -> BoundOutcome:
+    if options.perf_from is None:
+        raise ReplayError("--bound-only needs --perf-from (the fit the bound is computed from)", 2)
+    _, scaled = prepare(options)
+    bound = offline_bound(options, scaled)
+    assert bound is not None
+    return BoundOutcome(scaled, bound)
+
+
+def bound_lines(outcome: BoundOutcome) -> list[str]:
+    b, scaled = outcome.bound, outcome.scaled
+    lines = [
+        f"{len(scaled.requests)} requests over {scaled.window_s:.0f} s: offline lower bound {b.share:.1%} "
+        f"({b.requests} requests, {b.alone} too slow alone) — {b.method}"
+    ]
+    if b.clairvoyant is not None:
+        c = b.clairvoyant
+        lines.append(f"clairvoyant schedule: {c['share']:.1%} ({c['requests']} requests) — {c['method']}")
+    return lines
+
+
 def prompts(scaled: ScaledTrace, seed: int, salt: str) -> list[WorkItem]:
     """One policy's requests: the trace's lengths and prefix sharing, words of the policy's own (its salt)."""
     builder = PromptBuilder(seed, salt)

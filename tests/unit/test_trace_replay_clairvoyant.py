@@ -4,13 +4,18 @@ scheduler must, and a request the engine serves in time alone and unhurried stay
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from bench.replay.bound import cloud_bound
 from bench.replay.clairvoyant import Sequence, _all_in_time, _step, clairvoyant
 from tests.unit.test_trace_replay_bound import TERMS, req
+from tests.unit.test_trace_replay_run import REPO, write_trace
 
 
 def test_one_step_by_hand() -> None:
@@ -48,3 +53,25 @@ def test_never_fewer_than_the_lower_bound(seed: int) -> None:
     )
     bound, schedule = cloud_bound(requests, TERMS, slo_s=8), clairvoyant(requests, TERMS, slo_s=8)
     assert bound.requests <= schedule.cloud, (bound, schedule)
+
+
+def test_bound_only_sends_nothing_and_prints_both(tmp_path: Path) -> None:
+    fit = tmp_path / "fit.yaml"
+    perf = {"request_overhead_s": 0.0, "step_s": 0.1, "per_sequence_s": 0.01, "per_prefill_token_s": 0.002}
+    fit.write_text(json.dumps({"models": [{"alias": "m", "perf": perf}]}))
+    base = [
+        sys.executable,
+        "-m",
+        "bench",
+        "replay",
+        "--bound-only",
+        "--model",
+        "m",
+        "--trace",
+        str(write_trace(tmp_path)),
+    ]
+    done = subprocess.run([*base, "--perf-from", str(fit)], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "offline lower bound 0.0%" in done.stdout and "clairvoyant schedule: 0.0%" in done.stdout, done.stdout
+    bare = subprocess.run(base, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bare.returncode == 2 and "--bound-only needs --perf-from" in bare.stderr, bare.stderr
