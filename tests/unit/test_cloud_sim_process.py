@@ -162,3 +162,25 @@ def test_cloud_sim_control_requires_key_of_the_real_server(real_sim: tuple[str, 
     assert all("sk-real-sim" not in r.text for r in refused)
     shown = httpx.get(f"{base}/control/faults", headers=KEYED, timeout=10)
     assert shown.status_code == 200 and shown.json()["error_5xx_rate"] == 0.0  # nothing changed
+
+
+def test_a_port_something_listens_on_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    """What listened there would answer the start-up /healthz, and the burst meant for this simulator would reach
+    it (an earlier `spillover serve --cloud-sim` left behind did): `serve --cloud-sim` stops with one line."""
+    from bench.cloud_sim.process import CloudSimError, running_cloud_sim
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(CloudSimError, match=f"port {port} is in use"), running_cloud_sim(port, ["m"]):
+            raise AssertionError("unreachable")
+        config = tmp_path / "config.yaml"
+        text = (REPO / "configs/local.yaml").read_text().replace("127.0.0.1:9100/v1", f"127.0.0.1:{port}/v1")
+        config.write_text(text)
+        done = subprocess.run(
+            [sys.executable, "-m", "spillover", "serve", "--config", str(config), "--cloud-sim"],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert f"error: port {port} is in use on 127.0.0.1" in done.stderr and "Traceback" not in done.stderr, done.stderr
