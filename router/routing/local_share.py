@@ -1,17 +1,17 @@
 """Load-proportional spill: the share of a model's burstable requests kept local, moved by measured latency.
 
-The approach of control layers that spill without a model of the engine: every `window_s` the share of new
-requests sent to the local model is cut multiplicatively (× `decrease`) when the local answers of the last
-window were slow (their p90 latency above `latency_target_s`) or failing (their error ratio above
-`max_error_ratio`), and raised additively (+ `increase`, up to 1) otherwise; a window without local answers
-leaves it as it is. Within the share, requests are kept local in turn, not by chance: each request adds the
-share to a credit and goes local when the credit reaches 1 (then less 1), so any 100 consecutive requests at
-share 0.6 send 60 local.
+The approach of control layers that spill without a model of the engine: every `window_s` the share of new requests
+sent to the local model is cut multiplicatively (× `decrease`) when the local answers of the last window were slow
+(their p90 end-to-end latency, a stream's to its last byte, above `latency_target_s`) or failing (their error ratio
+above `max_error_ratio`), and raised additively (+ `increase`, up to 1) otherwise; a window without local answers
+leaves it as it is. Within the share, requests are kept local in turn, not by chance: each request adds the share to
+a credit and goes local when the credit reaches 1 (then less 1), so any 100 consecutive requests at share 0.6 send
+60 local.
 
-It is a policy to compare against (`bench replay`), off by default (`admission.local_share`): it needs no fit,
-but it learns only after the harm (a slow window has already been answered slowly) and settles by oscillating
-around the share where latency crosses the target. It applies where local has room; a saturated model, a model
-at its admission limit and `local_only` requests follow the other rules (router/routing/burst.py).
+It is a policy to compare against (`bench replay`), off by default (`admission.local_share`): it needs no fit, but
+it learns only after the harm (a slow window has already been answered slowly) and settles by oscillating around the
+share where latency crosses the target. It applies where local has room; a saturated model, a model at its admission
+limit and `local_only` requests follow the other rules (router/routing/burst.py).
 
 Pure: the caller passes the time; one instance per model, owned by one gateway replica.
 """
@@ -30,7 +30,11 @@ class LocalShareSettings(StrictModel):
     """`admission.local_share`: the load-proportional spill (router/routing/local_share.py)."""
 
     enabled: bool = Field(False, description="spill a share of burstable requests by measured local latency")
-    latency_target_s: float = Field(10.0, gt=0, description="a window whose local p90 latency passes this was slow")
+    latency_target_s: float = Field(
+        10.0,
+        gt=0,
+        description="a window whose local p90 end-to-end latency (a stream's to its last byte) passes this was slow",
+    )
     max_error_ratio: float = Field(0.05, ge=0, le=1, description="a window whose local error ratio passes this failed")
     window_s: float = Field(10.0, gt=0, description="how often the share moves")
     decrease: float = Field(0.7, gt=0, lt=1, description="the share is multiplied by this after a slow window")

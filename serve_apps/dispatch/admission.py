@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 from cluster.capacity.compute_model import PerfParams
@@ -306,8 +306,8 @@ class Admission:
         self.mix.observe(model, prompt_tokens, output_tokens)
 
     async def counted(self, model: str, call: Awaitable[BackendReply], request_id: str) -> BackendReply:
-        """Run a local call counted in flight until its answer (or its stream) is done; its latency (a stream's
-        to the first byte) or its failure moves the model's load-proportional share when that is on."""
+        """Run a local call counted in flight until its answer (or its stream) is done; its end-to-end latency (a
+        stream's to its last byte) or its failure moves the model's load-proportional share when that is on."""
         try:
             reservation = await self.reservations.counted(model, request_id)
         except BaseException:
@@ -322,12 +322,26 @@ class Admission:
             if share is not None and isinstance(exc, Exception):  # a cut (cancellation) says nothing of the engine
                 share.observe(self._clock(), None)
             raise
-        if share is not None:
-            share.observe(self._clock(), self._clock() - began)
         if reply.chunks is None:
             self.reservations.release(reservation)
+            if share is not None:
+                share.observe(self._clock(), self._clock() - began)
             return reply
-        return BackendReply(chunks=self.reservations.until_done(reservation, reply.chunks))
+        chunks = self.reservations.until_done(reservation, reply.chunks)
+        return BackendReply(chunks=chunks if share is None else self._timed(share, began, chunks))
+
+    async def _timed(self, share: LocalShare, began: float, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        """A local stream passed through; its end (or its failure) told to the load-proportional share. A stream
+        closed by its reader (after its last event, or a client gone) ends there."""
+        failed = False
+        try:
+            async for chunk in chunks:
+                yield chunk
+        except Exception:
+            failed = True
+            raise
+        finally:
+            share.observe(self._clock(), None if failed else self._clock() - began)
 
 
 def _step_model(p: PerfParams) -> StepModel:

@@ -4,6 +4,7 @@ others to the cloud only where local has room and the request may burst."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -100,3 +101,39 @@ async def test_the_gateway_moves_the_share_by_its_own_local_calls() -> None:
     assert routes == ["local", "local", "cloud", "local", "cloud", "cloud"], routes
     assert cloud.calls == ["s-3", "s-5", "s-6"]
     assert d.admission.share("m", peek=True) is None  # a peek takes no turn
+
+
+class SlowStream(FakeEngine):
+    """A local stream whose first byte comes at once and whose last 20 s of the world's clock later."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__()
+        self.world = world
+
+    async def call(self, alias: str, kind: Kind, body: dict[str, Any], request_id: str) -> BackendReply:
+        reply = await super().call(alias, kind, body, request_id)
+        assert reply.chunks is not None
+        return BackendReply(chunks=self._late(reply.chunks))
+
+    async def _late(self, chunks: AsyncIterator[str]) -> AsyncIterator[str]:
+        first = True
+        async for chunk in chunks:
+            if not first:
+                self.world.now += 10  # each later event 10 s on: its two later ones, 20 s
+            first = False
+            yield chunk
+
+
+async def test_a_streams_latency_is_counted_to_its_last_byte() -> None:
+    world = World()
+    raw = make_config().model_dump(mode="json")
+    raw["admission"]["local_share"] = {"enabled": True, "latency_target_s": 10, "window_s": 10, "decrease": 0.5}
+    d = dispatcher(world, parse_config(raw, "t"), local=SlowStream(world))
+    routes = []
+    for i in range(4):
+        done = await run(d, "chat", {**CHAT, "stream": True}, f"t-{i}")
+        if done.reply.chunks is not None:
+            _ = [c async for c in done.reply.chunks]
+        routes.append(done.route)
+    # the first two stream for 20 s each (a fast first byte): the second's end closes the slow window, share 0.5
+    assert routes == ["local", "local", "cloud", "local"], routes
