@@ -164,7 +164,8 @@ def offline_bound(options: ReplayOptions, scaled: ScaledTrace) -> CloudBound | N
         data = yaml.safe_load(path.read_text())
         entry = next(m for m in data["models"] if isinstance(m, dict) and m.get("alias") == options.model)
         fits = one_or_many(entry["perf"], TypeAdapter(list[PerfSection]).validate_python)
-        perf, why = fit_for(fits, [(read_cpu_caps().cpu_class, None)])  # several: the one for this machine's CPU
+        # one fit: the one asked for; several (a config for every CPU class): the one for this machine's CPU
+        perf, why = (fits[0], None) if len(fits) == 1 else fit_for(fits, [(read_cpu_caps().cpu_class, None)])
         if perf is None:
             raise ReplayError(f"--perf-from {path}: {why}", 2)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:

@@ -17,9 +17,9 @@ replay=(
 )
 
 serve_pid=""
-stop_stack() {  # Ctrl-C for `spillover serve` (it stops Serve, its Ray and its cloud-sim), forced after 60 s
-  if [ -n "$serve_pid" ]; then
-    kill -INT "$serve_pid" 2> /dev/null || true
+stop_stack() {  # SIGTERM: `spillover serve` stops Serve, its Ray and its cloud-sim (a background job ignores
+  if [ -n "$serve_pid" ]; then  # SIGINT in a script), forced after 60 s
+    kill -TERM "$serve_pid" 2> /dev/null || true
     for _ in $(seq 60); do kill -0 "$serve_pid" 2> /dev/null || break; sleep 1; done
     kill -KILL "$serve_pid" 2> /dev/null || true
     serve_pid=""
