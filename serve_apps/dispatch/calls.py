@@ -57,10 +57,11 @@ class Calls:
     async def _local_unless_stale(
         self, model: str, kind: Kind, body: dict[str, Any], request_id: str, *, watch: float | None
     ) -> BackendReply:
-        """The local call; abandoned (TargetUnavailable) if every replica of the model goes stale before the
-        first byte arrives and before `watch`. Past it no other attempt could start (the request's deadline, or its
-        last attempt): the call is waited on, since abandoning it could only end the request in an error — a slow
-        machine's late stats are not a hung engine's (the engine's own health marks that: serve_apps/resilience/)."""
+        """The local call; abandoned (TargetUnavailable) if every replica of the model reports a fault (an engine
+        stalled) before the first byte arrives, or goes stale before it and before `watch`. Past `watch` no other
+        attempt could start (the request's deadline): a call whose replicas only went stale is waited on, since
+        abandoning it could only end the request in an error — a slow machine's late stats are not a hung engine's,
+        which its replica reports as a fault."""
         reply = self._local.call(model, kind, body, request_id)
         call = asyncio.ensure_future(self._admission.counted(model, reply, request_id))
         if watch is None:
@@ -71,18 +72,17 @@ class Calls:
                 if done:
                     return call.result()
                 snapshot, now = self._snapshot(), self._clock()
-                if self._deadline_clock() >= watch:
-                    return await call
                 replicas = snapshot.for_model(model)
                 if replicas and all(snapshot.unusable(r, now) for r in replicas):
                     faults = {r.fault for r in replicas if r.fault and not snapshot.is_stale(r, now)}
-                    if faults:
+                    if faults:  # the replicas say so themselves (an engine stalled): never worth waiting on
                         message = (
                             f"every replica of {model} left routing while waiting for the first byte: {min(faults)}"
                         )
                         raise TargetUnavailable(message, code=ErrorCode.REPLICA_FAULT)
-                    message = f"every replica of {model} went stale while waiting for the first byte"
-                    raise TargetUnavailable(message, code=ErrorCode.REPLICAS_STALE)
+                    if self._deadline_clock() < watch:
+                        message = f"every replica of {model} went stale while waiting for the first byte"
+                        raise TargetUnavailable(message, code=ErrorCode.REPLICAS_STALE)
         finally:
             if not call.done():
                 call.cancel()

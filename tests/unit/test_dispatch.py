@@ -11,6 +11,7 @@ import pytest
 from cluster.config.deployment import SpilloverConfig, parse_config
 from router.errors import (
     LocalCapacityExhausted,
+    RequestError,
     TargetUnavailable,
 )
 from router.request.contract import RequestContract, derive_contract
@@ -308,6 +309,27 @@ async def test_a_stale_model_is_waited_on_once_no_other_attempt_could_start(worl
     )
     done = await run(d, "chat", CHAT, "r-12b", deadline_s=5)
     assert done.route == "local" and cloud.calls == [] and d.inflight("m") == 0
+
+
+async def test_a_replica_that_reports_a_fault_is_left_even_past_the_deadline(world: World) -> None:
+    """Past the deadline stale stats are waited out (above), but a fault the replica reports itself (its engine
+    stalled) is no slow machine: the call is abandoned and the client told at once, not after the request timeout."""
+    local, cloud, calls = HangingLocal(), FakeProvider(), {"n": 0}
+
+    def snapshot() -> ClusterSnapshot:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            world.now += 10  # past the 5 s deadline
+        replica = world.replica if calls["n"] == 1 else replace(world.replica, fault="engine stalled for 40 s")
+        return ClusterSnapshot(taken_at=world.now, replicas=(replace(replica, read_at=world.now),), max_age_s=1.0)
+
+    d = Dispatcher(
+        make_config(), local, {"sim": cloud}, snapshot, poll_s=0.01, clocks=Clocks.of(world.clock, sleep=world.sleep)
+    )
+    with pytest.raises(RequestError) as raised:
+        await asyncio.wait_for(run(d, "chat", CHAT, "r-12c", deadline_s=5), timeout=10)
+    assert "left routing while waiting for the first byte: engine stalled for 40 s" in raised.value.message
+    assert local.cancelled and cloud.calls == []
 
 
 async def test_a_fall_over_left_out_is_named_in_the_error(world: World) -> None:
