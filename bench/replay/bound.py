@@ -108,12 +108,11 @@ def cloud_bound(requests: tuple[ScaledRequest, ...], terms: StepTerms, slo_s: fl
                 need = _largest_first(largest, total - room)
             if need:
                 windows.append((i, j, need))
-    best, chosen = _disjoint(windows, len(kept))
     window = None
-    if chosen is not None:
-        first, last, _ = chosen
+    if windows:
+        first, last, _ = max(windows, key=lambda w: w[2])
         window = (kept[first][0], kept[last][0] + slo_s)
-    total_count = sum(alone) + best
+    total_count = sum(alone) + _disjoint(windows, len(kept))
     return CloudBound(total_count, total_count / len(requests), sum(alone), window, METHOD)
 
 
@@ -152,19 +151,12 @@ def _fewest(items: list[tuple[float, int, float]], room: float, a: float) -> int
     return best
 
 
-def _disjoint(windows: list[tuple[int, int, int]], count: int) -> tuple[int, tuple[int, int, int] | None]:
-    """The most evictions a set of request-disjoint windows asks for in all, and its largest window."""
+def _disjoint(windows: list[tuple[int, int, int]], count: int) -> int:
+    """The most evictions a set of request-disjoint windows (first, last, evictions) asks for in all."""
     ending: list[list[tuple[int, int, int]]] = [[] for _ in range(count)]
     for window in windows:
         ending[window[1]].append(window)
     best = [0] * (count + 1)  # best[k]: over windows within kept[0..k-1]
-    largest: list[tuple[int, int, int] | None] = [None] * (count + 1)
     for k in range(1, count + 1):
-        best[k], largest[k] = best[k - 1], largest[k - 1]
-        for window in ending[k - 1]:
-            value = window[2] + best[window[0]]
-            if value > best[k]:
-                before = largest[window[0]]
-                best[k] = value
-                largest[k] = window if before is None or window[2] >= before[2] else before
-    return best[count], largest[count]
+        best[k] = max([best[k - 1], *(need + best[first] for first, _, need in ending[k - 1])])
+    return best[count]

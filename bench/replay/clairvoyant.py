@@ -19,8 +19,9 @@ from typing import Any
 
 from bench.replay.bound import StepTerms, unshared_prompts
 from bench.replay.scaling import ScaledRequest
+from cluster.capacity.engine_sim import CPU_LIMITS
 
-MAX_NUM_BATCHED_TOKENS = 2048  # vLLM-CPU's default (cluster/capacity/engine_sim.py)
+MAX_NUM_BATCHED_TOKENS = CPU_LIMITS[0]  # vLLM-CPU's token budget a step (its cap of running sequences not modelled)
 
 
 @dataclass(frozen=True)
