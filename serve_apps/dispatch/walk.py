@@ -17,6 +17,7 @@ target refused before (serve_apps/resilience/learned_windows.py).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,9 +83,12 @@ class Walk:
         return sum(a.outcome != "skipped" for a in self.trail)
 
     def abandon_by(self, has_next: bool, max_attempts: int) -> float | None:
-        """Until when an attempt starting now may be abandoned for another (its model gone stale before the first
-        byte: serve_apps/dispatch/calls.py): the deadline while a candidate and an attempt are left, else None."""
-        return self.deadline if has_next and self.made() + 1 < max_attempts else None
+        """How an attempt starting now is watched before its first byte (serve_apps/dispatch/calls.py): None, with
+        no candidate after it, never abandoned; else until when stale stats abandon it — the deadline while an
+        attempt is left, never (-inf) on the last one — while a fault its replicas report abandons it at any time."""
+        if not has_next:
+            return None
+        return self.deadline if self.made() + 1 < max_attempts else -math.inf
 
     def skipped(self, target: Target, why: str) -> None:
         self.passed(target, why)

@@ -332,6 +332,37 @@ async def test_a_replica_that_reports_a_fault_is_left_even_past_the_deadline(wor
     assert local.cancelled and cloud.calls == []
 
 
+@pytest.mark.parametrize(("fault", "ends"), [(None, "local"), ("engine stalled for 40 s", "error")])
+async def test_on_its_last_attempt_a_call_is_left_for_a_fault_not_for_staleness(
+    world: World, fault: str | None, ends: str
+) -> None:
+    """With one attempt allowed, stale stats are waited out (no attempt could follow), but a fault the replicas
+    report still ends the request at once, as it did before the stale watch learnt about the attempt budget."""
+    raw = make_config().model_dump(mode="json")
+    raw["resilience"]["retry"]["max_attempts"] = 1
+    local, cloud, calls = SlowLocal(), FakeProvider(), {"n": 0}
+
+    def snapshot() -> ClusterSnapshot:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            asyncio.get_running_loop().call_later(0.1, local.go.set)  # the first byte, ten polls later
+        if calls["n"] == 1:
+            return world.snapshot()
+        stale = replace(world.replica, read_at=world.now - 5, fault=None)
+        stats = stale if fault is None else replace(world.replica, read_at=world.now, fault=fault)
+        return ClusterSnapshot(taken_at=world.now, replicas=(stats,), max_age_s=1.0)
+
+    clocks = Clocks.of(world.clock, sleep=world.sleep)
+    d = Dispatcher(parse_config(raw, "t"), local, {"sim": cloud}, snapshot, poll_s=0.01, clocks=clocks)
+    try:
+        done = await asyncio.wait_for(run(d, "chat", CHAT, f"r-last-{ends}", deadline_s=5), timeout=10)
+        outcome = done.route
+    except RequestError as exc:
+        outcome = "error"
+        assert "left routing while waiting for the first byte" in exc.message
+    assert outcome == ends and cloud.calls == []
+
+
 async def test_a_fall_over_left_out_is_named_in_the_error(world: World) -> None:
     """The local call goes stale and, meanwhile, the cloud it would fall over to was shut (black: its key was
     refused by another request): the client's error names both, not the stale wait alone."""
