@@ -83,7 +83,10 @@ def qwen_saturation(stack: Stack) -> float:
     return float(replica["kv_cache_usage"]) / spec.watermarks.kv_cache
 
 
-def long_stream(stack: Stack, index: int, done: list[int]) -> None:
+def long_stream(stack: Stack, index: int, stop: threading.Event, done: list[int]) -> None:
+    """Long local streams, one after the other, until `stop` is set (at least one): a single ~300-token
+    stream of this tiny model can end within a second on a fast CPU, before the request that should find
+    the model saturated is planned, so the load is held for as long as the caller needs it."""
     prompt = f"Load {index}: " + "lorem ipsum dolor sit amet " * 90  # ~500 tokens
     body = {
         "model": QWEN,
@@ -94,23 +97,28 @@ def long_stream(stack: Stack, index: int, done: list[int]) -> None:
     }
     # local_only: the load itself must stay local (it would burst once the first two saturate the model)
     headers = {"x-spillover-residency": "local_only", "x-spillover-deadline-ms": "120000"}
-    with httpx.stream(
-        "POST", f"{stack.openai_base}/chat/completions", json=body, headers=headers, timeout=300
-    ) as response:
-        assert response.status_code == 200, response.read()
-        assert response.headers["x-spillover-route"] == "local"
-        for _ in response.iter_lines():
-            pass
+    while True:
+        with httpx.stream(
+            "POST", f"{stack.openai_base}/chat/completions", json=body, headers=headers, timeout=300
+        ) as response:
+            assert response.status_code == 200, response.read()
+            assert response.headers["x-spillover-route"] == "local"
+            for _ in response.iter_lines():
+                pass
+        if stop.is_set():
+            break
     done.append(index)
 
 
 @contextmanager
 def saturated_qwen(stack: Stack) -> Iterator[list[int]]:
-    """Three long local streams until the model passes its watermark; on leaving, the streams end
-    and the saturation falls below the low mark (hysteresis released). Yields the indexes of the
-    streams that completed (all three once the block is left)."""
+    """Three long local streams, each started again as it ends, until the model passes its watermark and
+    for as long as the block runs; on leaving, the streams end and the saturation falls below the low mark
+    (hysteresis released). Yields the indexes of the loaders that completed (all three once the block is
+    left)."""
     done: list[int] = []
-    load = [threading.Thread(target=long_stream, args=(stack, i, done)) for i in range(3)]
+    stop = threading.Event()
+    load = [threading.Thread(target=long_stream, args=(stack, i, stop, done)) for i in range(3)]
     for t in load:
         t.start()
     try:
@@ -120,6 +128,7 @@ def saturated_qwen(stack: Stack) -> Iterator[list[int]]:
             time.sleep(0.05)
         yield done
     finally:
+        stop.set()
         for t in load:
             t.join(timeout=300)
         deadline = time.monotonic() + 10
