@@ -12,9 +12,12 @@ each gateway replica also serves the same ASGI app from a uvicorn of its own, on
   loopback-or-auth rule, cluster/config/gateway.py) and the same `gateway.http_limits`
   (`LimitedHttpProtocol`, serve_apps/http/limits.py);
 * draining: `stop()` closes the listening socket first (new connections go to the node's other gateway replicas),
-  lets open requests finish for up to `grace_s`, then closes what is left. Connections the kernel had queued
-  for this socket but the replica had not accepted yet are reset when it closes (SO_REUSEPORT keeps one queue per
-  socket): a client retries those as a refused connection.
+  waits `ACCEPTED_GRACE_S` for the connections it accepted just before to show their request (uvicorn's shutdown
+  closes at once every connection with no request under way, so a request already on its way would see the
+  connection drop unanswered), lets open requests finish for up to `grace_s`, then closes what is left.
+  Connections the kernel had queued for this socket but the replica had not accepted yet are reset when it closes
+  (SO_REUSEPORT keeps one queue per socket) unless the node sets `net.ipv4.tcp_migrate_req=1`, which hands them to
+  another replica's socket (docs/architecture.md).
 
 `x-request-id` as through Serve's proxy (`ProxyRequestId`): the proxy hands the app the client's `x-request-id`
 (a new one when there is none) and puts that id on the response, and the app, built to run behind it, leaves
@@ -39,6 +42,7 @@ from serve_apps.http.limits import uvicorn_options
 
 log = logging.getLogger("spillover.direct")
 BACKLOG = 2048
+ACCEPTED_GRACE_S = 0.5  # for a connection accepted just before the listener closed to show its request
 
 
 def shared_socket(host: str, port: int) -> socket.socket:
@@ -122,6 +126,9 @@ class DirectListener:
         """Close the listening socket, let open requests finish (up to `grace_s`), then close the rest."""
         if self._server is None or self._task is None:
             return
+        for listening in self._server.servers:  # uvicorn's shutdown closes them too: closing twice is a no-op
+            listening.close()
+        await asyncio.sleep(ACCEPTED_GRACE_S)
         self._server.should_exit = True
         try:
             await self._task

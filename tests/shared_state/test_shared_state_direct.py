@@ -4,8 +4,10 @@ Every replica binds the one port (SO_REUSEPORT: the kernel spreads new connectio
 sockets), so the port is one address whichever replicas run; the checks read the sockets themselves
 (`ss`, with the owning process) and call through the official `openai` client. The last test scales
 the gateway down to two while a client keeps calling the port: the replica that goes closes its listener
-first and finishes what it holds, so no call fails. It runs last (this file sorts after
-test_shared_state.py), because it leaves two replicas.
+first and finishes what it holds, so no call fails — on a node set as docs/architecture.md asks of gateway
+nodes that use the port (`net.ipv4.tcp_migrate_req=1`: the connections the kernel had queued on the closing
+listener go to another replica's; without it they are reset, which failed this test now and then). It runs last
+(this file sorts after test_shared_state.py), because it leaves two replicas.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -87,6 +91,26 @@ def test_connections_to_the_port_spread_over_the_replicas_and_each_answers(share
     assert set(holders) <= gateway_pids() and len(holders) >= 2, holders
 
 
+MIGRATE_REQ = Path("/proc/sys/net/ipv4/tcp_migrate_req")
+
+
+@pytest.fixture
+def migrating_node() -> Iterator[None]:
+    """This machine's network namespace set as a gateway node should be (module docstring), put back after."""
+    if not MIGRATE_REQ.exists():
+        pytest.skip("this kernel has no net.ipv4.tcp_migrate_req (Linux >= 5.14): queued connections would reset")
+    before = MIGRATE_REQ.read_text().strip()
+    try:
+        MIGRATE_REQ.write_text("1")
+    except OSError as exc:
+        pytest.skip(f"cannot set net.ipv4.tcp_migrate_req=1 here ({exc.strerror}): run as root, or set it")
+    try:
+        yield
+    finally:
+        MIGRATE_REQ.write_text(before)
+
+
+@pytest.mark.usefixtures("migrating_node")
 def test_a_gateway_replica_scaled_away_drains_while_clients_call_the_port(shared: Shared) -> None:
     from serve_apps.runner import deploy
 

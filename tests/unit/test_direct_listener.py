@@ -108,6 +108,25 @@ async def test_a_draining_replica_finishes_its_request_and_new_connections_reach
             await staying.stop()
 
 
+async def test_a_connection_accepted_just_before_the_drain_still_gets_its_answer() -> None:
+    """A client connects (the replica accepts), the replica starts draining, then the request's bytes arrive: the
+    connection is not closed as idle under the request (uvicorn's shutdown closes connections with no request
+    under way), the answer comes back."""
+    port = free_port()
+    listener = DirectListener(slow_app("leaving", asyncio.Event()), HOST, port, LIMITS)
+    await listener.start()
+    reader, writer = await asyncio.open_connection(HOST, port)
+    await asyncio.sleep(0.1)  # accepted: the connection is the replica's, with no request yet
+    stopping = asyncio.create_task(listener.stop())
+    await asyncio.sleep(0.3)  # the listener is closed; uvicorn's own shutdown would have begun within 0.1 s
+    writer.write(f"GET /who HTTP/1.1\r\nhost: {HOST}\r\n\r\n".encode())
+    await writer.drain()
+    head = await asyncio.wait_for(reader.read(4096), 10)
+    writer.close()
+    await stopping
+    assert head.startswith(b"HTTP/1.1 200") and head.endswith(b"leaving"), head
+
+
 async def test_a_port_taken_by_a_plain_socket_is_an_error_at_start() -> None:
     with socket.socket() as taken:
         taken.bind((HOST, 0))
