@@ -12,6 +12,8 @@ Checks:
 - `needs_json_mode`: the content must be (or contain, repaired) a JSON value.
 - tool calls: each `function.arguments` must be JSON valid against the declared tool's
   `parameters`; a tool name the request did not declare is a violation.
+- `must_call` (`tool_choice: "required"` or a named function): the answer must call a tool (that one), and say
+  nothing else — text instead of the call, however much it looks like one, is a violation.
 
 A message that answers with tool calls and no content skips the content checks. Errors are
 bounded (`MAX_ERRORS`, each cut to `MAX_ERROR_CHARS`).
@@ -204,6 +206,20 @@ def _check_tool_calls(contract: RequestContract, calls: list[Any], budget: _Budg
     return errors
 
 
+def _called_as_asked(must_call: str, calls: list[Any], content: Any) -> list[str]:
+    asked = "a tool call" if must_call == "*" else f"a call of {must_call!r}"
+    if not calls:
+        return [f"tool_choice asked for {asked}; the answer has none"]
+    errors = []
+    if must_call != "*":
+        names = [c.get("function", {}).get("name") if isinstance(c, dict) else None for c in calls]
+        if any(name != must_call for name in names):
+            errors.append(f"tool_choice asked for {asked}; the answer calls {', '.join(map(str, names))[:120]}")
+    if isinstance(content, str) and content.strip():
+        errors.append(f"tool_choice asked for {asked}; the answer also holds text")
+    return errors
+
+
 def check_output(
     contract: RequestContract,
     message: Mapping[str, Any],
@@ -225,6 +241,8 @@ def check_output(
             errors += content_errors
         if calls:
             errors += _check_tool_calls(contract, calls if isinstance(calls, list) else [calls], budget)
+        if contract.must_call is not None:
+            errors += _called_as_asked(contract.must_call, calls if isinstance(calls, list) else [calls], content)
     except ValidationTimeout as exc:
         errors.append(f"the answer could not be checked: {exc}")
     if errors:

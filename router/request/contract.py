@@ -76,6 +76,7 @@ class RequestContract:
     session: str | None = None  # the conversation it belongs to (router/sessions/session_id.py)
     json_schema: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
     tool_schemas: Mapping[str, Mapping[str, Any]] = field(default_factory=dict, compare=False, hash=False)
+    must_call: str | None = None  # tool_choice: "*" (required: some declared tool) or the function named; None
     inputs: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)  # contract headers given
     language: str = "none"  # the prompt's script (router/request/language.py), a quality bucket's `lang`
     typing: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)  # how the scenario was typed
@@ -126,6 +127,7 @@ class RequestContract:
             "session": self.session,
             "json_schema": self.json_schema,
             "tools": sorted(self.tool_schemas),
+            "must_call": self.must_call,
             "language": self.language,
             "typing": None if self.typing is None else dict(self.typing),
             "carried": None if self.carried is None else self.carried.to_json(),
@@ -175,6 +177,23 @@ def _tools(body: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         params = fn.get("parameters", {}) if isinstance(fn, dict) else {}
         schemas[name] = check_json_schema(params, f"tools[{i}].function.parameters")
     return schemas
+
+
+def _must_call(body: Mapping[str, Any], tools: Mapping[str, Any]) -> str | None:
+    """What `tool_choice` obliges the answer to call: "*" for "required", the name for a named function."""
+    choice = body.get("tool_choice")
+    if choice == "required" or isinstance(choice, dict):
+        if not tools:
+            raise InvalidRequest("tool_choice asks for a tool call but the request has no tools", param="tool_choice")
+    if choice == "required":
+        return "*"
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        fn = choice.get("function")
+        name = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(name, str) or name not in tools:
+            raise InvalidRequest("tool_choice names a function that tools does not declare", param="tool_choice")
+        return name
+    return None
 
 
 def _history_has_tools(messages: list[Any]) -> bool:
@@ -290,6 +309,7 @@ def derive_contract(
         n=choices_of(body),
         json_schema=schema,
         tool_schemas=tool_schemas,
+        must_call=_must_call(body, tool_schemas),
         language=language,
         **terms,
     )

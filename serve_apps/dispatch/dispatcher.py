@@ -352,6 +352,8 @@ class Dispatcher:
         outcome = "contract_violation" if isinstance(exc, ContractViolation) else "error"
         spent = exc.usage if isinstance(exc, ContractViolation) else (0, 0)
         attempt = Attempt.priced(target, outcome, self._clock() - began, *spent, exc.code)
+        if isinstance(exc, ContractViolation):  # the record says what broke it (bounded in router/output)
+            attempt = replace(attempt, contract_errors=tuple(exc.errors))
         walk.trail.append(attempt)
         res.charge(walk.request_id, target, outcome, attempt.cost_usd, walk.contract.tenant)
         walk.failed(target, exc)

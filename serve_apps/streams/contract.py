@@ -11,7 +11,8 @@ router/output/output_contract.py decides; serve_apps/streams/output_check.py doe
                                         made of tool calls only is therefore checked before its first
                                         byte leaves, and a violation moves on to the next capable
                                         target or ends as 502 `contract_violation`, as for a
-                                        non-streamed answer.
+                                        non-streamed answer. A request whose `tool_choice` obliges a
+                                        call (`must_call`) is held to its end: text is no answer to it.
 
 L1 streams with a `json_schema` / `json_object` response format are refused at the HTTP edge (their
 text streams as it is written, so it could only be checked after it was sent).
@@ -62,14 +63,15 @@ async def held_until_checked(
     assert reply.chunks is not None
     chunks, held, peek = reply.chunks, [], Tally()
     try:
-        while not peek.done and not peek.message.has_content:
+        whole = contract.must_call is not None  # text is a violation too: hold it all
+        while not peek.done and (whole or not peek.message.has_content):
             try:
                 text = await chunks.__anext__()
             except StopAsyncIteration:
                 break
             held.append(text)
             peek.feed(text)
-        if not peek.message.has_content and peek.error_event is None:
+        if (whole or not peek.message.has_content) and peek.error_event is None:
             verdict = await off_loop(partial(check_streamed, contract, peek.message), runner, contract.tenant or "")
             if enforce(contract.level, verdict).kind == "retry_next_or_fail":
                 violation = contract_violation(verdict, target.id)

@@ -93,6 +93,22 @@ def test_tools(extra: dict[str, Any], tools: bool, parallel: bool) -> None:
     assert (c.needs_tools, c.needs_parallel_tools) == (tools, parallel)
 
 
+@pytest.mark.parametrize(
+    ("choice", "must_call"),
+    [
+        (None, None),
+        ("auto", None),
+        ("none", None),
+        ("required", "*"),
+        ({"type": "function", "function": {"name": "b"}}, "b"),
+    ],
+)
+def test_a_tool_choice_that_obliges_a_call(choice: Any, must_call: str | None) -> None:
+    extra = {} if choice is None else {"tool_choice": choice}
+    contract = derive_contract(_body(tools=[_tool("a"), _tool("b")], **extra), {}, POLICY)
+    assert contract.must_call == must_call and contract.to_dict()["must_call"] == must_call
+
+
 def test_tool_schemas_kept_for_the_output_check() -> None:
     c = derive_contract(_body(tools=[_tool("a", {"type": "object"}), _tool("b")]), {}, POLICY)
     assert c.tool_schemas == {"a": {"type": "object"}, "b": {}}
@@ -157,6 +173,9 @@ def test_invalid_json_schema(extra: dict[str, Any], param: str, fragment: str) -
         ({"tools": {"a": 1}}, "tools"),
         ({"tools": [{"type": "function", "function": {}}]}, "tools[0].function.name"),
         ({"max_tokens": 0}, "max_tokens"),
+        ({"tool_choice": "required"}, "tool_choice"),  # a call asked for, no tool to call
+        ({"tools": [_tool("a")], "tool_choice": {"type": "function", "function": {"name": "b"}}}, "tool_choice"),
+        ({"tools": [_tool("a")], "tool_choice": {"type": "function", "function": "a"}}, "tool_choice"),
     ],
 )
 def test_invalid_body_fields(extra: dict[str, Any], param: str) -> None:

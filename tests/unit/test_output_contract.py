@@ -196,3 +196,23 @@ def test_contract_violation_error() -> None:
     assert body["errors"] == list(VIOLATED.errors)
     assert body["code"] == "contract_violation"
     assert "cloud:openai/qwen" in body["message"] and "schema: 2 errors" in body["message"]
+
+
+@pytest.mark.parametrize(
+    ("must_call", "message", "errors"),
+    [
+        ("*", _msg(None, [_call("assign", '{"team": "net"}')]), []),
+        ("assign", _msg(None, [_call("assign", '{"team": "net"}')]), []),
+        # what SmolLM2 and qwen2-tiny-random emit through vLLM's hermes parser when the answer runs out of
+        # tokens before the call closes: the call as text, no tool_calls
+        ("*", _msg('<tool_call>\n{"name": "assign", "arguments": {"team"'), ["the answer has none"]),
+        ("assign", _msg("Sure, I can help."), ["the answer has none"]),
+        ("assign", _msg(None, [_call("noop", "{}")]), ["the answer calls noop"]),
+        ("*", _msg("Calling it now.", [_call("noop", "{}")]), ["the answer also holds text"]),
+    ],
+)
+def test_a_tool_choice_that_obliges_a_call(must_call: str, message: dict[str, Any], errors: list[str]) -> None:
+    verdict = check_output(replace(TOOLS, must_call=must_call), message)
+    assert len(verdict.errors) == len(errors) and all(f in e for f, e in zip(errors, verdict.errors, strict=True))
+    assert verdict.status == ("violated" if errors else "ok")
+    assert check_output(TOOLS, message).status == "ok"  # "auto" (no obligation): each of these is an answer

@@ -217,3 +217,27 @@ def test_a_held_back_stream_left_by_its_client_closes_the_backend() -> None:
         assert closed == [True]  # closed by then, not whenever the garbage collector gets to it
 
     asyncio.run(main())
+
+
+def test_a_stream_that_must_call_a_tool_is_held_to_its_end_and_text_fails_over() -> None:
+    """tool_choice "required": vLLM's hermes parser streams a call cut short by max_tokens as text
+    (`<tool_call>` and a JSON start, as qwen2-tiny-random answers); nothing of it reaches the client, the
+    attempt is a violation the walk moves on from."""
+    text = ['<tool_call>\n{"name": "f", ', '"arguments": {"city"']
+
+    async def backend() -> AsyncIterator[str]:
+        for part in text:
+            yield chunk_event("m", part)
+        yield DONE
+
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [tool], "stream": True}
+    contract = derive_contract({**body, "tool_choice": "required"}, {"x-spillover-level": "L1"}, Policy())
+
+    async def main() -> None:
+        target = local_target("m", {"max_model_len": 4096})
+        with pytest.raises(ContractViolation) as caught:
+            await held_until_checked(BackendReply(chunks=backend()), contract, target, CheckPool())
+        assert any("the answer has none" in e for e in caught.value.errors)
+
+    asyncio.run(main())
