@@ -11,6 +11,7 @@ from cluster.config.base import StrictModel
 from cluster.config.numerics import NumericsSettings
 from cluster.config.perf import PerfSection, distinct_machines, fit_for, one_or_many
 from cluster.config.resilience import GoldenProbe
+from cluster.tool_parsers import tool_call_problem
 from router.routing.watermarks import Watermarks
 
 PREPARED_PREFIX = "prepared:"
@@ -36,7 +37,8 @@ class ModelSpec(StrictModel):
         default_factory=dict,
         validate_default=True,
         description="vLLM engine and frontend arguments; unknown names are rejected; enable_prefix_caching is "
-        "always true",
+        "always true; enable_auto_tool_choice: true with a tool_call_parser (one of vLLM's) takes tool calls locally "
+        "(docs/routing.md)",
     )
     precision: Literal["auto", "bfloat16", "float32"] = Field(
         "auto",
@@ -126,6 +128,8 @@ class ModelSpec(StrictModel):
         util = value.get("gpu_memory_utilization")
         if util is not None and (isinstance(util, bool) or not isinstance(util, int | float) or not 0 < util <= 1):
             raise ValueError("gpu_memory_utilization must be a number in (0, 1]")
+        if (problem := tool_call_problem(value)) is not None:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")

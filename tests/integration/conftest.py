@@ -4,7 +4,8 @@ Two models are deployed from `configs/local.yaml` plus a second entry:
 * `smollm2-135m-instruct` — real SmolLM2 weights (Llama family);
 * `qwen2-tiny-random` — SYNTHETIC random-weight Qwen2, to exercise the Qwen2 path. Its KV
   watermark is set very low (0.001 of ~1M tokens ≈ 1,049 tokens) so that a few concurrent
-  requests saturate it on purpose: the burst tests use it.
+  requests saturate it on purpose: the burst tests use it. It takes tool calls locally (vLLM's `hermes`
+  parser): tests/integration/test_local_tools.py.
 
 The cloud simulator runs as a real subprocess (`python -m bench.cloud_sim`) writing its
 request log with every body it receives (`--log-bodies`: what the gateway sent a provider is checked
@@ -53,6 +54,8 @@ QWEN_TINY = {
         "enforce_eager": True,
         "dtype": "float32",
         "enable_prompt_tokens_details": True,
+        "enable_auto_tool_choice": True,  # tool calls answered locally (tests/integration/test_local_tools.py)
+        "tool_call_parser": "hermes",
     },
     "watermarks": {"kv_cache": 0.001, "gpu_memory": 0.85, "queue": 8, "low": 0.0005},
     "golden": None,  # random weights answer noise: no start-up golden check
