@@ -48,3 +48,7 @@ class CloudBackend(Protocol):
         `router.errors.RequestError` for anything before the first byte of the reply; a stream's
         iterator raises `UpstreamError` after it."""
         ...
+
+    async def completions(self, alias: str, body: dict[str, Any], request_id: str) -> BackendReply:
+        """Run one legacy completion (a /v1/completions request), errors as `chat`'s."""
+        ...

@@ -3,6 +3,7 @@ Messages API) server with injectable faults.
 
 Routes
     POST /v1/chat/completions   JSON or SSE (`"stream": true`), see `replies` (api openai)
+    POST /v1/completions        the legacy completions API, see `completions_api` (api openai)
     POST /v1/messages           the same in the Messages API's shapes, see `anthropic_api` (api anthropic)
     GET  /v1/models             the configured model names
     GET  /healthz               liveness (no key needed)
@@ -43,8 +44,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
+from bench.cloud_sim.completions_api import CompletionsWire
 from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault
 from bench.cloud_sim.prefill import checked_plan
 from bench.cloud_sim.replies import (
@@ -55,9 +56,10 @@ from bench.cloud_sim.replies import (
     with_wrong_tool_arguments,
 )
 from bench.cloud_sim.request_log import RequestLog, logged_headers, prompt_shape
+from bench.cloud_sim.responses import AbortableStarlette, Delayed, Releasing, Reset
 from bench.cloud_sim.settings import InvalidSettings, SimSettings
 from bench.cloud_sim.stream_faults import faulty_stream
-from bench.cloud_sim.wire import wire_for
+from bench.cloud_sim.wire import Wire, wire_for
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -102,9 +104,13 @@ class CloudSim:
         self._counter = itertools.count(1)
         self.requests_total = 0
         self._wire = wire_for(settings.api)
-        self.app = _AbortableStarlette(
+        completions = CompletionsWire()  # an OpenAI-compatible simulator serves the legacy API beside chat
+        legacy = [Route(completions.path, partial(self._chat, completions), methods=["POST"])]
+        legacy = legacy if settings.api == "openai" else []
+        self.app = AbortableStarlette(
             routes=[
-                Route(self._wire.path, self._chat, methods=["POST"]),
+                Route(self._wire.path, partial(self._chat, self._wire), methods=["POST"]),
+                *legacy,
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/healthz", self._healthz, methods=["GET"]),
                 Route("/control/faults", partial(self._keyed, self._get_faults), methods=["GET"]),
@@ -119,7 +125,7 @@ class CloudSim:
 
     # -- /v1 ---------------------------------------------------------------------------
 
-    async def _chat(self, request: Request) -> Response:
+    async def _chat(self, wire: Wire, request: Request) -> Response:
         settings = self.settings
         sim_id = self._new_id()
         raw = await request.body()
@@ -136,10 +142,10 @@ class CloudSim:
         if denied is not None:
             return self._answer(record, *denied)
         try:
-            self._wire.check_headers(request.headers)
+            wire.check_headers(request.headers)
             if body is _NOT_JSON:
                 raise BadChatRequest("request body is not valid JSON")
-            plan = checked_plan(self._wire.plan(body, settings.models, f"call_{sim_id}"), body, settings)
+            plan = checked_plan(wire.plan(body, settings.models, f"call_{sim_id}"), body, settings)
             content_filter(settings.content_filter, body)
         except BadChatRequest as exc:
             payload = self._wire.error(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
@@ -151,56 +157,58 @@ class CloudSim:
         self.inflight += 1
         try:
             fault = decide_fault(settings, self._rng)
-            response = self._respond(fault, plan, settings, sim_id, stream)
-            return self._answer(record, _Releasing(response, self._release), fault=fault)
+            response = self._respond(wire, fault, plan, settings, sim_id, stream)
+            return self._answer(record, Releasing(response, self._release), fault=fault)
         except BaseException:
             self._release()
             raise
 
-    def _respond(self, fault: Fault, plan: ReplyPlan, settings: SimSettings, sim_id: str, stream: bool) -> Response:
+    def _respond(
+        self, wire: Wire, fault: Fault, plan: ReplyPlan, settings: SimSettings, sim_id: str, stream: bool
+    ) -> Response:
         headers = self._headers(sim_id)
         if fault is Fault.ERROR_5XX:
             message = "The server had an error while processing your request. Sorry about that!"
-            status = self._rng.choice(self._wire.server_error_statuses)
-            return JSONResponse(self._wire.error(status, message, "server_error", None, None), status, headers)
+            status = self._rng.choice(wire.server_error_statuses)
+            return JSONResponse(wire.error(status, message, "server_error", None, None), status, headers)
         if fault is Fault.RATE_LIMIT:
             return self._rate_limited(settings, sim_id, "Rate limit reached (simulated)", "rate_limit_exceeded")
         if fault is Fault.TIMEOUT:
             message = f"cloud-sim held the request for {settings.hang_s:g} s (simulated timeout)"
-            timeout = JSONResponse(self._wire.error(504, message, "server_error", "timeout", None), 504, headers)
-            return _Delayed(timeout, settings.hang_s, self._sleep)
+            timeout = JSONResponse(wire.error(504, message, "server_error", "timeout", None), 504, headers)
+            return Delayed(timeout, settings.hang_s, self._sleep)
         if fault is Fault.RESET:
-            return _Reset()
+            return Reset()
         if fault is Fault.SCHEMA_INVALID and plan.content is not None and plan.content.startswith("{"):
             wrong = '{"cloud_sim": "this object ignores the requested schema"}'
             plan = replace(plan, content=wrong, pieces=(wrong,))
         if fault is Fault.TOOL_ARGS_INVALID:
             plan = with_wrong_tool_arguments(plan)
-        completion_id = f"{self._wire.id_prefix}{sim_id}"
+        completion_id = f"{wire.id_prefix}{sim_id}"
         created = int(self._clock())
         n_tokens = len(plan.pieces)
         per_token = 1.0 / settings.tokens_per_s if settings.tokens_per_s > 0 else 0.0
         cut = fault is Fault.MIDSTREAM_CUT
         if stream:
-            events = self._wire.events(plan, completion_id, created)
-            first = self._wire.first_token_event
+            events = wire.events(plan, completion_id, created)
+            first = wire.first_token_event
             delays = [0.0] * (first - 1) + [settings.ttft_s] + [per_token] * n_tokens
             delays += [0.0] * (len(events) - len(delays))
-            malformed = self._wire.malformed_event(completion_id)
+            malformed = wire.malformed_event(completion_id)
             events, delays = faulty_stream(
                 fault, events, delays, first=first, n_tokens=n_tokens, malformed=malformed, settings=settings
             )
             headers["cache-control"] = "no-cache"
             return StreamingResponse(self._paced(events, delays, cut), media_type="text/event-stream", headers=headers)
         total_delay = settings.ttft_s + per_token * n_tokens
-        text = json.dumps(self._wire.body(plan, completion_id, created))
+        text = json.dumps(wire.body(plan, completion_id, created))
         if fault is Fault.MALFORMED:
             text = text[: len(text) // 2]
         if cut:
             half = text[: len(text) // 2]
             paced = self._paced([half], [total_delay], True)
             return StreamingResponse(paced, media_type="application/json", headers=headers)
-        return _Delayed(Response(text, 200, headers, media_type="application/json"), total_delay, self._sleep)
+        return Delayed(Response(text, 200, headers, media_type="application/json"), total_delay, self._sleep)
 
     async def _paced(self, events: list[str], delays: list[float], cut: bool) -> AsyncIterator[str]:
         for event, delay in zip(events, delays, strict=True):
@@ -318,81 +326,3 @@ class CloudSim:
             "retry-after-ms": str(round(settings.retry_after_s * 1000)),
         }
         return JSONResponse(self._wire.error(429, message, "requests", code, None), 429, headers)
-
-
-ABORT_SCOPE_KEY = "cloud_sim.abort"
-
-
-class _AbortableStarlette(Starlette):
-    """Starlette that puts an `abort()` for the raw connection into the scope.
-
-    uvicorn answers 500 when an app fails before its first byte, so a reset cannot be simulated
-    by raising; it needs the transport. uvicorn's `send` is a bound method of the request cycle
-    that holds it. Under another server (or httpx's ASGITransport) there is no abort and the
-    reset fault raises `SimulatedCut` instead."""
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        transport = getattr(getattr(send, "__self__", None), "transport", None)
-        if scope["type"] == "http" and transport is not None and hasattr(transport, "abort"):
-            scope[ABORT_SCOPE_KEY] = transport.abort
-        await super().__call__(scope, receive, send)
-
-
-class _Reset(Response):
-    """Aborts the connection (TCP RST) without sending a byte."""
-
-    def __init__(self) -> None:
-        self.status_code = 0
-        self.background = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        abort = scope.get(ABORT_SCOPE_KEY)
-        if abort is None:
-            raise SimulatedCut("cloud-sim reset the connection (simulated, no transport to abort)")
-        abort()
-
-
-class _Delayed(Response):
-    """Sends `inner` after `delay_s` seconds, or nothing if the client leaves first."""
-
-    def __init__(self, inner: Response, delay_s: float, sleep: Sleep) -> None:
-        self._inner = inner
-        self._delay_s = delay_s
-        self._sleep = sleep
-        self.status_code = inner.status_code
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._delay_s > 0 and await _client_left_during(self._sleep(self._delay_s), receive):
-            return
-        await self._inner(scope, receive, send)
-
-
-class _Releasing(Response):
-    """Runs `inner`, then gives the request's concurrency slot back, however it ended."""
-
-    def __init__(self, inner: Response, release: Callable[[], None]) -> None:
-        self._inner = inner
-        self._release = release
-        self.status_code = inner.status_code
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self._inner(scope, receive, send)
-        finally:
-            self._release()
-
-
-async def _client_left_during(waiting: Awaitable[None], receive: Receive) -> bool:
-    async def disconnected() -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-
-    sleeper = asyncio.ensure_future(waiting)
-    listener = asyncio.ensure_future(disconnected())
-    try:
-        done, _ = await asyncio.wait({sleeper, listener}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in (sleeper, listener):
-            task.cancel()
-        await asyncio.gather(sleeper, listener, return_exceptions=True)
-    return listener in done

@@ -83,6 +83,12 @@ class CloudProvider(StrictModel):
                     f"models {', '.join(structured)}: json_schema: true on a type anthropic provider; its adapter "
                     "does not translate response_format, so set json_schema: false"
                 )
+            legacy = sorted(a for a, m in self.models.items() if not isinstance(m, str) and m.completions)
+            if legacy:
+                raise ValueError(
+                    f"models {', '.join(legacy)}: completions: true on a type anthropic provider; the Messages API "
+                    "has no completions API, so set completions: false"
+                )
         return self
 
 

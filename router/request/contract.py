@@ -10,6 +10,9 @@ What the body asks for:
     response_format {"type": "json_schema", ...}                    needs_json_schema (+ the schema)
     response_format {"type": "json_object"}                         needs_json_mode
     stream: true                                                    needs_streaming
+    tool_choice "required" / a named function                       must_call ("*" / the name)
+    a completions body (`prompt`, no `messages`)                    api "completions"
+    completions echo: true / logprobs                               needs_echo / needs_logprobs
     content parts image_url / input_audio / file                    modality image / audio / file
 
 An invalid JSON Schema (response_format or a tool's `parameters`) is a 400 `invalid_json_schema`
@@ -38,7 +41,7 @@ from router.errors import InvalidRequest
 from router.request import contract_headers as h
 from router.request.json_schema import MAX_SCHEMA_OBJECTS, check_client_schema, count_objects
 from router.request.language import script_of
-from router.request.openai_request import max_tokens_of
+from router.request.openai_request import Kind, max_tokens_of
 from router.routing.policy import Level, Policy, RouteOrder, Strategy
 from router.sessions.carried import Label
 from router.sessions.session_id import session_id_of
@@ -60,6 +63,9 @@ class RequestContract:
     needs_json_schema: bool = False
     needs_json_mode: bool = False
     needs_streaming: bool = False
+    api: Kind = "chat"  # the API it came through: "completions" needs a target that serves /v1/completions
+    needs_echo: bool = False  # completions `echo: true`
+    needs_logprobs: bool = False  # completions `logprobs`
     modalities: frozenset[str] = frozenset({"text"})
     est_prompt_tokens: int = 0
     max_output_tokens: int = 256
@@ -110,6 +116,9 @@ class RequestContract:
             "needs_json_schema": self.needs_json_schema,
             "needs_json_mode": self.needs_json_mode,
             "needs_streaming": self.needs_streaming,
+            "api": self.api,
+            "needs_echo": self.needs_echo,
+            "needs_logprobs": self.needs_logprobs,
             "modalities": sorted(self.modalities),
             "est_prompt_tokens": self.est_prompt_tokens,
             "max_output_tokens": self.max_output_tokens,
@@ -287,6 +296,7 @@ def derive_contract(
             param="tools" if body.get("tools") else "response_format",
             code=ErrorCode.INVALID_JSON_SCHEMA,
         )
+    api: Kind = "chat" if "messages" in body or "prompt" not in body else "completions"
     needs_schema, needs_json_mode, schema = _response_format(body)
     tool_schemas = _tools(body)
     messages = body.get("messages")
@@ -301,6 +311,9 @@ def derive_contract(
         needs_json_schema=needs_schema,
         needs_json_mode=needs_json_mode,
         needs_streaming=body.get("stream") is True,
+        api=api,
+        needs_echo=api == "completions" and body.get("echo") is True,
+        needs_logprobs=api == "completions" and body.get("logprobs") not in (None, False),
         modalities=modalities,
         est_prompt_tokens=prompt_tokens,
         max_output_tokens=_max_output(body, default_max_tokens),

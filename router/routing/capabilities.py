@@ -49,6 +49,11 @@ class ProviderModel(StrictModel):
         description="continues a trailing assistant message (an OpenAI-compatible vLLM server with "
         "continue_final_message, or the Messages API's prefill): may continue a broken stream",
     )
+    completions: bool = Field(
+        False, description="the legacy completions API (`POST /completions`): a /v1/completions request may burst here"
+    )
+    echo: bool = Field(False, description="completions `echo` (the prompt returned before the answer)")
+    logprobs: bool = Field(False, description="completions `logprobs` (log-probabilities of the answer's tokens)")
     modalities: list[Modality] = Field(
         default_factory=lambda: list[Modality](["text"]), min_length=1, description="input it accepts; text included"
     )
@@ -70,6 +75,8 @@ class ProviderModel(StrictModel):
     def _consistent(self) -> ProviderModel:
         if self.parallel_tool_calls and not self.tools:
             raise ValueError("parallel_tool_calls requires tools")
+        if (self.echo or self.logprobs) and not self.completions:
+            raise ValueError("echo and logprobs are completions capabilities: they require completions")
         if "text" not in self.modalities:
             raise ValueError("modalities must include text")
         if self.max_output_tokens is not None and self.max_output_tokens > self.context_window:
@@ -110,6 +117,9 @@ class Capabilities:
     expected_latency_ms: int | None
     known: bool = True
     prefill: bool = False  # continues a trailing assistant message (stream continuation)
+    completions: bool = False  # serves the legacy completions API (/v1/completions)
+    echo: bool = False  # completions `echo`
+    logprobs: bool = False  # completions `logprobs`
 
 
 def unknown_capabilities(snapshot: str = "unknown") -> Capabilities:
@@ -202,6 +212,7 @@ def local_capabilities(
     - streaming, text only, data stays on premises, no per-token price
     - prefill: always (vLLM's chat API continues a trailing assistant message with
       `continue_final_message: true, add_generation_prompt: false`)
+    - completions, with echo and logprobs: always (vLLM serves /v1/completions)
     """
     max_len = engine_args.get("max_model_len")
     tools = engine_args.get("enable_auto_tool_choice") is True and bool(engine_args.get("tool_call_parser"))
@@ -221,6 +232,9 @@ def local_capabilities(
         quality=quality,
         expected_latency_ms=expected_latency_ms,
         prefill=True,
+        completions=True,
+        echo=True,
+        logprobs=True,
     )
 
 
@@ -249,6 +263,9 @@ def cloud_capabilities(provider_name: str, alias: str, entry: str | ProviderMode
         quality=entry.quality,
         expected_latency_ms=entry.expected_latency_ms,
         prefill=entry.prefill,
+        completions=entry.completions,
+        echo=entry.echo,
+        logprobs=entry.logprobs,
     )
 
 

@@ -17,6 +17,8 @@ reason first:
     context              estimated prompt + max_tokens must fit the context window (0 = unknown)
     max_output           the client's max_tokens within the target's output limit
     tools / parallel_tools / structured_output (json_schema, json_object) / streaming / modalities
+    completions_api      a /v1/completions request: the target serves the completions API (and echo,
+                         logprobs when asked)
     cost                 estimated cost (prompt × price_in + n × output limit × price_out, the output
                          limit being max_tokens or the target's own) within the ceiling; an unpriced
                          target is removed when there is a ceiling (router/limits/budget.py)
@@ -166,6 +168,18 @@ def modalities(contract: RequestContract, target: Target, state: TargetState) ->
     return f"input modality {', '.join(sorted(missing))} not supported (supports {has})"
 
 
+def completions_api(contract: RequestContract, target: Target, state: TargetState) -> str | None:
+    if contract.api != "completions":
+        return None
+    if not target.caps.completions:
+        return "the completions API (/v1/completions) not supported"
+    if contract.needs_echo and not target.caps.echo:
+        return "completions echo not supported"
+    if contract.needs_logprobs and not target.caps.logprobs:
+        return "completions logprobs not supported"
+    return None
+
+
 def cost(contract: RequestContract, target: Target, state: TargetState) -> str | None:
     """The request's cost ceiling before any attempt (router/limits/budget.py: the estimate counts `n` and,
     without max_tokens, the target's output limit)."""
@@ -194,6 +208,7 @@ DEFAULT_FILTERS: tuple[Filter, ...] = tuple(
         structured_output,
         streaming,
         modalities,
+        completions_api,
         cost,
         quality_floor,
     )

@@ -48,7 +48,10 @@ class Calls:
             body = engine_body(kind, body)  # only the fields a local engine may get (router/request/engine_fields.py)
             body["model"] = target.alias  # a route's name becomes its local model's
             return await self._local_unless_stale(target.alias, kind, body, request_id, watch=watch_stale)
-        return await self._providers[target.provider or ""].chat(target.alias, body, request_id)
+        provider = self._providers[target.provider or ""]
+        if kind == "completions":  # only to a target that serves them (the completions_api filter)
+            return await provider.completions(target.alias, body, request_id)
+        return await provider.chat(target.alias, body, request_id)
 
     async def continuation(self, target: Target, body: dict[str, Any], request_id: str) -> BackendReply:
         """A stream continuation's call (serve_apps/streams/continuation.py): chat, no stale watch."""

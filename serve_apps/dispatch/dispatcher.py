@@ -158,8 +158,7 @@ class Dispatcher:
             inflight=self._admission.inflight(model),
             admission_limit=limit.value,
             admission_detail=limit.detail,
-            # providers are reached through their chat API only
-            available_providers=frozenset(self._providers) if kind == "chat" else frozenset(),
+            available_providers=frozenset(self._providers),  # a completion: those that serve it (completions_api)
             unavailable={
                 **self._unavailable(contract),
                 **self._resilience.windows.unavailable(self._registry.for_alias(contract.model), contract.min_context),
@@ -240,7 +239,7 @@ class Dispatcher:
             plan,
             outcome,
             targets=self._registry.for_alias(contract.model),
-            reachable=self._providers if kind == "chat" else (),
+            reachable=self._providers,
             health=self._resilience.states(),
             clock=self._wall,
         )

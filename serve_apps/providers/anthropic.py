@@ -30,7 +30,7 @@ import httpx
 from cluster.config.cloud import DEFAULT_MAX_REPLY_BYTES
 from router import headers as hdr
 from router.error_codes import ErrorCode
-from router.errors import ProviderOverloaded, RequestError, UpstreamError
+from router.errors import ModelNotFound, ProviderOverloaded, RequestError, UpstreamError
 from router.routing.capabilities import ProviderModel
 from serve_apps.providers.anthropic_wire import ChunkTranslator, chat_completion, malformed, messages_request
 from serve_apps.providers.bounded import loads
@@ -74,6 +74,13 @@ class AnthropicProvider(OpenAICompatProvider):
         except BaseException:
             await response.aclose()
             raise
+
+    async def completions(
+        self, alias: str, body: dict[str, Any], request_id: str, *, extra_headers: Mapping[str, str] | None = None
+    ) -> ProviderReply:
+        """The Messages API has no completions: the config refuses `completions: true` for this provider type, so
+        no plan sends one here (cluster/config/cloud.py)."""
+        raise ModelNotFound(f"cloud provider {self.name!r} (Anthropic Messages API) has no completions API")
 
     async def probe(self) -> None:
         """Liveness: `GET models` with our key (a refused key is `provider_auth_failed`)."""

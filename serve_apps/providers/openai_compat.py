@@ -1,13 +1,14 @@
 """Adapter to one cloud provider with an OpenAI-compatible chat API, over `httpx.AsyncClient`.
 
-`OpenAICompatProvider.chat(alias, body, request_id)` maps the model alias to the provider's
+`OpenAICompatProvider.chat(alias, body, request_id)` (and `.completions(...)`, the legacy completions API, for a
+/v1/completions request that bursts) maps the model alias to the provider's
 model name, sends the request (with `x-request-id` and the API key read from the environment
 variable the config names, at call time) and returns a `ProviderReply`: the JSON body, or an
 iterator of SSE events for `"stream": true`.
 
 Only what the provider may receive is sent: the body is rebuilt from `CHAT_FIELDS` (OpenAI chat
-parameters the gateway understands; `store`, `metadata`, `user` and anything unknown are dropped,
-so a client cannot make the provider keep or tag its data), and the only headers are
+parameters the gateway understands, `COMPLETION_FIELDS` for a completion; `store`, `metadata`, `user` and
+anything unknown are dropped, so a client cannot make the provider keep or tag its data), and the only headers are
 `x-request-id`, `accept`, `content-type`, the key, and `FORWARDED_HEADERS` from `extra_headers`.
 
 This module is the one place where httpx errors and provider HTTP errors become
@@ -94,6 +95,28 @@ CHAT_FIELDS = frozenset(
         "reasoning_effort",
     }
 )
+# the legacy completions API's parameters (a /v1/completions request that bursts); `best_of` (server-side work the
+# cost estimate does not count), `user` and anything unknown are dropped, as for chat
+COMPLETION_FIELDS = frozenset(
+    {
+        "model",
+        "prompt",
+        "suffix",
+        "echo",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_tokens",
+        "n",
+        "seed",
+        "stop",
+        "stream",
+        "stream_options",
+        "temperature",
+        "top_p",
+    }
+)
 # vLLM's chat extension a stream continuation sends (router/resilience/continuation.py); forwarded only as booleans
 PREFILL_FIELDS = frozenset({"continue_final_message", "add_generation_prompt"})
 FORWARDED_HEADERS = frozenset({hdr.ATTEMPT})
@@ -152,18 +175,35 @@ class OpenAICompatProvider:
     ) -> ProviderReply:
         """Send one chat completion; raises a `RequestError` for anything before the first
         byte of a streamed reply (and the stream's iterator raises `UpstreamError` after)."""
-        model = self._model_for(alias)
+        payload = {k: v for k, v in body.items() if k in CHAT_FIELDS or (k in PREFILL_FIELDS and isinstance(v, bool))}
+        return await self._post("chat/completions", alias, payload, request_id, extra_headers)
+
+    async def completions(
+        self, alias: str, body: dict[str, Any], request_id: str, *, extra_headers: Mapping[str, str] | None = None
+    ) -> ProviderReply:
+        """Send one legacy completion (`POST completions`, a /v1/completions request that bursts); errors as
+        `chat`'s."""
+        payload = {k: v for k, v in body.items() if k in COMPLETION_FIELDS}
+        return await self._post("completions", alias, payload, request_id, extra_headers)
+
+    async def _post(
+        self,
+        path: str,
+        alias: str,
+        payload: dict[str, Any],
+        request_id: str,
+        extra_headers: Mapping[str, str] | None,
+    ) -> ProviderReply:
+        payload["model"] = self._model_for(alias)
         key = self._api_key()
         redact = _redactor(key)
-        payload = {k: v for k, v in body.items() if k in CHAT_FIELDS or (k in PREFILL_FIELDS and isinstance(v, bool))}
-        payload["model"] = model
         stream = payload.get("stream") is True
         headers = {k.lower(): v for k, v in (extra_headers or {}).items() if k.lower() in FORWARDED_HEADERS}
         headers[hdr.REQUEST_ID] = request_id
         headers["accept"] = "text/event-stream" if stream else "application/json"
         if key:
             headers["authorization"] = f"Bearer {key}"
-        request = self._client.build("POST", "chat/completions", json_body=payload, headers=headers)
+        request = self._client.build("POST", path, json_body=payload, headers=headers)
         response = await self._send(request, redact)
         try:
             return await self._reply(response, stream, redact)
@@ -229,7 +269,7 @@ class OpenAICompatProvider:
             detail = redact(_error_detail(content)[0])[:_MAX_DETAIL]
             raise UpstreamError(f"cloud provider {self.name!r} failed: {detail}", code=ErrorCode.PROVIDER_ERROR)
         if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
-            message = f"cloud provider {self.name!r} sent a body that is not a chat completion (HTTP {status})"
+            message = f"cloud provider {self.name!r} sent a body that is not a completion (HTTP {status})"
             raise UpstreamError(message, code=ErrorCode.PROVIDER_MALFORMED)
         return ProviderReply(status=status, headers=headers, body=body)
 

@@ -193,6 +193,24 @@ CASES: list[tuple[str, RequestContract, Target, str | None]] = [
         LOCAL,
         "input modality audio, image not supported (supports text)",
     ),
+    # completions_api: a chat never asks; a completions request needs the API (local vLLM serves it), and
+    # echo / logprobs when it asks for them
+    ("completions_api", BASE, CLOUD, None),
+    ("completions_api", _c(api="completions", needs_echo=True, needs_logprobs=True), LOCAL, None),
+    ("completions_api", _c(api="completions"), _t(CLOUD, completions=True), None),
+    ("completions_api", _c(api="completions"), CLOUD, "the completions API (/v1/completions) not supported"),
+    (
+        "completions_api",
+        _c(api="completions", needs_echo=True),
+        _t(CLOUD, completions=True),
+        "completions echo not supported",
+    ),
+    (
+        "completions_api",
+        _c(api="completions", needs_logprobs=True),
+        _t(CLOUD, completions=True, echo=True),
+        "completions logprobs not supported",
+    ),
     # cost: 1000 × $2.5/M + 256 × $10/M = $0.00506
     ("cost", _c(est_prompt_tokens=1000), CLOUD, None),
     ("cost", _c(est_prompt_tokens=1000, max_cost_usd=0.006), CLOUD, None),

@@ -144,7 +144,7 @@ def test_timings_per_plugin_with_a_fake_timer() -> None:
     assert result.timings["filter:quality_floor"] == 2.0
     assert result.timings["filter:cost"] == 2.0
     assert {result.timings[f"scorer:{s}"] for s in ("quality", "cost", "latency", "locality")} == {2.0}
-    assert len(result.timings) == 15 + 4  # the 15 default filters and 4 scorers
+    assert len(result.timings) == 16 + 4  # the 16 default filters and 4 scorers
 
 
 def test_no_capable_model_lists_every_candidate_without_secrets() -> None:
