@@ -172,6 +172,8 @@ _FIELD_TYPES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "top_logprobs": (_is_int, "an integer"),
     "logprobs": (lambda v: isinstance(v, bool) or _is_int(v), "a boolean (an integer for completions)"),
     "parallel_tool_calls": (lambda v: isinstance(v, bool), "true or false"),
+    "echo": (lambda v: isinstance(v, bool), "true or false"),  # completions: decides where it may burst
+    "suffix": (lambda v: isinstance(v, str), "a string"),
     "stop": (_is_str_or_str_list, "a string or a list of strings"),
     "user": (lambda v: isinstance(v, str), "a string"),
     "tools": (lambda v: isinstance(v, list) and all(isinstance(t, dict) for t in v), "a list of objects"),

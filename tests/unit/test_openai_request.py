@@ -46,6 +46,8 @@ def test_max_completion_tokens_preferred() -> None:
         ),
         (_raw({"model": "a", "messages": [{"role": "user"}], "max_tokens": True}), "chat", "max_tokens", None),
         (_raw({"model": "a"}), "completions", "prompt", "invalid_request"),
+        (_raw({"model": "a", "prompt": "x", "echo": "yes"}), "completions", "echo", "invalid_request"),
+        (_raw({"model": "a", "prompt": "x", "suffix": 5}), "completions", "suffix", "invalid_request"),
     ],
 )
 def test_invalid_bodies(raw: bytes, kind: str, param: str | None, code: str | None) -> None:
