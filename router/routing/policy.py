@@ -70,14 +70,14 @@ class Scenario(StrictModel):
         None,
         description="a text stream that breaks after its first byte is continued on the next target that accepts "
         "an assistant prefill, spliced into the same response (never tool calls or checked JSON answers); null: on "
-        "for L3, off for L1 and L2",
+        "for L2 and L3 (the answer's last chunk says it was continued), off for L1",
     )
 
     def continues_streams(self, level: Level) -> bool:
         """Whether a broken text stream of this scenario, at the request's `level`, is continued."""
         if level == "L1" and self.level != "L1":
             return False  # a header made the request stricter than its scenario: never looser than L1's default
-        return self.continue_streams if self.continue_streams is not None else level == "L3"
+        return self.continue_streams if self.continue_streams is not None else level != "L1"
 
     switch: SwitchRule = Field(
         "on_failure",

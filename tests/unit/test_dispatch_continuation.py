@@ -190,7 +190,6 @@ async def test_when_nobody_can_continue_the_stream_ends_with_the_first_error() -
 @pytest.mark.parametrize(
     ("scenario", "body", "why"),
     [
-        ("default", BODY, "does not continue streams at level L2"),
         ("quiet", BODY, "does not continue streams"),
         ("chat", {**BODY, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tool"),
         ("chat", {**BODY, "response_format": {"type": "json_object"}}, "JSON"),
@@ -203,6 +202,14 @@ async def test_continuation_is_off_where_the_rule_says(scenario: str, body: dict
     assert w.providers["b"].bodies == [] and w.providers["c"].bodies == []  # never re-sent anywhere
     (event,) = [e for e in w.record("r1").events if e["kind"] == "not_continued"]
     assert why in event["why"]
+
+
+async def test_the_default_l2_scenario_continues_a_broken_stream() -> None:
+    """L2 lets a flagged answer through: a continued stream is flagged by its last chunk (docs/resilience.md)."""
+    w = World(a=WordStreamProvider("a", ANSWER, cut_after=3))
+    events = await w.stream("r1", "default", BODY)
+    assert text(events) == ANSWER
+    assert [e["kind"] for e in w.record("r1").events] == ["continued"]
 
 
 async def test_a_header_that_makes_the_request_l1_turns_continuation_off() -> None:

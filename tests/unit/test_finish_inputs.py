@@ -47,7 +47,7 @@ def test_the_defaults() -> None:
     assert config.resilience.retry.retry_after_wait_strategies == ["cost"]
     scenario = config.policy.scenarios["default"]
     assert scenario.continue_streams is None
-    assert [scenario.continues_streams(level) for level in ("L1", "L2", "L3")] == [False, False, True]
+    assert [scenario.continues_streams(level) for level in ("L1", "L2", "L3")] == [False, True, True]
 
 
 BAD_SETTINGS = [
