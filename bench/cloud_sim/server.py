@@ -17,7 +17,7 @@ Routes
 
 What differs between the two protocols is in `wire`. A chat request goes: `outage` (503, also for
 `/v1/models`) → API key check (401; the Messages API also needs `anthropic-version`, 400) → body check
-(400/404; the context window and an assistant prefill, see `prefill`) → `content_filter` (400
+(400/404; the context window and an assistant prefill, see `provider.prefill`) → `content_filter` (400
 `content_filter` when a message matches, the shape providers use for a content policy) → capacity check
 (429 with Retry-After when `max_concurrency` requests are in flight) → one fault draw → the answer.
 Latency: the first token after `ttft_s`, then one token every `1 / tokens_per_s` seconds;
@@ -47,7 +47,8 @@ from starlette.routing import Route
 
 from bench.cloud_sim.completions_api import CompletionsWire
 from bench.cloud_sim.faults import Fault, SimulatedCut, decide_fault
-from bench.cloud_sim.prefill import checked_plan
+from bench.cloud_sim.provider.account_limits import AccountLimits
+from bench.cloud_sim.provider.prefill import checked_plan
 from bench.cloud_sim.replies import (
     BadChatRequest,
     ReplyPlan,
@@ -104,6 +105,7 @@ class CloudSim:
         self._counter = itertools.count(1)
         self.requests_total = 0
         self._wire = wire_for(settings.api)
+        self._account = AccountLimits(clock)  # rpm_limit / tpm_limit: x-ratelimit-* headers, 429 past them
         completions = CompletionsWire()  # an OpenAI-compatible simulator serves the legacy API beside chat
         legacy = [Route(completions.path, partial(self._chat, completions), methods=["POST"])]
         legacy = legacy if settings.api == "openai" else []
@@ -150,6 +152,14 @@ class CloudSim:
         except BadChatRequest as exc:
             payload = self._wire.error(exc.status, exc.message, "invalid_request_error", exc.code, exc.param)
             return self._answer(record, JSONResponse(payload, exc.status, self._headers(sim_id)), exc.code)
+        limit = body.get("max_completion_tokens", body.get("max_tokens"))
+        estimate = plan.prompt_tokens + (limit if isinstance(limit, int) else plan.completion_tokens)
+        account = self._account.admit(settings.rpm_limit, settings.tpm_limit, estimate, settings.limit_window_s)
+        if not account.allowed:
+            message = "Rate limit reached for requests or tokens per min (simulated account limit)"
+            limited = self._rate_limited(settings, sim_id, message, "rate_limit_exceeded", account.retry_after_s)
+            limited.headers.update(account.headers)
+            return self._answer(record, limited, "rate_limit_exceeded")
         if settings.max_concurrency and self.inflight >= settings.max_concurrency:
             message = f"cloud-sim is at capacity ({settings.max_concurrency} requests in flight); retry later"
             code = "capacity_exceeded"
@@ -157,16 +167,23 @@ class CloudSim:
         self.inflight += 1
         try:
             fault = decide_fault(settings, self._rng)
-            response = self._respond(wire, fault, plan, settings, sim_id, stream)
+            response = self._respond(wire, fault, plan, settings, sim_id, stream, account.headers)
             return self._answer(record, Releasing(response, self._release), fault=fault)
         except BaseException:
             self._release()
             raise
 
     def _respond(
-        self, wire: Wire, fault: Fault, plan: ReplyPlan, settings: SimSettings, sim_id: str, stream: bool
+        self,
+        wire: Wire,
+        fault: Fault,
+        plan: ReplyPlan,
+        settings: SimSettings,
+        sim_id: str,
+        stream: bool,
+        extra: dict[str, str],
     ) -> Response:
-        headers = self._headers(sim_id)
+        headers = {**self._headers(sim_id), **extra}  # the account's x-ratelimit-* headers
         if fault is Fault.ERROR_5XX:
             message = "The server had an error while processing your request. Sorry about that!"
             status = self._rng.choice(wire.server_error_statuses)
@@ -258,6 +275,7 @@ class CloudSim:
 
     async def _reset(self, request: Request) -> Response:
         self.settings = self.initial_settings
+        self._account.reset()
         return JSONResponse(self.settings.public())
 
     async def _log_rows(self, request: Request) -> Response:
@@ -319,10 +337,10 @@ class CloudSim:
         body = self._wire.error(503, message, "server_error", "service_unavailable", None)
         return JSONResponse(body, 503, self._headers(sim_id))
 
-    def _rate_limited(self, settings: SimSettings, sim_id: str, message: str, code: str) -> Response:
-        headers = {
-            **self._headers(sim_id),
-            "retry-after": str(math.ceil(settings.retry_after_s)),
-            "retry-after-ms": str(round(settings.retry_after_s * 1000)),
-        }
+    def _rate_limited(
+        self, settings: SimSettings, sim_id: str, message: str, code: str, after_s: float | None = None
+    ) -> Response:
+        after_s = settings.retry_after_s if after_s is None else after_s
+        headers = {**self._headers(sim_id), "retry-after": str(math.ceil(after_s)),
+                   "retry-after-ms": str(round(after_s * 1000))}  # fmt: skip
         return JSONResponse(self._wire.error(429, message, "requests", code, None), 429, headers)

@@ -82,6 +82,17 @@ class SimSettings(BaseModel):
         description="case-insensitive regular expression: a chat whose message text matches is answered 400 "
         "`content_filter` (a provider's content policy); null: none",
     )
+    rpm_limit: int | None = Field(
+        None,
+        ge=0,
+        le=10**9,
+        description="the account's requests a minute: reported in x-ratelimit-* headers, 429 past "
+        "it (bench/cloud_sim/provider/account_limits.py); null: off",
+    )
+    tpm_limit: int | None = Field(None, ge=0, le=10**12, description="the account's tokens a minute, as rpm_limit")
+    limit_window_s: float = Field(
+        60.0, ge=0.1, le=3600, description="the window rpm_limit and tpm_limit count over (a minute; shorter in tests)"
+    )
     api_key: SecretStr | None = Field(None, description="when set, requests need `Authorization: Bearer <key>`")
 
     @field_validator("models")
