@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.cloud_sim.replies import MAX_ECHO_WORDS, BadChatRequest, ReplyPlan, request_model, sse_event
+from bench.cloud_sim.replies import MAX_ECHO_WORDS, BadChatRequest, ReplyPlan, served_model, sse_event
 from bench.cloud_sim.wire import OpenAIWire
 
 UNSUPPORTED = ("echo", "logprobs", "suffix", "best_of")
@@ -20,18 +20,7 @@ UNSUPPORTED = ("echo", "logprobs", "suffix", "best_of")
 
 def plan_completion(body: Any, models: tuple[str, ...]) -> ReplyPlan:
     """Validate a completions body and decide the reply; raises `BadChatRequest`."""
-    if not isinstance(body, dict):
-        raise BadChatRequest("request body must be a JSON object")
-    model = request_model(body)
-    if model is None:
-        raise BadChatRequest("'model' is required and must be a string", param="model")
-    if model not in models:
-        raise BadChatRequest(
-            f"The model `{model}` does not exist or you do not have access to it.",
-            param="model",
-            status=404,
-            code="model_not_found",
-        )
+    model = served_model(body, models)
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]

@@ -71,8 +71,8 @@ def request_model(body: Any) -> str | None:
     return model if isinstance(model, str) else None
 
 
-def plan_reply(body: Any, models: tuple[str, ...], call_id: str) -> ReplyPlan:
-    """Validate a chat body and decide the reply; raises `BadChatRequest`."""
+def served_model(body: Any, models: tuple[str, ...]) -> str:
+    """The body's model, when the body is an object naming one the simulator serves; raises `BadChatRequest`."""
     if not isinstance(body, dict):
         raise BadChatRequest("request body must be a JSON object")
     model = request_model(body)
@@ -81,6 +81,12 @@ def plan_reply(body: Any, models: tuple[str, ...], call_id: str) -> ReplyPlan:
     if model not in models:
         message = f"The model `{model}` does not exist or you do not have access to it."
         raise BadChatRequest(message, param="model", status=404, code="model_not_found")
+    return model
+
+
+def plan_reply(body: Any, models: tuple[str, ...], call_id: str) -> ReplyPlan:
+    """Validate a chat body and decide the reply; raises `BadChatRequest`."""
+    model = served_model(body, models)
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
         raise BadChatRequest("'messages' must be a non-empty array of message objects", param="messages")

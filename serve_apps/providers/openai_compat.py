@@ -60,6 +60,7 @@ from router.errors import (
     TargetUnavailable,
     UpstreamError,
 )
+from router.request.engine_fields import OPENAI_FIELDS
 from router.routing.capabilities import provider_model_name
 from serve_apps.backend import BackendReply
 from serve_apps.providers.bounded import ERROR_BODY_BYTES, loads, read_body, read_prefix
@@ -95,28 +96,9 @@ CHAT_FIELDS = frozenset(
         "reasoning_effort",
     }
 )
-# the legacy completions API's parameters (a /v1/completions request that bursts); `best_of` (server-side work the
-# cost estimate does not count), `user` and anything unknown are dropped, as for chat
-COMPLETION_FIELDS = frozenset(
-    {
-        "model",
-        "prompt",
-        "suffix",
-        "echo",
-        "frequency_penalty",
-        "presence_penalty",
-        "logit_bias",
-        "logprobs",
-        "max_tokens",
-        "n",
-        "seed",
-        "stop",
-        "stream",
-        "stream_options",
-        "temperature",
-        "top_p",
-    }
-)
+# the legacy completions API's parameters (a /v1/completions request that bursts): the ones a local engine gets
+# (router/request/engine_fields.py) less `user`, as for chat; `best_of` and anything unknown are never sent
+COMPLETION_FIELDS = OPENAI_FIELDS["completions"] - {"user"}
 # vLLM's chat extension a stream continuation sends (router/resilience/continuation.py); forwarded only as booleans
 PREFILL_FIELDS = frozenset({"continue_final_message", "add_generation_prompt"})
 FORWARDED_HEADERS = frozenset({hdr.ATTEMPT})

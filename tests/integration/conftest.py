@@ -32,6 +32,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -278,3 +279,15 @@ ENGINE_BREAKERS = ("tests/integration/test_engine_faults.py",)
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.nodeid.startswith(ENGINE_BREAKERS))  # stable: the rest keep their order
+
+
+def final_record(stack: Stack, request_id: str, wait_s: float = 10) -> dict[str, Any]:
+    """The request's decision record once final: a stream's is booked when it ends (its last attempt `streaming`
+    until then)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        record = httpx.get(f"{stack.openai_base}/spillover/decisions/{request_id}", timeout=10).json()
+        if record.get("attempts") and record["attempts"][-1]["outcome"] != "streaming":
+            return dict(record)
+        assert time.monotonic() < deadline, record
+        time.sleep(0.1)

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, final_record
 from tests.integration.qwen_load import QWEN, SHORT, numerics_check_window_s
 from tests.integration.test_engine_faults import _one_replica, _wait_for, engine_processes, fresh_replica_after
 
@@ -60,16 +60,6 @@ def broken_local_stream(stack: Stack, sig: signal.Signals) -> tuple[str, list[di
             return request_id, events, ended
 
 
-def decision(stack: Stack, request_id: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 10
-    while True:
-        record = httpx.get(f"{stack.openai_base}/spillover/decisions/{request_id}", timeout=10).json()
-        if record.get("attempts") and record["attempts"][-1]["outcome"] != "streaming":
-            return record
-        assert time.monotonic() < deadline, record
-        time.sleep(0.2)
-
-
 @pytest.mark.usefixtures("fresh_replica_after")
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP], ids=["engine-died", "engine-wedged"])
 def test_a_local_stream_cut_mid_answer_is_finished_in_the_cloud(stack: Stack, sig: signal.Signals) -> None:
@@ -89,7 +79,7 @@ def test_a_local_stream_cut_mid_answer_is_finished_in_the_cloud(stack: Stack, si
     assert marker["continued"] is True and marker["from"] == f"local:{QWEN}", marker
     assert marker["to"].startswith("cloud:") and marker["splice_after_chunks"] >= 1, marker
     assert events[-1].get("spillover") == marker or events[-2].get("spillover") == marker  # last, or before usage
-    record = decision(stack, request_id)
+    record = final_record(stack, request_id)
     (continued,) = [e for e in record["events"] if e["kind"] == "continued"]
     assert (continued["from"], continued["to"]) == (marker["from"], marker["to"])
     outcomes = [(a["target"], a["outcome"]) for a in record["attempts"]]

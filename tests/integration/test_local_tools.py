@@ -23,11 +23,10 @@ import time
 import uuid
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, final_record
 from tests.integration.qwen_load import QWEN, numerics_check_window_s
 
 pytestmark = pytest.mark.integration
@@ -48,17 +47,6 @@ def client(stack: Stack) -> openai.OpenAI:
     return openai.OpenAI(base_url=stack.openai_base, api_key="unused", max_retries=0, timeout=120)
 
 
-def record(stack: Stack, request_id: str, wait_s: float = 10) -> dict[str, Any]:
-    """The decision record once final (a stream's is booked when it ends)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        found = httpx.get(f"{stack.openai_base}/spillover/decisions/{request_id}", timeout=10).json()
-        if found.get("attempts") and found["attempts"][-1]["outcome"] != "streaming":
-            return found
-        assert time.monotonic() < deadline, found
-        time.sleep(0.1)
-
-
 def tried_locally_first(
     stack: Stack, client: openai.OpenAI, prefix: str, **create: Any
 ) -> tuple[Any, str, list[dict[str, Any]]]:
@@ -74,7 +62,7 @@ def tried_locally_first(
         parsed = raw.parse()
         if create.get("stream"):
             parsed = list(parsed)
-        attempts = record(stack, request_id)["attempts"]
+        attempts = final_record(stack, request_id)["attempts"]
         if attempts[0]["target"] == LOCAL or time.monotonic() > deadline:
             return (raw, parsed), request_id, attempts
         create["extra_headers"] = {k: v for k, v in headers.items() if k != "x-request-id"}
@@ -162,5 +150,5 @@ def test_tool_choice_auto_stays_local_and_a_text_answer_is_an_answer(stack: Stac
     assert [(a["target"], a["outcome"]) for a in attempts] == [(LOCAL, "ok")]
     assert raw.headers["x-spillover-route"] == "local"
     assert not parsed.choices[0].message.tool_calls and parsed.choices[0].message.content is not None
-    candidates = record(stack, request_id)["candidates"]
+    candidates = final_record(stack, request_id)["candidates"]
     assert all(c["status"] != "removed" for c in candidates if c["target"] == LOCAL)  # tool-capable

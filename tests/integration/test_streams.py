@@ -15,7 +15,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import Stack
+from tests.integration.conftest import Stack, final_record
 from tests.integration.qwen_load import QWEN, SHORT, saturated_qwen
 
 pytestmark = pytest.mark.integration
@@ -38,17 +38,6 @@ def client(stack: Stack) -> openai.OpenAI:
 
 def fault(stack: Stack, **faults: Any) -> None:
     httpx.post(f"{stack.sim_url.removesuffix('/v1')}/control/faults", json=faults, timeout=10).raise_for_status()
-
-
-def final_record(stack: Stack, request_id: str, wait_s: float = 10) -> dict[str, Any]:
-    """The decision record once its stream was booked (a stream is booked when it ends)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        record = httpx.get(f"{stack.openai_base}/spillover/decisions/{request_id}", timeout=10).json()
-        if record.get("attempts") and record["attempts"][-1]["outcome"] != "streaming":
-            return record
-        assert time.monotonic() < deadline, record
-        time.sleep(0.1)
 
 
 def metric(stack: Stack, name: str, **labels: str) -> float:

@@ -40,6 +40,8 @@ MODEL_CPUS, GATEWAY_CPUS = 2, 1  # what the model replica's placement group and 
 MAIN_KEY_ENV, NARROW_KEY_ENV = "SPILLOVER_SHARED_MAIN_KEY", "SPILLOVER_SHARED_NARROW_KEY"
 MAIN_KEY, NARROW_KEY = "sk-shared-main-9f2c41d7e8a0b3", "sk-shared-narrow-5e7a19c2d4f6a8"
 NARROW_MAX_CONCURRENT = 2
+FRUGAL_KEY_ENV, FRUGAL_KEY = "SPILLOVER_SHARED_FRUGAL_KEY", "sk-shared-frugal-3b8d0e6a1c4f72"
+FRUGAL_BUDGET_USD = 0.00002  # a few of cloud-sim's short answers ($0.15 / $0.60 a million tokens)
 
 
 @dataclass
@@ -67,9 +69,11 @@ def shared_config(gateway_port: int, direct_port: int, sim_port: int, state_url:
         readiness_timeout_s=600,
         auth=True,
     )
-    raw["tenants"] = [  # main: every test's traffic and the operator routes; narrow: two requests at a time
+    raw["tenants"] = [  # main: every test's traffic and the operator routes; narrow: two requests at a time;
+        # frugal: a monthly budget a few cloud answers spend
         {"name": "main", "api_key_env": MAIN_KEY_ENV, "admin": True},
         {"name": "narrow", "api_key_env": NARROW_KEY_ENV, "max_concurrent": NARROW_MAX_CONCURRENT},
+        {"name": "frugal", "api_key_env": FRUGAL_KEY_ENV, "monthly_budget_usd": FRUGAL_BUDGET_USD},
     ]
     (model,) = raw["models"]
     model.pop("perf", None)  # the plain limit, not a fitted one: admission_limit is what is tested
@@ -90,6 +94,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     redis = redis_or_fail(tmp_path_factory.mktemp("redis"))
     os.environ[PASSWORD_ENV] = redis.password  # before the nodes start: their workers inherit it (and the keys)
     os.environ[MAIN_KEY_ENV], os.environ[NARROW_KEY_ENV] = MAIN_KEY, NARROW_KEY
+    os.environ[FRUGAL_KEY_ENV] = FRUGAL_KEY
     # the one proxy would send every request to the head's two gateways (Serve prefers replicas on the proxy's
     # node); on real hosts each node's proxy does so for its own. Here the three must share the traffic.
     os.environ["RAY_SERVE_PROXY_PREFER_LOCAL_NODE_ROUTING"] = "0"

@@ -29,6 +29,8 @@ from serve_apps.limits.shared_spend import month_key
 from serve_apps.state.redis_store import RedisStore
 from tests.shared_state.conftest import (
     ADMISSION_LIMIT,
+    FRUGAL_BUDGET_USD,
+    FRUGAL_KEY,
     GATEWAYS,
     MAIN_KEY,
     MODEL,
@@ -166,6 +168,45 @@ def test_a_tenant_with_max_concurrent_2_has_at_most_2_in_flight_across_every_gat
         outcomes = list(pool.map(send, range(8)))
     assert 1 <= outcomes.count(200) <= NARROW_MAX_CONCURRENT, outcomes
     assert all(o in (200, "tenant_concurrency_exceeded") for o in outcomes), outcomes
+
+
+def test_a_tenant_past_its_monthly_budget_gets_402_from_every_gateway(shared: Shared) -> None:
+    """The frugal tenant's cloud answers, one at a time through the three gateways, until one is refused 402
+    `tenant_budget_exceeded`: its spend is summed in the shared store, so the gateway that refuses need not be the
+    one that booked it. Then, within the store's refresh (serve_apps/limits/shared_spend.py, 10 s), every gateway
+    refuses: twelve calls of the direct port (a connection each, spread over the three) all get the 402."""
+    cloud = {"x-spillover-residency": "local-sim"}
+    outcomes: list[int | str] = []
+    for i in range(30):
+        try:
+            chat(shared, f"frugal question {i}", max_tokens=8, headers=cloud, key=FRUGAL_KEY)
+            outcomes.append(200)
+        except openai.APIStatusError as exc:
+            outcomes.append(str(exc.code))
+            assert exc.status_code == 402, (exc.status_code, exc.message)
+            break
+    assert outcomes[-1] == "tenant_budget_exceeded" and 2 <= outcomes.count(200) <= 20, outcomes
+    eventually(lambda: ledger_tenant_total(shared, "frugal") >= FRUGAL_BUDGET_USD, 30, "the spend was not booked")
+
+    def every_gateway_refuses() -> bool:
+        codes = []
+        for i in range(12):
+            response = httpx.post(
+                f"{shared.direct_url}/v1/chat/completions",
+                json={"model": MODEL, "messages": [{"role": "user", "content": f"more {i}"}], "max_tokens": 4},
+                headers={"authorization": f"Bearer {FRUGAL_KEY}", **cloud},
+                timeout=60,
+            )
+            codes.append(response.status_code)
+        return codes == [402] * 12
+
+    eventually(every_gateway_refuses, 30, "a gateway still served the tenant past its budget")
+
+
+def ledger_tenant_total(shared: Shared, tenant: str) -> float:
+    with sqlite3.connect(str(shared.ledger)) as db:
+        (total,) = db.execute("SELECT COALESCE(SUM(cost_usd), 0) FROM spend WHERE tenant = ?", (tenant,)).fetchone()
+    return float(total)
 
 
 def cloud_bodies_with(shared: Shared, marker: str) -> int:
