@@ -185,11 +185,16 @@ def _check_content(contract: RequestContract, content: Any, budget: _Budget) -> 
     return [], repaired
 
 
+def _function(call: Any) -> tuple[Any, Any]:
+    """A tool call's `function` object (None unless an object) and its `name` (as given, or None)."""
+    fn = call.get("function") if isinstance(call, dict) else None
+    return (fn, fn.get("name")) if isinstance(fn, dict) else (None, None)
+
+
 def _check_tool_calls(contract: RequestContract, calls: list[Any], budget: _Budget) -> list[str]:
     errors: list[str] = []
     for i, call in enumerate(calls):
-        fn = call.get("function") if isinstance(call, dict) else None
-        name = fn.get("name") if isinstance(fn, dict) else None
+        fn, name = _function(call)
         where = f"tool_calls[{i}]"
         if not isinstance(name, str) or name not in contract.tool_schemas:
             declared = ", ".join(sorted(contract.tool_schemas)) or "none"
@@ -212,7 +217,7 @@ def _called_as_asked(must_call: str, calls: list[Any], content: Any) -> list[str
         return [f"tool_choice asked for {asked}; the answer has none"]
     errors = []
     if must_call != "*":
-        names = [c.get("function", {}).get("name") if isinstance(c, dict) else None for c in calls]
+        names = [_function(c)[1] for c in calls]
         if any(name != must_call for name in names):
             errors.append(f"tool_choice asked for {asked}; the answer calls {', '.join(map(str, names))[:120]}")
     if isinstance(content, str) and content.strip():
@@ -239,10 +244,11 @@ def check_output(
         if wants_json and not (calls and not content):
             content_errors, repaired = _check_content(contract, content, budget)
             errors += content_errors
+        listed = calls if isinstance(calls, list) else [calls]
         if calls:
-            errors += _check_tool_calls(contract, calls if isinstance(calls, list) else [calls], budget)
+            errors += _check_tool_calls(contract, listed, budget)
         if contract.must_call is not None:
-            errors += _called_as_asked(contract.must_call, calls if isinstance(calls, list) else [calls], content)
+            errors += _called_as_asked(contract.must_call, listed, content)
     except ValidationTimeout as exc:
         errors.append(f"the answer could not be checked: {exc}")
     if errors:

@@ -216,3 +216,10 @@ def test_a_tool_choice_that_obliges_a_call(must_call: str, message: dict[str, An
     assert len(verdict.errors) == len(errors) and all(f in e for f, e in zip(errors, verdict.errors, strict=True))
     assert verdict.status == ("violated" if errors else "ok")
     assert check_output(TOOLS, message).status == "ok"  # "auto" (no obligation): each of these is an answer
+
+
+def test_a_malformed_call_under_an_obligation_is_a_violation_not_a_crash() -> None:
+    """A provider's call whose `function` is not an object, where tool_choice named the function."""
+    message = _msg(None, [{"id": "c1", "type": "function", "function": "assign"}])
+    verdict = check_output(replace(TOOLS, must_call="assign"), message)
+    assert verdict.status == "violated" and any("the answer calls None" in e for e in verdict.errors)
